@@ -1,0 +1,53 @@
+"""Seed 000: an int64 index tensor read through an overlapping `as_strided` view.
+
+Found by torchbench's Longformer training accuracy check on the NPU's
+`triton_experimental` backend: the backward graph's `index_put` index producer
+
+    arange(1179648).as_strided((12, 4, 768, 64), (98304, 16384, 64, 1)).contiguous().view(-1)
+
+came out wrong in 2260992 of 2359296 elements (max_abs=589824, out_max=589823)
+for int64 and right for int32. Root cause: the launcher narrows int64 kernel
+arguments with `Tensor.to(torch.int32)`, which gives an overlapping view a
+contiguous layout while the kernel keeps indexing with the view's strides.
+
+Two forms: the report's repro (the graph input is the 1-D base) and the form
+the backward graph receives (the graph input is the overlapping view itself).
+Whether a kernel receives the view as an argument in the first form depends on
+the backend's codegen; in the second it always does.
+"""
+
+import torch
+
+from harness import KnownFailure, Program, case, contiguous, strided
+
+ISSUE = "shared/seeds/000_f75b2bdb6d18556d.txt: int64 boundary downcast collapses a non-dense layout"
+VIEW_SIZE = (12, 4, 768, 64)
+VIEW_STRIDE = (98304, 16384, 64, 1)
+BASE_NUMEL = 1179648
+NPU_BOUNDARY_DOWNCAST = KnownFailure(
+    device="npu", npu_backend="triton_experimental", dtype="int64",
+    reason="triton_experimental narrows int64 args with Tensor.to(), collapsing the overlapping view (seed 000)",
+)
+
+
+def index_producer_from_base(base):
+    return base.as_strided(VIEW_SIZE, VIEW_STRIDE).contiguous().view(-1)
+
+
+def index_producer_from_view(view):
+    return view.contiguous().view(-1)
+
+
+@case(tags=("seed", "layout", "overlapping", "index"), dtypes=(torch.int64, torch.int32), issue=ISSUE,
+      known_failures=(NPU_BOUNDARY_DOWNCAST,))
+def seed_index_as_strided_base(dtype):
+    """The report's repro: arange base in, overlapping view built inside the graph."""
+    return Program(index_producer_from_base, [contiguous((BASE_NUMEL,), fill="arange")])
+
+
+@case(tags=("seed", "layout", "overlapping", "index"), dtypes=(torch.int64, torch.int32), issue=ISSUE,
+      known_failures=(NPU_BOUNDARY_DOWNCAST,))
+def seed_index_as_strided_view(dtype):
+    """As the backward graph sees it: the overlapping view is the graph input."""
+    view = strided(VIEW_SIZE, VIEW_STRIDE, storage_numel=BASE_NUMEL, fill="arange")
+    return Program(index_producer_from_view, [view])

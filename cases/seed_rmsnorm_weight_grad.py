@@ -1,0 +1,66 @@
+"""Seed 002: the weight gradient of an RMSNorm over a permuted input.
+
+A multi-axis reduction (dims 0, 1, 2) over a permuted fp32 gradient times a
+bf16 activation. The NPU codegen flattened the reduction axes into one and
+scoped the accumulator inside the loop nest, storing partial sums. CPU and CUDA
+Inductor compile it correctly; its value is on the NPU, where it must fail
+before that fix and pass after it.
+"""
+
+import torch
+from torch import nn
+
+from harness import Program, Tolerance, case, contiguous, permuted
+
+ISSUE = "shared/seeds/002_89c9c830eb0e6a12.txt: multi-axis reduction scoped wrong after flatten"
+# The report checks with assert_close(rtol=1e-2, atol=1e-2) on the bf16 result.
+REPORT_TOLERANCE = {torch.bfloat16: Tolerance(rtol=1e-2, atol=1e-2)}
+
+
+def rms_norm_weight_grad(grad_out_base, q, q_square_sum):
+    grad_out = grad_out_base.permute(0, 2, 1, 3)
+    inv_rms = torch.rsqrt(q_square_sum.unsqueeze(-1) / q.shape[-1] + 1e-6)
+    grad_weight = (grad_out * q.float() * inv_rms).sum(dim=(0, 1, 2))
+    return grad_weight.to(torch.bfloat16)
+
+
+def _inputs(batch, seq, heads, head_dim):
+    return [
+        contiguous((batch, heads, seq, head_dim), dtype=torch.float32),
+        contiguous((batch, seq, heads, head_dim)),  # the case's dtype: bf16 as reported
+        contiguous((batch, seq, heads), dtype=torch.float32, fill="rand", low=1.0, high=2.0),
+    ]
+
+
+@case(tags=("seed", "reduction", "permute"), dtypes=(torch.bfloat16,), issue=ISSUE,
+      tolerances=REPORT_TOLERANCE, size="full")
+def seed_rmsnorm_weight_grad(dtype):
+    """The report's shapes: batch 2, seq 4096, heads 64, head_dim 128."""
+    return Program(rms_norm_weight_grad, _inputs(2, 4096, 64, 128))
+
+
+@case(tags=("seed", "reduction", "permute"), dtypes=(torch.bfloat16,), issue=ISSUE,
+      tolerances=REPORT_TOLERANCE)
+def seed_rmsnorm_weight_grad_small(dtype):
+    """The same program at shapes two CPU cores afford (head_dim kept at 128)."""
+    return Program(rms_norm_weight_grad, _inputs(2, 64, 8, 128))
+
+
+class PermutedRMSNorm(nn.Module):
+    """RMSNorm applied to a (batch, heads, seq, dim) tensor read as (batch, seq, heads, dim)."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, dim))
+
+    def forward(self, x):
+        x = x.permute(0, 2, 1, 3)
+        inv_rms = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+        return (x.float() * inv_rms).to(x.dtype) * self.weight.to(x.dtype)
+
+
+@case(tags=("seed", "reduction", "permute", "training"), dtypes=(torch.float32, torch.bfloat16),
+      modes=("training",), issue=ISSUE)
+def rmsnorm_permuted_training(dtype):
+    """The same weight gradient as autograd derives it: forward + backward of a permuted RMSNorm."""
+    return Program(PermutedRMSNorm(128), [contiguous((2, 8, 32, 128), requires_grad=True)])

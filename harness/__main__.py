@@ -1,0 +1,7 @@
+import sys
+
+from .cli import main
+
+# Guarded: multiprocessing's spawn re-imports the main module in each worker.
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""One small adapter per device: availability, seeding, sync, memory, names, versions.
+
+The NPU adapter is the only place that knows torch_npu exists; it imports it
+lazily, so nothing else in the harness needs Ascend's CANN runtime.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import platform
+from typing import Any
+
+import torch
+
+
+class UnknownDeviceError(ValueError):
+    pass
+
+
+class Device:
+    name = ""
+
+    def unavailable_reason(self) -> str | None:
+        """None when usable; otherwise how to make it usable."""
+        return None
+
+    def torch_device(self) -> torch.device:
+        return torch.device(self.name)
+
+    def synchronize(self) -> None:
+        pass
+
+    def manual_seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def reset_peak_memory(self) -> None:
+        pass
+
+    def peak_memory_bytes(self) -> int | None:
+        return None
+
+    def device_name(self) -> str:
+        return platform.processor() or platform.machine()
+
+    def compile_options(self, npu_backend: str | None) -> dict[str, Any]:
+        return {}
+
+    def versions(self) -> dict[str, str]:
+        found = {"torch": torch.__version__, "python": platform.python_version()}
+        for package in ("triton", "triton-ascend", "torch_npu"):
+            try:
+                found[package] = importlib.metadata.version(package)
+            except importlib.metadata.PackageNotFoundError:
+                pass
+        return found
+
+
+class Cpu(Device):
+    name = "cpu"
+
+
+class Cuda(Device):
+    name = "cuda"
+
+    def unavailable_reason(self) -> str | None:
+        if not torch.cuda.is_available():
+            build = "a CPU-only torch build" if torch.version.cuda is None else f"torch built for CUDA {torch.version.cuda}"
+            return f"no CUDA device visible ({build}); install a CUDA build of torch on a machine with an NVIDIA GPU"
+        return None
+
+    def synchronize(self) -> None:
+        torch.cuda.synchronize()
+
+    def manual_seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+        torch.cuda.manual_seed_all(seed)
+
+    def reset_peak_memory(self) -> None:
+        torch.cuda.reset_peak_memory_stats()
+
+    def peak_memory_bytes(self) -> int | None:
+        return torch.cuda.max_memory_allocated()
+
+    def device_name(self) -> str:
+        return torch.cuda.get_device_name()
+
+    def versions(self) -> dict[str, str]:
+        return {**super().versions(), "cuda": str(torch.version.cuda)}
+
+
+class Npu(Device):
+    """Ascend NPU through torch_npu's public API (device "npu", torch.npu.*)."""
+
+    name = "npu"
+    DEFAULT_BACKEND = "triton_experimental"
+
+    def unavailable_reason(self) -> str | None:
+        try:
+            importlib.import_module("torch_npu")
+        except ImportError as exc:
+            if "torch_npu" in str(exc) and "No module" in str(exc):
+                return "torch_npu is not installed: pip install -e '.[npu]' on a machine with Ascend's CANN runtime"
+            return f"torch_npu failed to import ({exc}); source CANN's set_env.sh so its runtime libraries are found"
+        if not torch.npu.is_available():  # type: ignore[attr-defined]
+            return "torch_npu imported but no NPU is visible (check npu-smi and ASCEND_RT_VISIBLE_DEVICES)"
+        return None
+
+    def synchronize(self) -> None:
+        torch.npu.synchronize()  # type: ignore[attr-defined]
+
+    def manual_seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+        torch.npu.manual_seed_all(seed)  # type: ignore[attr-defined]
+
+    def reset_peak_memory(self) -> None:
+        torch.npu.reset_peak_memory_stats()  # type: ignore[attr-defined]
+
+    def peak_memory_bytes(self) -> int | None:
+        return torch.npu.max_memory_allocated()  # type: ignore[attr-defined]
+
+    def device_name(self) -> str:
+        return torch.npu.get_device_name()  # type: ignore[attr-defined]
+
+    def compile_options(self, npu_backend: str | None) -> dict[str, Any]:
+        return {"npu_backend": npu_backend or self.DEFAULT_BACKEND}
+
+
+DEVICES: dict[str, type[Device]] = {"cpu": Cpu, "cuda": Cuda, "npu": Npu}
+
+
+def get_device(name: str) -> Device:
+    try:
+        return DEVICES[name]()
+    except KeyError:
+        raise UnknownDeviceError(f"unknown device {name!r}; choose one of: {', '.join(DEVICES)}") from None

@@ -1,0 +1,215 @@
+"""Emulations of launch-boundary behaviour and kernel faults, on any device.
+
+Every generated kernel launch of the compiled run passes through one of these
+handlers (see `inductor_compat.intercept_launches`), which transforms the
+launch's arguments and results. Nothing here depends on how a backend
+launches kernels, so results on CPU and CUDA reproduce the NPU's bug class.
+Every record made under one of these carries its name in `emulation`.
+
+- `boundary-downcast`: what torch_npu's `triton_experimental` launcher does:
+  int64/float64 tensor arguments become int32/float32 through `Tensor.to()`
+  (a non-dense layout collapses to a dense copy), output-only arguments get a
+  fresh narrow `empty_like` buffer, written and mutated arguments are copied
+  back with `copy_`. The kernel keeps its compile-time addressing. Since the
+  emulated kernel still takes 64-bit pointers, narrowed values are widened
+  back in the converted layout: what the kernel reads is exactly what the NPU
+  kernel reads, value for value (int64 beyond 2**31 wraps, float64 rounds).
+- `boundary-downcast-strided`: the fix: the conversion buffer keeps the
+  argument's size, stride and offset (the whole storage span is converted).
+- `fault-<corruption>@<selector>`: corrupt the outputs of the launches chosen
+  by launch index (`@3`) or kernel-name glob (`@*relu*`), for testing localization.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+
+from .inductor_compat import ROLE_IN, ROLE_INOUT, ROLE_OUT, Launch, intercept_launches
+from .inputs import extent, is_non_overlapping_and_dense
+
+# What the NPU vector core cannot hold, and what the launcher narrows it to.
+NARROWED_DTYPES = {torch.int64: torch.int32, torch.float64: torch.float32}
+
+
+@dataclass(frozen=True)
+class Injection:
+    name: str
+    summary: str
+    make_handler: Callable[[str | None], Callable[[Launch], Any]]
+    # Emulations that narrow precision: the runner then tells narrowing from misaddressing.
+    narrows: bool = False
+    needs_selector: bool = False
+
+
+@dataclass
+class _Converted:
+    passed: torch.Tensor  # what the kernel receives: its compile-time strides over the conversion buffer
+    logical: torch.Tensor  # the conversion buffer as the launcher sees it (for the write-back)
+
+
+class BoundaryDowncast:
+    """Narrow 64-bit tensor arguments at the launch boundary, collapsing layouts or keeping them."""
+
+    def __init__(self, keep_layout: bool, narrowing: dict[torch.dtype, torch.dtype] | None = None):
+        self.keep_layout = keep_layout
+        self.narrowing = NARROWED_DTYPES if narrowing is None else narrowing
+        # What reached the boundary: how many launches, arguments converted, and
+        # of those, how many had a non-dense layout (the ones a collapse breaks).
+        self.stats = {"launches": 0, "converted_args": 0, "non_dense_args": 0}
+
+    def __call__(self, launch: Launch) -> Any:
+        self.stats["launches"] += 1
+        args, write_backs = list(launch.args), []
+        for position, arg in enumerate(launch.args):
+            if not isinstance(arg, torch.Tensor) or (self.narrowing and arg.dtype not in self.narrowing):
+                continue
+            role = launch.kernel.role(position)
+            converted = self.convert(arg, fresh=role == ROLE_OUT)
+            args[position] = converted.passed
+            self.stats["converted_args"] += 1
+            self.stats["non_dense_args"] += not is_non_overlapping_and_dense(arg)
+            if role in (ROLE_OUT, ROLE_INOUT):
+                write_backs.append((arg, converted.logical))
+        result = launch.run(args)
+        for original, logical in write_backs:
+            original.copy_(self._round_trip(logical))
+        return result
+
+    def convert(self, arg: torch.Tensor, fresh: bool) -> _Converted:
+        return self._keep_layout(arg, fresh) if self.keep_layout else self._collapse(arg, fresh)
+
+    def _collapse(self, arg: torch.Tensor, fresh: bool) -> _Converted:
+        narrow = self.narrowing.get(arg.dtype, arg.dtype)
+        # Exactly the launcher's calls: `.to()` and `empty_like` keep strides only
+        # for non-overlapping-and-dense tensors; anything else comes back dense.
+        converted = torch.zeros_like(arg, dtype=narrow) if fresh else arg.detach().to(narrow, copy=True)
+        # The kernel addresses the buffer with the original strides, possibly past
+        # the dense copy's end; the NPU reads whatever lies there, we read zeros.
+        buffer = torch.zeros(max(converted.numel(), extent(arg.shape, arg.stride())), dtype=arg.dtype, device=arg.device)
+        buffer[: converted.numel()] = converted.as_strided((converted.numel(),), (1,)).to(arg.dtype)
+        return _Converted(buffer.as_strided(arg.shape, arg.stride()), buffer.as_strided(converted.shape, converted.stride()))
+
+    def _keep_layout(self, arg: torch.Tensor, fresh: bool) -> _Converted:
+        span = arg.detach().as_strided((extent(arg.shape, arg.stride()),), (1,), arg.storage_offset())
+        buffer = torch.zeros_like(span) if fresh else self._round_trip(span)
+        passed = buffer.as_strided(arg.shape, arg.stride())
+        return _Converted(passed, passed)
+
+    def _round_trip(self, t: torch.Tensor) -> torch.Tensor:
+        narrow = self.narrowing.get(t.dtype)
+        return t.to(narrow).to(t.dtype) if narrow is not None else t
+
+
+def _corrupt_scale(t: torch.Tensor) -> None:
+    t.logical_not_() if t.dtype == torch.bool else t.mul_(2)
+
+
+def _corrupt_offset(t: torch.Tensor) -> None:
+    t.logical_not_() if t.dtype == torch.bool else t.add_(1)
+
+
+def _corrupt_zero_tail(t: torch.Tensor) -> None:
+    t.masked_fill_(_logical_positions(t) >= t.numel() // 2, 0)
+
+
+def _corrupt_nan(t: torch.Tensor) -> None:
+    # Integers have no NaN: their most negative value is the closest poison.
+    if t.dtype == torch.bool:
+        poison: float | int | bool = False
+    else:
+        poison = float("nan") if t.is_floating_point() else torch.iinfo(t.dtype).min
+    t.masked_fill_(_logical_positions(t) == 0, poison)
+
+
+def _logical_positions(t: torch.Tensor) -> torch.Tensor:
+    """Each element's position in logical (row-major) order, whatever the layout."""
+    return torch.arange(t.numel(), device=t.device).reshape(t.shape)
+
+
+CORRUPTIONS: dict[str, Callable[[torch.Tensor], None]] = {
+    "scale": _corrupt_scale,
+    "offset": _corrupt_offset,
+    "zero-tail": _corrupt_zero_tail,
+    "nan": _corrupt_nan,
+}
+
+
+class KernelFault:
+    """Corrupt what the selected launches write (or, for stride-collapse, how they read)."""
+
+    def __init__(self, corruption: str, selector: str):
+        self.corruption = corruption
+        self.selector = selector
+        self.stats: dict[str, Any] = {"launches": 0, "hits": []}
+
+    def selects(self, launch: Launch) -> bool:
+        if self.selector.isdigit():
+            return launch.index == int(self.selector)
+        return fnmatch.fnmatchcase(launch.kernel.name, self.selector)
+
+    def __call__(self, launch: Launch) -> Any:
+        self.stats["launches"] += 1
+        if not self.selects(launch):
+            return launch.run()
+        self.stats["hits"].append(f"{launch.index}:{launch.kernel.name}")
+        if self.corruption == "stride-collapse":
+            return BoundaryDowncast(keep_layout=False, narrowing={})(launch)
+        result = launch.run()
+        for position, arg in enumerate(launch.args):
+            if isinstance(arg, torch.Tensor) and launch.kernel.role(position) in (ROLE_OUT, ROLE_INOUT):
+                CORRUPTIONS[self.corruption](arg)
+        return result
+
+
+def _fault(corruption: str) -> Injection:
+    described = {
+        "scale": "doubles", "offset": "adds 1 to", "zero-tail": "zeroes the second half of",
+        "nan": "puts a NaN (integers: their minimum) in the first element of",
+        "stride-collapse": "hands dense copies of its tensor arguments (compile-time strides kept) to",
+    }[corruption]
+    return Injection(
+        name=f"fault-{corruption}",
+        summary=f"{described} the outputs of the selected kernel launches" if corruption != "stride-collapse"
+        else f"{described} the selected kernel launches",
+        make_handler=lambda selector: KernelFault(corruption, selector or ""),
+        needs_selector=True,
+    )
+
+
+INJECTIONS: dict[str, Injection] = {
+    "boundary-downcast": Injection(
+        "boundary-downcast",
+        "emulates the NPU triton_experimental launcher: int64/float64 args narrowed with Tensor.to() (layouts collapse)",
+        lambda _: BoundaryDowncast(keep_layout=False), narrows=True),
+    "boundary-downcast-strided": Injection(
+        "boundary-downcast-strided",
+        "the proposed fix: int64/float64 args narrowed into buffers that keep size, stride and offset",
+        lambda _: BoundaryDowncast(keep_layout=True), narrows=True),
+    **{f"fault-{c}": _fault(c) for c in (*CORRUPTIONS, "stride-collapse")},
+}
+
+
+def parse_injection(text: str) -> tuple[Injection, str | None]:
+    """`NAME` or `NAME@SELECTOR` (a launch index counted from 0, or a kernel-name glob)."""
+    name, _, selector = text.partition("@")
+    if name not in INJECTIONS:
+        raise ValueError(f"unknown injection {name!r}; choose one of: {', '.join(INJECTIONS)}")
+    injection = INJECTIONS[name]
+    if injection.needs_selector and not selector:
+        raise ValueError(f"{name} needs a kernel: {name}@LAUNCH_INDEX or {name}@NAME_GLOB")
+    if selector and not injection.needs_selector:
+        raise ValueError(f"{name} applies to every launch and takes no @selector")
+    return injection, selector or None
+
+
+@contextlib.contextmanager
+def injected(text: str) -> Iterator[Any]:
+    injection, selector = parse_injection(text)
+    handler = injection.make_handler(selector)
+    with intercept_launches(handler):
+        yield handler

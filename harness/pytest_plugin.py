@@ -1,0 +1,190 @@
+"""pytest plugin: every case x dtype x mode in `cases/` (and --case-path) becomes a test.
+
+A thin layer: collection asks the registry, each test calls `run_case`, and
+results go to the same JSON records the CLI writes (merged across xdist
+workers). Test ids carry the case name and tags, so `pytest -k longformer`
+or `pytest -k seed` select what users expect.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from . import records as R
+
+RECORDS_KEY = pytest.StashKey[list]()
+WORKER_OUTPUT = "harness_records"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("harness", "torch.compile accuracy harness")
+    group.addoption("--device", default="cpu", help="device for case tests: cpu, cuda or npu (default: cpu)")
+    group.addoption("--backend", default="inductor", help="torch.compile backend (default: inductor)")
+    group.addoption("--npu-backend", default=None, help="Inductor's npu_backend option on --device npu")
+    group.addoption("--case-path", action="append", default=[], help="more case directories or files (repeatable)")
+    group.addoption("--harness-full", action="store_true", help="run full-size cases (real shapes, whole models)")
+    group.addoption("--harness-json", default=None, metavar="PATH", help="write the case results here")
+    group.addoption("--harness-report", default=None, metavar="DIR", help="write results.json and index.html here")
+    group.addoption("--inject", default=None, help="emulation or kernel fault for every case (see harness list --injections)")
+    group.addoption("--bisect", action="store_true", help="on divergence, find the first diverging kernel")
+    group.addoption("--reference", default=None, choices=("auto", "fp64", "none"), help="float64 reference policy")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "full: a full-size case (real shapes, whole models): needs --harness-full")
+    config.addinivalue_line("markers", "harness_case: a test generated from a harness case")
+    config.stash[RECORDS_KEY] = []
+    from .devices import UnknownDeviceError, get_device
+
+    try:
+        get_device(config.getoption("device"))
+    except UnknownDeviceError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if config.getoption("inject"):
+        from .emulation import parse_injection
+
+        try:
+            parse_injection(config.getoption("inject"))
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+
+def _case_roots(config: pytest.Config) -> list[Path]:
+    from .registry import DEFAULT_CASE_DIR
+
+    return [DEFAULT_CASE_DIR, *(Path(p).resolve() for p in config.getoption("case_path"))]
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if file_path.suffix != ".py" or file_path.name.startswith("_"):
+        return None
+    resolved = file_path.resolve()
+    for root in _case_roots(parent.config):
+        if resolved == root or root in resolved.parents:
+            return CaseFile.from_parent(parent, path=file_path)
+    return None
+
+
+class CaseFile(pytest.File):
+    def collect(self) -> Iterator[pytest.Item]:
+        from .registry import load_registry
+        from .runner import dtype_name
+
+        registry = load_registry([str(self.path)], include_default=False)
+        for error in registry.errors:
+            # A failing test rather than a collection error: pytest would stop the whole session.
+            yield LoadErrorItem.from_parent(self, name="load-error", message=str(error))
+        for case in registry.cases.values():
+            for dtype in case.dtypes:
+                for mode in case.modes:
+                    name = f"{case.name}[{dtype_name(dtype)}-{mode}-{'-'.join(case.tags)}]"
+                    item = CaseItem.from_parent(self, name=name, case=case, dtype=dtype, mode=mode)
+                    item.add_marker(pytest.mark.harness_case)
+                    for tag in case.tags:
+                        item.extra_keyword_matches.add(tag)
+                    if case.size == "full":
+                        item.add_marker(pytest.mark.full)
+                    yield item
+
+
+class LoadErrorItem(pytest.Item):
+    def __init__(self, *, message: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.message = message
+
+    def runtest(self) -> None:
+        raise CaseLoadError(self.message)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        return self.message
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, "case module"
+
+
+class CaseLoadError(Exception):
+    pass
+
+
+class CaseDiverged(Exception):
+    def __init__(self, record: R.CaseResult):
+        super().__init__(record.summary())
+        self.record = record
+
+
+class CaseItem(pytest.Item):
+    def __init__(self, *, case: Any, dtype: Any, mode: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.case, self.dtype, self.mode = case, dtype, mode
+
+    def runtest(self) -> None:
+        from .runner import RunConfig, new_record, run_case
+
+        config = self.config
+        run_config = RunConfig(
+            device=config.getoption("device"), backend=config.getoption("backend"),
+            npu_backend=config.getoption("npu_backend"), inject=config.getoption("inject"),
+            bisect=config.getoption("bisect"), reference=config.getoption("reference"),
+        )
+        if self.case.size == "full" and not config.getoption("harness_full"):
+            record = new_record(self.case, self.dtype, self.mode, run_config)
+            record.status, record.reason = R.SKIP, "full-size case: run with --harness-full (GPU/NPU nightly)"
+        else:
+            record = run_case(self.case, self.dtype, self.mode, run_config)
+        config.stash[RECORDS_KEY].append(record)
+        if record.status == R.SKIP:
+            pytest.skip(record.reason or "skipped")
+        if record.status == R.XFAIL:
+            pytest.xfail(record.reason or "known failure")
+        if record.status in R.FAILING_STATUSES:
+            raise CaseDiverged(record)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, CaseDiverged):
+            record = excinfo.value.record
+            text = record.summary()
+            if record.status == R.XPASS:
+                text += f"\n    passed, but declared a known failure: {record.reason} (remove the declaration)"
+            if record.error is not None:
+                text += "\n" + record.error.traceback
+            return text + f"\n    reproduce: {record.command}"
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"case {self.name}"
+
+
+# Results: each process keeps its records; xdist workers hand theirs to the controller.
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    records = config.stash[RECORDS_KEY]
+    if hasattr(config, "workeroutput"):  # an xdist worker
+        config.workeroutput[WORKER_OUTPUT] = json.dumps([r.to_dict() for r in records])
+        return
+    json_path = config.getoption("harness_json")
+    report_dir = config.getoption("harness_report")
+    if report_dir and not json_path:
+        json_path = os.path.join(report_dir, "results.json")
+    if json_path and records:
+        R.write_results(json_path, records, {"device": config.getoption("device"),
+                                             "backend": config.getoption("backend"),
+                                             "emulation": config.getoption("inject"),
+                                             "command": "pytest"})
+    if report_dir and records:
+        from .report import write_report
+
+        write_report([json_path], os.path.join(report_dir, "index.html"))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist controller: collect the records a finished worker sent."""
+    payload = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT)
+    if payload:
+        node.config.stash[RECORDS_KEY].extend(R.CaseResult.from_dict(d) for d in json.loads(payload))

@@ -1,0 +1,240 @@
+"""Cases and where they come from.
+
+A case module is any Python file that defines `Case` objects at module level
+(directly, through the `@case` decorator, or in a list named `CASES`). The
+registry loads the project's `cases/` directory and any directory, file or
+dotted module a user names, so teams can keep private cases next to ours.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import os
+import sys
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import torch
+
+from .tolerances import Tolerance
+
+MODES = ("inference", "training")
+SIZES = ("ci", "full")
+REFERENCES = ("auto", "fp64", "none")
+DEFAULT_CASE_DIR = Path(__file__).resolve().parent.parent / "cases"
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    """A declared failure: the run it matches becomes a strict expected failure.
+
+    Every field left None matches anything. A matching run that passes is
+    reported as `xpass`, which fails the run: the fix is visible at once.
+    """
+
+    reason: str
+    device: str | None = None
+    backend: str | None = None
+    npu_backend: str | None = None
+    dtype: str | None = None
+    mode: str | None = None
+    emulation: str | None = None
+
+    def matches(self, **run: str | None) -> bool:
+        return all(getattr(self, key) in (None, value) for key, value in run.items())
+
+
+@dataclass
+class Program:
+    """What a case builds: the callable under test and its inputs.
+
+    `fn` is a function or an `nn.Module` (whose parameter gradients are compared
+    in training). `inputs` hold `TensorSpec`s, tensors or plain values.
+    """
+
+    fn: Callable[..., Any]
+    inputs: Sequence[Any]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    build: Callable[[torch.dtype], Program | tuple]
+    tags: tuple[str, ...] = ()
+    dtypes: tuple[torch.dtype, ...] = (torch.float32,)
+    modes: tuple[str, ...] = ("inference",)
+    tolerances: Mapping[torch.dtype, Tolerance] = field(default_factory=dict)
+    compile_options: Mapping[str, Any] = field(default_factory=dict)
+    dynamic: bool | None = False
+    issue: str | None = None
+    known_failures: tuple[KnownFailure, ...] = ()
+    # "full": the real shapes (GPU/NPU nightly); "ci": a variant two CPU cores afford.
+    size: str = "ci"
+    # "auto": a float64 reference is computed only when a floating output misses
+    # its tolerance; "fp64": always; "none": never (verdicts by tolerance alone).
+    reference: str = "auto"
+    requires: tuple[str, ...] = ()
+    description: str = ""
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.name.isidentifier() and not all(part.isidentifier() for part in self.name.split("-")):
+            problems.append(f"name {self.name!r} is not made of identifier characters")
+        if bad := [m for m in self.modes if m not in MODES]:
+            problems.append(f"modes {bad} not in {MODES}")
+        if self.size not in SIZES:
+            problems.append(f"size {self.size!r} not in {SIZES}")
+        if self.reference not in REFERENCES:
+            problems.append(f"reference {self.reference!r} not in {REFERENCES}")
+        if not self.dtypes or not all(isinstance(d, torch.dtype) for d in self.dtypes):
+            problems.append("dtypes must be a non-empty tuple of torch dtypes")
+        if not callable(self.build):
+            problems.append("build is not callable")
+        if problems:
+            raise ValueError(f"case {self.name!r}: " + "; ".join(problems))
+
+    @property
+    def keywords(self) -> tuple[str, ...]:
+        return (self.name, *self.tags, self.size)
+
+    def known_failure(self, **run: str | None) -> KnownFailure | None:
+        return next((k for k in self.known_failures if k.matches(**run)), None)
+
+
+def case(**metadata: Any) -> Callable[[Callable[[torch.dtype], Any]], Case]:
+    """Decorator: `@case(tags=..., dtypes=...)` over a build function named as the case."""
+
+    def wrap(build: Callable[[torch.dtype], Any]) -> Case:
+        return Case(name=metadata.pop("name", build.__name__), build=build,
+                    description=metadata.pop("description", (build.__doc__ or "").strip()), **metadata)
+
+    return wrap
+
+
+@dataclass(frozen=True)
+class LoadError:
+    source: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"cannot load cases from {self.source}: {self.message}"
+
+
+@dataclass
+class Registry:
+    cases: dict[str, Case] = field(default_factory=dict)
+    errors: list[LoadError] = field(default_factory=list)
+    sources: list[str] = field(default_factory=list)
+
+    def select(self, names: Sequence[str] = (), keyword: str | None = None, tags: Sequence[str] = (),
+               include_full: bool = False) -> list[Case]:
+        """Cases by exact name, then filtered by tag and -k expression.
+
+        Named cases are always taken whatever their size; otherwise `full`
+        cases need `include_full`.
+        """
+        unknown = [n for n in names if n not in self.cases]
+        if unknown:
+            hints = [f"{n!r} (did you mean {', '.join(difflib.get_close_matches(n, self.cases, 3)) or 'nothing close'}?)"
+                     for n in unknown]
+            raise KeyError("unknown case " + "; ".join(hints) + "; `python -m harness list` shows all")
+        chosen = [self.cases[n] for n in names] if names else [
+            c for c in self.cases.values() if include_full or c.size != "full"]
+        if tags:
+            chosen = [c for c in chosen if set(tags) & set(c.tags)]
+        if keyword:
+            matcher = keyword_matcher(keyword)
+            chosen = [c for c in chosen if matcher(c.keywords)]
+        return chosen
+
+
+def keyword_matcher(expression: str) -> Callable[[Iterable[str]], bool]:
+    """pytest's `-k` grammar (and/or/not, parentheses, substring match)."""
+    from _pytest.mark.expression import Expression  # pytest is a dependency; its grammar is the one users know
+
+    compiled = Expression.compile(expression)
+
+    def matches(words: Iterable[str]) -> bool:
+        lowered = [w.lower() for w in words]
+        return compiled.evaluate(lambda token, **_: any(token.lower() in w for w in lowered))
+
+    return matches
+
+
+def load_registry(paths: Sequence[str] = (), include_default: bool = True) -> Registry:
+    registry = Registry()
+    sources = ([str(DEFAULT_CASE_DIR)] if include_default else []) + list(paths)
+    for source in sources:
+        for name, loader in _module_loaders(source, registry):
+            registry.sources.append(name)
+            try:
+                module = loader()
+                found = list(_cases_in(module))
+            except Exception as exc:  # a broken case module must not hide the others
+                registry.errors.append(LoadError(name, f"{type(exc).__name__}: {_short(exc)}"))
+                continue
+            for item in found:
+                if item.name in registry.cases:
+                    registry.errors.append(LoadError(name, f"case {item.name!r} is already defined in {registry.cases[item.name].source}"))
+                    continue
+                registry.cases[item.name] = item if item.source else _with_source(item, name)
+    return registry
+
+
+def _module_loaders(source: str, registry: Registry) -> list[tuple[str, Callable[[], Any]]]:
+    path = Path(source)
+    if path.is_dir():
+        return [(str(p), _file_loader(p)) for p in sorted(path.glob("*.py")) if not p.name.startswith("_")]
+    if path.suffix == ".py":
+        if not path.is_file():
+            registry.errors.append(LoadError(source, "no such file"))
+            return []
+        return [(str(path), _file_loader(path))]
+    if os.sep in source or source.startswith("."):
+        registry.errors.append(LoadError(source, "no such directory"))
+        return []
+    return [(source, lambda: importlib.import_module(source))]
+
+
+def _file_loader(path: Path) -> Callable[[], Any]:
+    def load() -> Any:
+        module_name = f"harness_cases.{path.stem}_{zlib.crc32(str(path.resolve()).encode()):08x}"
+        if module_name in sys.modules:
+            return sys.modules[module_name]
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module  # dataclasses and pickling look modules up here
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[module_name]
+            raise
+        return module
+
+    return load
+
+
+def _cases_in(module: Any) -> Iterable[Case]:
+    seen: set[int] = set()
+    candidates = list(vars(module).values()) + list(getattr(module, "CASES", []))
+    for value in candidates:
+        if isinstance(value, Case) and id(value) not in seen:
+            seen.add(id(value))
+            yield value
+
+
+def _with_source(item: Case, source: str) -> Case:
+    import dataclasses
+
+    return dataclasses.replace(item, source=source)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else repr(exc)

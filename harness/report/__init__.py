@@ -1,0 +1,102 @@
+"""Self-contained HTML reports rebuilt from results files alone.
+
+Only `harness.records` is imported: reports render on machines without torch.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import functools
+import hashlib
+import os
+import tempfile
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from harness.records import CaseResult, read_results
+
+from .formatting import FILTERS
+from .merge import merge_run_meta
+from .view import build_context, headline, status_class
+
+TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
+
+__all__ = ["render_html", "write_report", "merge_run_meta"]
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        # Case names, kernel source and exception text are all untrusted.
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(FILTERS)
+    env.filters["status_class"] = status_class
+    env.filters["headline"] = headline
+    return env
+
+
+@functools.lru_cache(maxsize=1)
+def _sort_script() -> tuple[Markup, str]:
+    """The click-to-sort script and its CSP hash.
+
+    The page's Content-Security-Policy allows this exact script and nothing else,
+    so markup smuggled in through a case name could not run even if escaping failed.
+    """
+    source = _environment().loader.get_source(_environment(), "sort.js.j2")[0]
+    digest = base64.b64encode(hashlib.sha256(source.encode("utf-8")).digest()).decode("ascii")
+    return Markup(source), Markup(f"'sha256-{digest}'")
+
+
+def render_html(
+    records: list[CaseResult],
+    run_meta: dict[str, Any] | None = None,
+    baseline: list[CaseResult] | None = None,
+) -> str:
+    """The report page for `records`, diffed against `baseline` records when given."""
+    context = build_context(list(records), dict(run_meta or {}), baseline)
+    context["sort_script"], context["script_hash"] = _sort_script()
+    context["generated_at"] = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return _environment().get_template("report.html.j2").render(**context)
+
+
+def write_report(result_paths: list[str], output: str, baseline_path: str | None = None) -> str:
+    """Merge results files (shards of one run), render them and write `output`; returns its path."""
+    if not result_paths:
+        raise ValueError("write_report needs at least one results file")
+    metas, records = [], []
+    for path in result_paths:
+        meta, shard = read_results(path)
+        metas.append(meta)
+        records.extend(shard)
+    run_meta = merge_run_meta(metas)
+    if len(result_paths) > 1:
+        run_meta["results_files"] = len(result_paths)
+    baseline = None
+    if baseline_path:
+        _, baseline = read_results(baseline_path)
+        run_meta["baseline"] = os.path.basename(baseline_path)
+    _write_atomically(output, render_html(records, run_meta, baseline))
+    return output
+
+
+def _write_atomically(path: str, text: str) -> None:
+    # An artifact store must never pick up half a page.
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".report-", suffix=".html")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the page from the artifact server
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,283 @@
+"""Turns records into what the templates show: ordering, totals, pictures, highlights.
+
+Everything here is plain data; the page layout lives in templates/.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.records import ERROR, FAIL, PASS, SKIP, STATUSES, XFAIL, XPASS, CaseResult, OutputComparison
+
+from . import svg
+from .baseline import MOVE_FACTOR, BaselineDiff, diff_against_baseline
+
+# Failures first: what needs a human comes before what only needs a glance.
+STATUS_ORDER = (FAIL, ERROR, XPASS, XFAIL, SKIP, PASS)
+SAMPLES_SHOWN = 8
+
+
+@dataclass
+class SourceLine:
+    number: int
+    # (text, is_buffer_name) pieces, so the template can mark the names themselves.
+    pieces: list[tuple[str, bool]]
+    hit: bool
+
+
+@dataclass
+class KernelView:
+    data: dict[str, Any]
+    diverged: bool
+    buffers: list[str]
+    source_lines: list[SourceLine]
+    hit_lines: int
+
+    @property
+    def label(self) -> str:
+        name = self.data.get("name") or "kernel"
+        where = []
+        if self.data.get("graph"):
+            where.append(str(self.data["graph"]))
+        if self.data.get("launch_index") is not None:
+            where.append(f"#{self.data['launch_index']}")
+        return f"{name} ({' '.join(where)})" if where else str(name)
+
+
+@dataclass
+class OutputView:
+    output: OutputComparison
+    map_svg: str
+    histogram_svg: str
+    samples: list[dict[str, Any]]
+
+
+@dataclass
+class CaseView:
+    record: CaseResult
+    anchor: str
+    bad: int
+    numel: int
+    max_abs: float | None
+    max_rel: float | None
+    cosine: float | None
+    kernel: KernelView | None
+    outputs: list[OutputView] = field(default_factory=list)
+
+    @property
+    def diverging(self) -> bool:
+        return bool(self.outputs) or (self.kernel is not None and self.kernel.diverged)
+
+    @property
+    def link(self) -> str | None:
+        """Where the table row points: the first section that tells more about this record."""
+        if self.diverging:
+            return f"#{self.anchor}"
+        if self.record.status == ERROR or self.record.error is not None:
+            return f"#{self.anchor}-error"
+        if self.record.status == SKIP:
+            return f"#{self.anchor}-skip"
+        return None
+
+
+def build_context(records: list[CaseResult], run_meta: dict[str, Any], baseline: list[CaseResult] | None) -> dict[str, Any]:
+    cases = [_case_view(i, r) for i, r in enumerate(records)]
+    cases.sort(key=_case_order)
+    diff: BaselineDiff | None = diff_against_baseline(records, baseline) if baseline is not None else None
+    links = {id(c.record): c.link for c in cases}
+    return {
+        "summary": summarize(records, run_meta),
+        "cases": cases,
+        "diverging": [c for c in cases if c.diverging],
+        "errors": [c for c in cases if c.record.status == ERROR or c.record.error is not None],
+        "skips": [c for c in cases if c.record.status == SKIP],
+        "diff": diff,
+        "link_for": lambda record: links.get(id(record)) if record is not None else None,
+        "move_factor": MOVE_FACTOR,
+    }
+
+
+def _case_order(view: CaseView) -> tuple[Any, ...]:
+    r = view.record
+    rank = STATUS_ORDER.index(r.status) if r.status in STATUS_ORDER else len(STATUS_ORDER)
+    return (rank, r.case, r.dtype, r.mode, r.device, r.backend)
+
+
+def _case_view(index: int, record: CaseResult) -> CaseView:
+    outputs = record.outputs
+    kernel = _kernel_view(record.first_divergent_kernel)
+    return CaseView(
+        record=record,
+        anchor=f"case-{index}",
+        bad=sum(o.bad for o in outputs),
+        numel=sum(o.numel for o in outputs),
+        max_abs=_worst(o.max_abs for o in outputs),
+        max_rel=_worst(o.max_rel for o in outputs),
+        cosine=min((o.cosine for o in outputs if o.cosine is not None), default=None, key=_nan_low),
+        kernel=kernel,
+        outputs=[_output_view(o) for o in outputs if not o.passed],
+    )
+
+
+def _worst(values) -> float | None:
+    values = list(values)
+    if not values:
+        return None
+    # NaN is the worst error there is; max() would silently skip it.
+    return max(values, key=lambda v: math.inf if math.isnan(v) else v)
+
+
+def _nan_low(value: float) -> float:
+    return -math.inf if math.isnan(value) else value
+
+
+def _output_view(output: OutputComparison) -> OutputView:
+    return OutputView(
+        output=output,
+        map_svg=svg.mismatch_map_svg(output.mismatch_map, output.name),
+        histogram_svg=svg.error_histogram_svg(output.error_histogram, output.atol, output.name),
+        samples=[_sample_row(s.index, s.actual, s.expected) for s in output.samples[:SAMPLES_SHOWN]],
+    )
+
+
+def _sample_row(index: list[int], actual: Any, expected: Any) -> dict[str, Any]:
+    try:
+        diff = abs(float(actual) - float(expected))
+    except (TypeError, ValueError):
+        diff = None
+    return {"index": index, "actual": actual, "expected": expected, "diff": diff}
+
+
+def _kernel_view(data: dict[str, Any] | None) -> KernelView | None:
+    if not data:
+        return None
+    buffers = [str(b) for b in data.get("buffers") or []]
+    lines = highlight_source(str(data.get("source") or ""), buffers)
+    return KernelView(
+        data=data,
+        diverged=bool(data.get("diverged", True)),
+        buffers=buffers,
+        source_lines=lines,
+        hit_lines=sum(line.hit for line in lines),
+    )
+
+
+def highlight_source(source: str, names: list[str]) -> list[SourceLine]:
+    """Split kernel source into numbered lines, marking where diverging buffers are named."""
+    pattern = _names_pattern(names)
+    result = []
+    for number, text in enumerate(source.splitlines(), start=1):
+        pieces = _split_on(pattern, text) if pattern else [(text, False)]
+        result.append(SourceLine(number, pieces, any(hit for _, hit in pieces)))
+    return result
+
+
+def _names_pattern(names: list[str]) -> re.Pattern[str] | None:
+    names = sorted({n for n in names if n}, key=len, reverse=True)
+    if not names:
+        return None
+    # Whole identifiers only: "in_ptr1" must not light up lines that use "in_ptr10".
+    return re.compile(r"(?<![A-Za-z0-9_])(?:" + "|".join(map(re.escape, names)) + r")(?![A-Za-z0-9_])")
+
+
+def _split_on(pattern: re.Pattern[str], text: str) -> list[tuple[str, bool]]:
+    pieces, last = [], 0
+    for match in pattern.finditer(text):
+        if match.start() > last:
+            pieces.append((text[last : match.start()], False))
+        pieces.append((match.group(0), True))
+        last = match.end()
+    if last < len(text) or not pieces:
+        pieces.append((text[last:], False))
+    return pieces
+
+
+def summarize(records: list[CaseResult], run_meta: dict[str, Any]) -> dict[str, Any]:
+    counts = Counter(r.status for r in records)
+    statuses = [(s, counts.get(s, 0)) for s in STATUS_ORDER] + [
+        (s, n) for s, n in sorted(counts.items()) if s not in STATUSES
+    ]
+    case_time = sum(r.duration_s for r in records)
+    return {
+        "total": len(records),
+        "statuses": statuses,
+        "failing": sum(counts.get(s, 0) for s in (FAIL, ERROR, XPASS)),
+        "devices": _union(run_meta.get("device"), [_device_label(r) for r in records]),
+        "backends": _union(run_meta.get("backend"), [r.backend for r in records]),
+        "dtypes": _union(None, [r.dtype for r in records]),
+        "versions": _versions(run_meta.get("versions"), records),
+        "emulation": _union(run_meta.get("emulation"), [r.emulation for r in records]),
+        "started_at": run_meta.get("started_at"),
+        "duration_s": run_meta.get("duration_s"),
+        "case_time_s": case_time,
+        "commands": [str(c) for c in _as_list(run_meta.get("command"))],
+        "baseline": run_meta.get("baseline"),
+        "other": _other_meta(run_meta),
+    }
+
+
+def _device_label(record: CaseResult) -> str:
+    return f"{record.device} ({record.device_name})" if record.device_name else record.device
+
+
+def _union(meta_value: Any, values: list[Any]) -> list[str]:
+    seen: dict[str, None] = {}
+    for value in _as_list(meta_value) + values:
+        if value not in (None, ""):
+            seen.setdefault(str(value), None)
+    return list(seen)
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple, set)) else [value]
+
+
+def _versions(meta_versions: Any, records: list[CaseResult]) -> list[tuple[str, str]]:
+    # Records of one run normally agree; when shards disagree every value is shown.
+    merged: dict[str, dict[str, None]] = {}
+    sources = [meta_versions] if isinstance(meta_versions, dict) else []
+    sources += [r.versions for r in records]
+    for versions in sources:
+        for name, version in (versions or {}).items():
+            merged.setdefault(str(name), {}).setdefault(str(version), None)
+    return [(name, " | ".join(values)) for name, values in sorted(merged.items())]
+
+
+SHOWN_META = {"started_at", "duration_s", "device", "backend", "command", "versions", "emulation", "baseline"}
+
+
+def _other_meta(run_meta: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(str(k), _meta_text(v)) for k, v in sorted(run_meta.items()) if k not in SHOWN_META and v not in (None, "", [], {})]
+
+
+def _meta_text(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value))
+    return str(value)
+
+
+def headline(record: CaseResult) -> str:
+    """One line on what a run looks like now, for lists that link to the details."""
+    if record.error is not None:
+        lines = [line.strip() for line in record.error.message.strip().splitlines() if line.strip()]
+        # "backend='inductor' raised:" says nothing alone; the cause is on the next line.
+        message = " ".join(lines[:2]) if lines and lines[0].endswith(":") else (lines[0] if lines else "")
+        return f"{record.error.type}: {message}".strip()
+    failing = [o for o in record.outputs if not o.passed]
+    if failing:
+        more = f" (+{len(failing) - 1} more outputs)" if len(failing) > 1 else ""
+        return failing[0].summary() + more
+    return record.reason or ""
+
+
+def status_class(status: str) -> str:
+    return status if status in STATUSES else "unknown"
+

@@ -1,0 +1,112 @@
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
+
+REPO = Path(__file__).resolve().parent.parent
+
+TRIVIAL_CASES = '''
+import os, signal, time
+import torch
+from harness import Program, case, contiguous
+
+@case(tags=("trivial",))
+def adds_one(dtype):
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("trivial",))
+def crashes(dtype):
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+@case(tags=("trivial",))
+def hangs(dtype):
+    time.sleep(600)
+'''
+
+
+def cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "no_such_case"], "unknown case 'no_such_case'"),
+    (["run", "--device", "tpu"], "unknown device 'tpu'; choose one of: cpu, cuda, npu"),
+    (["run", "--dtype", "float33"], "unknown dtype float33"),
+    (["run", "--inject", "boundary-upcast"], "unknown injection 'boundary-upcast'"),
+    (["run", "--compile-option", "not_an_option=1"], "'not_an_option' is not an Inductor config option"),
+    (["run", "--mode", "serving"], "invalid choice: 'serving'"),
+    (["run", "-k", "seed and ("], "bad selection"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+])
+def test_usage_errors_are_one_line_and_exit_2(capsys, args, message):
+    assert main(args) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_missing_torch_npu_is_a_usage_error_that_says_how_to_fix_it(capsys):
+    pytest.importorskip("torch")
+    try:
+        import torch_npu  # noqa: F401
+        pytest.skip("torch_npu is installed here")
+    except ImportError:
+        pass
+    assert main(["run", "--device", "npu"]) == EXIT_USAGE
+    err = capsys.readouterr().err.strip()
+    assert "device npu is not usable" in err and "torch_npu" in err and len(err.splitlines()) == 1
+
+
+def test_list_shows_the_seed_cases(capsys):
+    assert main(["list", "-k", "seed"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "seed_index_as_strided_view" in out and "layout_input_gapped_slice" not in out
+
+
+def test_run_writes_json_records_and_exits_0(tmp_path):
+    result = cli("run", "seed_index_as_strided_view", "--backend", "eager", "--json", str(tmp_path / "r.json"))
+    assert result.returncode == EXIT_OK, result.stderr
+    assert "[1/2] PASS  seed_index_as_strided_view[int64-inference]" in result.stdout
+    payload = json.loads((tmp_path / "r.json").read_text())
+    record = payload["records"][0]
+    for key in ("case", "device", "backend", "dtype", "mode", "status", "outputs", "duration_s", "versions"):
+        assert key in record
+    assert (record["case"], record["device"], record["backend"], record["status"]) == (
+        "seed_index_as_strided_view", "cpu", "eager", "pass")
+    output = record["outputs"][0]
+    assert {k: output[k] for k in ("name", "numel", "bad", "max_abs")} == {"name": "out0", "numel": 2359296, "bad": 0, "max_abs": 0}
+    assert "torch" in record["versions"]
+
+
+def test_divergence_exits_1_with_the_seed_summary(tmp_path):
+    result = cli("run", "seed_index_as_strided_view", "--dtype", "int64", "--inject", "boundary-downcast")
+    assert result.returncode == EXIT_FAILED, result.stderr
+    assert "int64 out0: bad=2260992/2359296 (95.8%) max_abs=589824" in result.stdout
+
+
+def test_a_crash_or_hang_takes_down_only_its_case(tmp_path):
+    (tmp_path / "trivial.py").write_text(textwrap.dedent(TRIVIAL_CASES))
+    results = tmp_path / "r.json"
+    result = cli("run", "crashes", "hangs", "adds_one", "--case-path", str(tmp_path), "--backend", "eager",
+                 "--timeout", "20", "--json", str(results))
+    assert result.returncode == EXIT_FAILED, result.stderr
+    records = {r["case"]: r for r in json.loads(results.read_text())["records"]}
+    assert (records["crashes"]["status"], records["crashes"]["symptom"]) == ("error", "crash")
+    assert "SIGSEGV" in records["crashes"]["error"]["message"]
+    assert (records["hangs"]["status"], records["hangs"]["symptom"]) == ("error", "timeout")
+    assert records["adds_one"]["status"] == "pass"
+
+
+def test_a_malformed_case_module_is_reported_and_the_rest_still_run(tmp_path):
+    (tmp_path / "trivial.py").write_text(textwrap.dedent(TRIVIAL_CASES))
+    (tmp_path / "broken.py").write_text("import torch\ndef broken(:\n")
+    result = cli("run", "adds_one", "--case-path", str(tmp_path), "--backend", "eager")
+    assert result.returncode == EXIT_USAGE
+    assert "broken.py: SyntaxError" in result.stderr and "Traceback" not in result.stderr
+    assert "PASS  adds_one[float32-inference]" in result.stdout

@@ -1,0 +1,112 @@
+import math
+
+import pytest
+import torch
+
+from harness.compare import compare_tensors
+from harness.tolerances import Tolerance
+
+from seed_simulation import eager_index, npu_boundary_downcast_index
+
+
+def test_seed_figures_from_the_eager_simulation():
+    result = compare_tensors("out0", npu_boundary_downcast_index(), eager_index())
+    assert (result.bad, result.numel) == (2260992, 2359296)
+    assert result.max_abs == 589824
+    assert result.actual_max == 589823
+    assert result.expected_max == 1179647
+    assert result.rule == "exact" and not result.passed
+    assert result.summary().startswith("int64 out0: bad=2260992/2359296 (95.8%) max_abs=589824 ")
+    assert "out_max=589823" in result.summary()
+
+
+def test_seed_int32_is_untouched():
+    result = compare_tensors("out0", npu_boundary_downcast_index(torch.int32), eager_index(torch.int32))
+    assert result.bad == 0 and result.passed and result.max_abs == 0
+
+
+def test_metrics_on_a_known_tensor():
+    expected = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    actual = expected.clone()
+    actual[0, 1] = 2.5   # abs 0.5, rel 0.25
+    actual[1, 2] = 3.0   # abs 3.0, rel 0.5
+    result = compare_tensors("out0", actual, expected)
+    assert (result.bad, result.numel) == (2, 6)
+    assert result.bad_pct == pytest.approx(100 * 2 / 6)
+    assert result.max_abs == 3.0 and result.max_abs_index == [1, 2]
+    assert result.max_rel == 0.5 and result.max_rel_index == [1, 2]
+    assert [(s.index, s.actual, s.expected) for s in result.samples] == [([0, 1], 2.5, 2.0), ([1, 2], 3.0, 6.0)]
+    expected_cos = float(torch.nn.functional.cosine_similarity(actual.flatten().double(), expected.flatten().double(), dim=0))
+    assert result.cosine == pytest.approx(expected_cos)
+    assert result.mismatch_map.counts == [[0, 1, 0], [0, 0, 1]]
+    assert sum(result.error_histogram.counts) == 2 and result.error_histogram.zero == 4
+
+
+def test_nan_and_inf_mismatches_are_counted_apart():
+    expected = torch.tensor([1.0, float("nan"), float("inf"), 4.0, float("nan")])
+    actual = torch.tensor([1.0, float("nan"), 5.0, float("nan"), 2.0])
+    result = compare_tensors("out0", actual, expected)
+    assert result.bad == 3
+    assert result.nan_mismatch == 2
+    assert result.inf_mismatch == 1
+    assert math.isfinite(result.max_abs)
+
+
+# At 1.0 the allowed error is atol + rtol; `inside` and `outside` are representable steps on either side.
+@pytest.mark.parametrize("dtype, rtol, atol, inside, outside", [
+    (torch.float16, 1e-3, 1e-5, 2**-10, 2**-9),
+    (torch.bfloat16, 1.6e-2, 1e-5, 2**-7, 2**-5),
+    (torch.float32, 1.3e-6, 1e-5, 1e-5, 2e-5),
+    (torch.float64, 1e-7, 1e-7, 1.5e-7, 3e-7),
+])
+def test_tolerance_edges_per_dtype(dtype, rtol, atol, inside, outside):
+    expected = torch.ones(4, dtype=dtype)
+    passing = compare_tensors("x", expected + inside, expected)
+    failing = compare_tensors("x", expected + outside, expected)
+    assert passing.passed and passing.bad == 0 and (passing.rtol, passing.atol) == (rtol, atol)
+    assert not failing.passed and failing.bad == 4 and failing.rule == "tolerance"
+
+
+def test_integers_and_bool_are_exact():
+    assert not compare_tensors("i", torch.tensor([1, 2, 4]), torch.tensor([1, 2, 3])).passed
+    assert compare_tensors("i", torch.tensor([1, 2, 3]), torch.tensor([1, 2, 3])).rule == "exact"
+    result = compare_tensors("b", torch.tensor([True, False]), torch.tensor([True, True]))
+    assert result.bad == 1 and result.rule == "exact"
+
+
+def test_case_override_beats_the_table():
+    expected = torch.ones(3)
+    actual = expected + 5e-3
+    assert not compare_tensors("x", actual, expected).passed
+    assert compare_tensors("x", actual, expected, tolerances={torch.float32: Tolerance(1e-2, 1e-2)}).passed
+
+
+def test_shape_dtype_and_stride_differences_are_reported_as_such():
+    shape = compare_tensors("x", torch.zeros(2, 3), torch.zeros(3, 2))
+    assert shape.rule == "shape" and not shape.passed and "shape (2, 3) != (3, 2)" in shape.layout_notes
+    dtype = compare_tensors("x", torch.zeros(3, dtype=torch.float64), torch.zeros(3))
+    assert not dtype.passed and "dtype float64 != float32" in dtype.layout_notes
+    stride = compare_tensors("x", torch.zeros(3, 2).t(), torch.zeros(2, 3))
+    assert stride.passed and "stride (1, 2) != (3, 1)" in stride.layout_notes
+
+
+def test_rmse_rule_passes_reordering_noise_and_says_so():
+    generator = torch.Generator().manual_seed(0)
+    reference = torch.randn(4096, generator=generator, dtype=torch.float64)
+    eager = (reference + 1e-2 * torch.randn(4096, generator=generator, dtype=torch.float64)).to(torch.bfloat16)
+    compiled = (reference + 1e-2 * torch.randn(4096, generator=generator, dtype=torch.float64)).to(torch.bfloat16)
+    without = compare_tensors("g", compiled, eager)
+    assert not without.passed and without.bad > 0
+    result = compare_tensors("g", compiled, eager, reference=reference)
+    assert result.passed and result.rule == "rmse_vs_fp64" and result.bad == without.bad
+    assert result.rmse_actual <= result.rmse_multiplier * result.rmse_expected
+
+
+def test_rmse_rule_still_fails_a_real_bug():
+    generator = torch.Generator().manual_seed(1)
+    reference = torch.randn(4096, generator=generator, dtype=torch.float64)
+    eager = reference.to(torch.float32)
+    compiled = eager.clone()
+    compiled[::4] *= -1  # a quarter of the elements wrong: no reordering does this
+    result = compare_tensors("g", compiled, eager, reference=reference)
+    assert not result.passed and result.rule == "rmse_vs_fp64"

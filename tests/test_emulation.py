@@ -1,0 +1,119 @@
+"""Emulations and faults on CPU Inductor, with exact expected figures."""
+
+import pytest
+import torch
+
+from harness import records as R
+from harness.emulation import parse_injection
+from harness.inputs import contiguous, gapped
+from harness.registry import Case, Program, load_registry
+from harness.runner import RunConfig, run_case
+
+CASES = load_registry().cases
+DENSE_LAYOUTS = ["layout_input_contiguous", "layout_input_permuted", "layout_input_storage_offset",
+                 "layout_output_inplace_permuted"]
+BROKEN_BY_COLLAPSE = ["layout_input_gapped_slice", "layout_input_broadcast_rows", "layout_input_overlapping",
+                      "layout_output_inplace_gapped", "layout_output_index_put_gapped"]
+
+
+def run(name, dtype, inject):
+    return run_case(CASES[name], dtype, "inference", RunConfig(inject=inject))
+
+
+def test_boundary_downcast_reproduces_the_seed_figures():
+    record = run("seed_index_as_strided_view", torch.int64, "boundary-downcast")
+    (out,) = record.outputs
+    assert record.status == R.FAIL and record.emulation == "boundary-downcast"
+    assert (out.bad, out.numel, out.max_abs, out.actual_max) == (2260992, 2359296, 589824, 589823)
+    assert record.diagnosis.startswith("layout:")
+    assert record.injection_stats["non_dense_args"] >= 1
+    assert "(emulation: boundary-downcast)" in record.summary()
+
+
+def test_boundary_downcast_leaves_int32_alone():
+    record = run("seed_index_as_strided_view", torch.int32, "boundary-downcast")
+    assert record.status == R.PASS and record.outputs[0].bad == 0
+    assert record.injection_stats["converted_args"] == 0
+
+
+@pytest.mark.parametrize("name", DENSE_LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float64])
+def test_collapsing_conversion_keeps_dense_layouts_correct(name, dtype):
+    record = run(name, dtype, "boundary-downcast")
+    assert record.status == R.PASS, record.summary()
+    assert all(o.bad == 0 for o in record.outputs)
+
+
+@pytest.mark.parametrize("name", BROKEN_BY_COLLAPSE)
+def test_collapsing_conversion_breaks_non_dense_int64(name):
+    record = run(name, torch.int64, "boundary-downcast")
+    assert record.status == R.FAIL and record.diagnosis.startswith("layout:")
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if n.startswith(("layout_", "seed_index"))])
+def test_strided_conversion_fixes_every_int64_layout(name):
+    if torch.int64 not in CASES[name].dtypes:
+        pytest.skip("no int64 variant")
+    record = run(name, torch.int64, "boundary-downcast-strided")
+    assert record.status == R.PASS and all(o.bad == 0 and o.max_abs == 0 for o in record.outputs)
+
+
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if n.startswith("layout_") and torch.float64 in c.dtypes])
+def test_strided_conversion_leaves_float64_with_rounding_only(name):
+    record = run(name, torch.float64, "boundary-downcast-strided")
+    assert any(o.max_abs > 0 for o in record.outputs), "float32 rounding should be visible"
+    # Rounding inputs and results to float32 costs at most two half-ulps (2**-24 each) of relative error.
+    assert all(o.max_rel <= 2**-22 for o in record.outputs)
+    assert record.diagnosis.startswith("precision narrowing, not layout")
+
+
+def test_narrowing_is_real_int64_wraps():
+    big = Case(name="big", build=lambda d: Program(lambda x: x + 1, [contiguous((4,), fill="arange", low=2**31)]),
+               dtypes=(torch.int64,))
+    record = run_case(big, torch.int64, "inference", RunConfig(inject="boundary-downcast-strided"))
+    (out,) = record.outputs
+    assert out.bad == 4 and out.max_abs == 2**32  # 2**31 + i wraps to -2**31 + i
+
+
+# Faults, on one kernel computing x + 1 over arange(8) = [1, 2, ..., 8].
+ADD_ONE = Case(name="add_one", build=lambda d: Program(lambda x: x + 1, [contiguous((8,), fill="arange")]))
+GAPPED_ADD_ONE = Case(name="gapped_add_one",
+                      build=lambda d: Program(lambda x: x + 1, [gapped((8,), step=2, fill="arange")]))
+
+
+@pytest.mark.parametrize("fault, bad, max_abs, nan_mismatch", [
+    ("fault-scale@0", 8, 8.0, 0),       # 2 * (x + 1): off by x + 1, at most 8
+    ("fault-offset@0", 8, 1.0, 0),      # x + 2
+    ("fault-zero-tail@0", 4, 8.0, 0),   # [1, 2, 3, 4, 0, 0, 0, 0]
+    ("fault-nan@0", 1, 0.0, 1),         # [nan, 2, ...]
+    ("fault-scale@cpp_fused_*", 8, 8.0, 0),
+])
+def test_fault_figures(fault, bad, max_abs, nan_mismatch):
+    record = run_case(ADD_ONE, torch.float32, "inference", RunConfig(inject=fault))
+    (out,) = record.outputs
+    assert (out.bad, out.max_abs, out.nan_mismatch) == (bad, max_abs, nan_mismatch)
+    assert record.injection_stats["launches"] == 1 and len(record.injection_stats["hits"]) == 1
+
+
+def test_stride_collapse_fault_misreads_a_gapped_input():
+    # x = [0, 2, ..., 14] (storage 0..15, step 2); the dense copy read with stride 2 gives
+    # [0, 4, 8, 12] then zeros past its end, so out = [1, 5, 9, 13, 1, 1, 1, 1] vs [1, 3, ..., 15].
+    record = run_case(GAPPED_ADD_ONE, torch.float32, "inference", RunConfig(inject="fault-stride-collapse@0"))
+    (out,) = record.outputs
+    assert (out.bad, out.max_abs) == (7, 14.0)
+
+
+def test_a_fault_that_hits_nothing_says_so():
+    record = run_case(ADD_ONE, torch.float32, "inference", RunConfig(inject="fault-scale@7"))
+    assert record.status == R.PASS
+    assert record.diagnosis == "the injected fault selected none of the 1 kernel launches"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("boundary-upcast", "unknown injection"),
+    ("fault-scale", "needs a kernel"),
+    ("boundary-downcast@3", "takes no @selector"),
+])
+def test_bad_injection_names(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_injection(text)

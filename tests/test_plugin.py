@@ -1,0 +1,81 @@
+import json
+import textwrap
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+CASES = '''
+import torch
+from harness import KnownFailure, Program, case, contiguous
+
+@case(tags=("seed", "layout"), dtypes=(torch.float32, torch.float64))
+def seed_alpha(dtype):
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("model",), modes=("inference", "training"))
+def longformer_tiny(dtype):
+    return Program(torch.nn.Linear(4, 4), [contiguous((2, 4), requires_grad=True)])
+
+@case(tags=("model",), size="full")
+def longformer_full(dtype):
+    return Program(lambda x: x * 2, [contiguous((4,))])
+
+@case(tags=("tracked",), known_failures=(KnownFailure("broken on purpose"),))
+def known_broken(dtype):
+    return Program(lambda x: x.no_such_method(), [contiguous((4,))])
+'''
+
+
+@pytest.fixture
+def project(pytester):
+    pytester.makeconftest('pytest_plugins = ["harness.pytest_plugin"]')
+    pytester.mkdir("mycases")
+    (pytester.path / "mycases" / "private.py").write_text(textwrap.dedent(CASES))
+    return pytester
+
+
+def collected(result):
+    return [line for line in result.outlines if "::" in line]
+
+
+def test_k_seed_collects_only_seed_cases(project):
+    result = project.runpytest("--case-path", "mycases", "mycases", "--collect-only", "-q", "-k", "seed")
+    assert collected(result) == [
+        "mycases/private.py::seed_alpha[float32-inference-seed-layout]",
+        "mycases/private.py::seed_alpha[float64-inference-seed-layout]",
+    ]
+
+
+def test_k_longformer_selects_by_name_and_ids_carry_mode_and_tags(project):
+    result = project.runpytest("--case-path", "mycases", "mycases", "--collect-only", "-q", "-k", "longformer and training")
+    assert collected(result) == ["mycases/private.py::longformer_tiny[float32-training-model]"]
+
+
+def test_outcomes_and_merged_results_under_xdist(project):
+    pytest.importorskip("xdist")
+    result = project.runpytest_subprocess("--case-path", "mycases", "mycases", "--backend", "eager", "-n", "2",
+                                          "--harness-json", "out.json", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=4, skipped=1, xfailed=1)
+    records = json.loads((project.path / "out.json").read_text())["records"]
+    assert sorted((r["case"], r["dtype"], r["mode"], r["status"]) for r in records) == [
+        ("known_broken", "float32", "inference", "xfail"),
+        ("longformer_full", "float32", "inference", "skip"),
+        ("longformer_tiny", "float32", "inference", "pass"),
+        ("longformer_tiny", "float32", "training", "pass"),
+        ("seed_alpha", "float32", "inference", "pass"),
+        ("seed_alpha", "float64", "inference", "pass"),
+    ]
+
+
+def test_unknown_device_is_a_usage_error(project):
+    result = project.runpytest("--case-path", "mycases", "mycases", "--device", "tpu")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown device 'tpu'; choose one of: cpu, cuda, npu*"])
+
+
+def test_a_malformed_case_module_is_one_failure_and_the_rest_run(project):
+    (project.path / "mycases" / "broken.py").write_text("def oops(:\n")
+    result = project.runpytest("--case-path", "mycases", "mycases", "--backend", "eager", "-k", "seed or load")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*cannot load cases from*broken.py: SyntaxError*"])

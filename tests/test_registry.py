@@ -1,0 +1,83 @@
+import textwrap
+
+import pytest
+import torch
+
+from harness.registry import Case, KnownFailure, load_registry
+
+GOOD = '''
+import torch
+from harness import Program, case, contiguous
+
+@case(tags=("alpha", "seed"), dtypes=(torch.float32,))
+def good_one(dtype):
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("beta",), size="full")
+def good_full(dtype):
+    return Program(lambda x: x * 2, [contiguous((4,))])
+'''
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_loads_a_directory_and_reports_a_malformed_module(tmp_path):
+    write(tmp_path, "good.py", GOOD)
+    write(tmp_path, "broken.py", "def oops(:\n")
+    write(tmp_path, "raises.py", "raise RuntimeError('import-time failure')\n")
+    registry = load_registry([str(tmp_path)], include_default=False)
+    assert sorted(registry.cases) == ["good_full", "good_one"]
+    messages = sorted(str(e) for e in registry.errors)
+    assert len(messages) == 2
+    assert "broken.py: SyntaxError" in messages[0]
+    assert "raises.py: RuntimeError: import-time failure" in messages[1]
+
+
+def test_duplicate_case_names_are_an_error_not_an_override(tmp_path):
+    write(tmp_path, "a.py", GOOD)
+    write(tmp_path, "b.py", GOOD)
+    registry = load_registry([str(tmp_path)], include_default=False)
+    assert len(registry.cases) == 2
+    assert any("already defined" in str(e) for e in registry.errors)
+
+
+def test_missing_path_is_a_load_error():
+    registry = load_registry(["/nonexistent/cases"], include_default=False)
+    assert [e.message for e in registry.errors] == ["no such directory"]
+
+
+def test_selection_by_name_keyword_tag_and_size(tmp_path):
+    write(tmp_path, "good.py", GOOD)
+    registry = load_registry([str(tmp_path)], include_default=False)
+    assert [c.name for c in registry.select()] == ["good_one"]  # full-size cases need include_full
+    assert [c.name for c in registry.select(include_full=True, keyword="beta or seed")] == ["good_one", "good_full"]
+    assert [c.name for c in registry.select(include_full=True, keyword="not alpha")] == ["good_full"]
+    assert [c.name for c in registry.select(tags=["beta"], include_full=True)] == ["good_full"]
+    assert [c.name for c in registry.select(["good_full"])] == ["good_full"]
+    with pytest.raises(KeyError, match="did you mean good_one"):
+        registry.select(["good_on"])
+
+
+def test_case_metadata_is_validated():
+    with pytest.raises(ValueError, match="modes"):
+        Case(name="x", build=lambda d: None, modes=("serving",))
+    with pytest.raises(ValueError, match="size"):
+        Case(name="x", build=lambda d: None, size="huge")
+
+
+def test_known_failure_matches_only_its_run():
+    known = KnownFailure("npu bug", device="npu", dtype="int64")
+    assert known.matches(device="npu", dtype="int64", backend="inductor")
+    assert not known.matches(device="cpu", dtype="int64", backend="inductor")
+
+
+def test_project_cases_load_cleanly():
+    registry = load_registry()
+    assert not registry.errors
+    seeds = {c.name for c in registry.select(keyword="seed", include_full=True)}
+    assert {"seed_index_as_strided_base", "seed_index_as_strided_view", "seed_rmsnorm_weight_grad"} <= seeds
+    assert registry.cases["seed_index_as_strided_view"].dtypes == (torch.int64, torch.int32)

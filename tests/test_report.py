@@ -1,0 +1,448 @@
+"""The HTML report: built from hand-made records, rendered, and checked for what people read."""
+
+from __future__ import annotations
+
+import html as html_lib
+import os
+import re
+import struct
+import subprocess
+import sys
+import zlib
+
+import pytest
+
+from harness.records import (
+    CaseResult,
+    ErrorHistogram,
+    ErrorInfo,
+    MismatchMap,
+    OutputComparison,
+    Sample,
+    read_results,
+    write_results,
+)
+from harness.report import merge_run_meta, render_html, write_report
+from harness.report.baseline import diff_against_baseline
+from harness.report.svg import error_histogram_svg, mismatch_map_svg
+from harness.report.view import highlight_source
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHROMIUM = "/usr/bin/chromium"
+EMULATION = "ascend-910b-fp16-accum"
+HOSTILE_CASE = "<script>alert(1)</script>"
+HOSTILE_MESSAGE = "<img src=x onerror=alert(1)> went wrong"
+# Runs only if escaping fails; leaves an element the dumped DOM would show.
+DOM_PAYLOAD = '<script>document.body.appendChild(document.createElement("pwned-marker"))</script>'
+
+KERNEL_SOURCE = """\
+@triton.jit
+def triton_poi_fused_softmax_0(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+    xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:]
+    xmask = xindex < xnumel
+    tmp0 = tl.load(in_ptr0 + (xindex), xmask)
+    tmp1 = tl.load(in_ptr1 + (xindex % 64), xmask)
+    tmp2 = tl_math.exp(tmp0 - tmp1)
+    tl.store(out_ptr0 + (xindex), tmp2, xmask)  # </code></pre><script>alert("kernel")</script>
+"""
+
+
+def passing_output(name: str = "out0", max_abs: float = 1.5e-6, **overrides) -> OutputComparison:
+    fields = dict(
+        name=name, dtype="float32", shape=[4, 8], numel=32, bad=0, bad_pct=0.0, max_abs=max_abs,
+        max_rel=2e-6, passed=True, rule="tolerance", rtol=1.3e-6, atol=1e-5, cosine=0.9999999,
+    )
+    fields.update(overrides)
+    return OutputComparison(**fields)
+
+
+def failing_output() -> OutputComparison:
+    counts = [[0] * 8 for _ in range(8)]
+    counts[2][5] = 1  # a single bad element among 64 in its cell
+    counts[7] = [64] * 8  # the last row band entirely wrong
+    return OutputComparison(
+        name="out0", dtype="float16", shape=[2, 32, 64], numel=4096, bad=513, bad_pct=12.52, max_abs=0.3125,
+        max_rel=41.5, passed=False, rule="tolerance", rtol=1e-3, atol=1e-5, max_abs_index=[1, 30, 7],
+        max_rel_index=[1, 31, 2], actual_max=7.25, expected_max=6.9375, cosine=0.987654, nan_mismatch=2,
+        layout_notes=["stride (1, 64) != (64, 1)"],
+        samples=[Sample([0, 5, 40], 1.4375, 1.25), Sample([1, 30, 7], -0.0625, 0.25)],
+        mismatch_map=MismatchMap(rows=64, cols=64, cell_rows=8, cell_cols=8, counts=counts),
+        error_histogram=ErrorHistogram(edges=[1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0], counts=[7, 30, 400, 90, 12, 3], zero=3554),
+    )
+
+
+def divergent_kernel() -> dict:
+    return {
+        "graph": "forward 0",
+        "launch_index": 3,
+        "launches": 7,
+        "name": "triton_poi_fused_softmax_0",
+        "source": KERNEL_SOURCE,
+        "nodes": ["sub_1", "exp_2"],
+        "aten_ops": ["aten.sub.Tensor", "aten.exp.default"],
+        "args": [
+            {"name": "in_ptr0", "dtype": "float16", "size": [2, 32, 64], "stride": [2048, 64, 1], "storage_offset": 0, "role": "input"},
+            {"name": "in_ptr1", "dtype": "float16", "size": [64], "stride": [1], "storage_offset": 0, "role": "input"},
+            {"name": "out_ptr0", "dtype": "float16", "size": [2, 32, 64], "stride": [2048, 1, 32], "storage_offset": 128, "role": "output"},
+        ],
+        "isolated": "kernel is wrong on reference inputs",
+        "metrics": {"numel": 4096, "bad": 499, "max_abs": 0.3125, "max_rel": 40.0, "cosine": 0.98801},
+        "buffers": ["out_ptr0"],
+        "stage": "inductor",
+    }
+
+
+def record(case: str, status: str, **fields) -> CaseResult:
+    defaults = dict(device="cpu", backend="inductor", dtype="float32", mode="inference", duration_s=0.5,
+                    versions={"torch": "2.13.0", "python": "3.12.7"})
+    defaults.update(fields)
+    return CaseResult(case=case, status=status, **defaults)
+
+
+def sample_records() -> list[CaseResult]:
+    return [
+        record("ops.add", "pass", outputs=[passing_output()]),
+        record("ops.mul", "pass", outputs=[passing_output(max_abs=2.5e-6)]),
+        record(
+            "ops.softmax", "fail", dtype="float16", mode="training", stage="compare", symptom="divergence",
+            outputs=[failing_output(), passing_output("out1")], first_divergent_kernel=divergent_kernel(),
+            command="python -m harness run cases/ops.py -k softmax --dtype float16 --mode training",
+        ),
+        record(
+            "ops.scatter", "error", stage="compile", symptom="crash",
+            error=ErrorInfo("BackendCompilerFailed", "backend='inductor' raised:\nLoweringException: scatter_reduce",
+                            'Traceback (most recent call last):\n  File "runner.py", line 12, in run\nLoweringException: scatter_reduce'),
+        ),
+        record("ops.fft", "skip", reason="needs cuFFT, not on this device"),
+        record("ops.matmul", "fail", emulation=EMULATION, outputs=[failing_output()]),
+        record(HOSTILE_CASE, "error", error=ErrorInfo("ValueError", HOSTILE_MESSAGE, "Traceback:\n" + HOSTILE_MESSAGE)),
+    ]
+
+
+RUN_META = {
+    "started_at": "2026-11-30T01:00:00+00:00",
+    "duration_s": 754.0,
+    "device": "cpu",
+    "backend": "inductor",
+    "versions": {"torch": "2.13.0", "triton": "3.6.0"},
+    "command": "python -m harness run cases/ --report-dir reports",
+}
+
+
+@pytest.fixture(scope="module")
+def page() -> str:
+    return render_html(sample_records(), RUN_META)
+
+
+def section(page: str, section_id: str) -> str:
+    match = re.search(rf'<section id="{section_id}">(.*?)</section>', page, re.S)
+    assert match, f"section {section_id} missing"
+    return match.group(1)
+
+
+def detail(page: str, run_id: str) -> str:
+    for block in re.findall(r"<details class=\"case.*?</details>", page, re.S):
+        if html_lib.escape(run_id, quote=False) in block:
+            return block
+    raise AssertionError(f"no details block for {run_id}")
+
+
+def text_of(fragment: str) -> str:
+    return html_lib.unescape(re.sub(r"<[^>]+>", " ", fragment))
+
+
+def test_summary_shows_counts_devices_versions_and_run_time(page):
+    summary = section(page, "summary")
+    tiles = dict(re.findall(r'data-status="(\w+)"><div class="n">(\d+)</div>', summary))
+    assert tiles == {"fail": "2", "error": "2", "xpass": "0", "xfail": "0", "skip": "1", "pass": "2"}
+    text = " ".join(text_of(summary).split())
+    for expected in ("cpu", "inductor", "torch 2.13.0", "triton 3.6.0", "python 3.12.7", "12m 34s",
+                     "2026-11-30T01:00:00+00:00", "python -m harness run cases/ --report-dir reports"):
+        assert expected in text
+    assert "4 failing" in text_of(page)
+
+
+def test_table_lists_every_run_failures_first(page):
+    table = re.search(r'<table class="grid sortable" id="case-table">(.*?)</table>', page, re.S).group(1)
+    statuses = re.findall(r'<tr class="row-\w+" data-status="(\w+)"', table)
+    assert statuses == ["fail", "fail", "error", "error", "skip", "pass", "pass"]
+    softmax_row = next(row for row in re.findall(r"<tr class.*?</tr>", table, re.S) if "ops.softmax" in row)
+    cells = [" ".join(text_of(c).split()) for c in re.findall(r"<td.*?</td>", softmax_row, re.S)]
+    assert cells[0] == "fail"
+    assert cells[3] == "513 / 4128"  # bad over both outputs
+    assert cells[4:7] == ["0.3125", "41.5", "0.987654"]
+    assert cells[7] == "triton_poi_fused_softmax_0 (forward 0 #3)"
+    assert 'href="#case-2"' in softmax_row
+
+
+def test_failure_details_show_metrics_pictures_samples_and_command(page):
+    block = detail(page, "ops.softmax[float16-training]")
+    text = " ".join(text_of(block).split())
+    for expected in ("513 / 4096 (12.5%)", "@(1, 30, 7)", "7.25 / 6.938", "2 NaN mismatches", "stride (1, 64) != (64, 1)",
+                     "stage: compare", "symptom: divergence"):
+        assert expected in text, expected
+    assert "python -m harness run cases/ops.py -k softmax --dtype float16 --mode training" in text
+    # Mismatch map: one path per colour level; the single bad cell and the full band differ in colour.
+    heat_map = re.search(r'<svg[^>]*class="mismatch-map".*?</svg>', block, re.S).group(0)
+    fills = set(re.findall(r'<path fill="(#[0-9a-f]{6})"', heat_map))
+    assert len(fills) == 2
+    histogram = re.search(r'<svg[^>]*class="error-histogram".*?</svg>', block, re.S).group(0)
+    assert histogram.count("<rect") >= 7  # six decades and the exact-match bar
+    assert "[1e-4, 1e-3): 400 elements" in histogram and "exact match: 3554 elements" in histogram
+    assert "atol" in histogram
+    assert "1.4375" in text and "-0.0625" in text
+
+
+def test_kernel_section_highlights_lines_naming_the_diverging_buffer(page):
+    block = detail(page, "ops.softmax[float16-training]")
+    lines = re.findall(r'<span class="line( hit)?" data-n="(\d+)">(.*?)</span>\n', block)
+    hits = {int(n) for hit, n, _ in lines if hit}
+    expected = {n for n, line in enumerate(KERNEL_SOURCE.splitlines(), 1) if "out_ptr0" in line}
+    assert hits == expected == {2, 8}
+    assert "<mark>out_ptr0</mark>" in block
+    text = " ".join(text_of(block).split())
+    for expected in ("kernel is wrong on reference inputs", "forward 0", "launch 3 of 7", "sub_1", "exp_2",
+                     "aten.exp.default", "(2048, 1, 32)", "bad 499 / 4096"):
+        assert expected in text, expected
+    assert re.search(r'<tr class="buffer-hit"><td class="mono">out_ptr0</td>', block)
+    assert '<script>alert("kernel")' not in block and "&lt;script&gt;alert(&#34;kernel&#34;)" in block
+
+
+def test_highlight_source_matches_whole_identifiers_only():
+    lines = highlight_source("a = in_ptr1\nb = in_ptr10\nc = xin_ptr1", ["in_ptr1"])
+    assert [line.hit for line in lines] == [True, False, False]
+    assert lines[0].pieces == [("a = ", False), ("in_ptr1", True)]
+
+
+def test_errors_show_traceback_and_skips_their_reason(page):
+    errors = text_of(section(page, "errors"))
+    assert "BackendCompilerFailed: backend='inductor' raised:\nLoweringException: scatter_reduce" in errors
+    assert 'File "runner.py", line 12, in run' in errors
+    skips = " ".join(text_of(section(page, "skips")).split())
+    assert "ops.fft[float32-inference]" in skips and "needs cuFFT, not on this device" in skips
+
+
+def test_emulation_label_is_prominent_wherever_the_record_appears(page):
+    label = f"emulation: {EMULATION}"
+    assert re.search(r'<div class="emulation-banner" id="emulation-banner">' + re.escape(label), page)
+    assert label in text_of(section(page, "summary"))
+    row = next(r for r in re.findall(r"<tr class.*?</tr>", section(page, "cases"), re.S) if "ops.matmul" in r)
+    assert label in row
+    assert label in detail(page, "ops.matmul[float32-inference]")
+    assert label in re.search(r"<title>(.*?)</title>", page).group(1)
+    # No other record claims to be an emulation.
+    assert text_of(section(page, "cases")).count(label) == 1
+
+
+def test_untrusted_text_renders_as_text_not_markup(page):
+    assert HOSTILE_CASE not in page and "<img src=x" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&lt;img src=x onerror=alert(1)&gt; went wrong" in page
+    # The only script is the sort script, allowed by hash in the page's CSP.
+    assert page.count("<script") == 1
+    assert re.search(r"script-src 'sha256-[A-Za-z0-9+/=]+'", page)
+
+
+def test_page_is_self_contained(page):
+    assert not re.search(r'(src|href)="(?!#)', page)
+    assert "url(" not in page and "@import" not in page and "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_baseline_diff_finds_new_failure_fix_and_moved_metric():
+    baseline = [
+        record("ops.add", "fail", outputs=[passing_output(bad=3, passed=False)]),
+        record("ops.mul", "pass", outputs=[passing_output(max_abs=2.5e-4)]),
+        record("ops.softmax", "pass", dtype="float16", mode="training", outputs=[passing_output(), passing_output("out1")]),
+        record("ops.gone", "pass"),
+    ]
+    current = sample_records()
+    diff = diff_against_baseline(current, baseline)
+    assert [c.record.case for c in diff.new_failures] == ["ops.softmax", "ops.scatter", "ops.matmul", HOSTILE_CASE]
+    assert diff.new_failures[0].before == "pass" and diff.new_failures[1].baseline is None
+    assert [c.record.case for c in diff.fixes] == ["ops.add"]
+    moved = {(m.current.case, m.metric) for m in diff.moved}
+    assert ("ops.mul", "max_abs") in moved and ("ops.softmax", "bad") in moved
+    assert ("ops.add", "max_abs") not in moved  # same error, only the verdict changed
+    mul = next(m for m in diff.moved if m.current.case == "ops.mul")
+    assert not mul.worse and mul.factor == pytest.approx(0.01)
+    assert [r.case for r in diff.only_in_baseline] == ["ops.gone"]
+
+    page = render_html(current, RUN_META, baseline)
+    text = " ".join(text_of(section(page, "baseline")).split())
+    assert "4 new failures" in text and "1 fixed" in text
+    new_failures = " ".join(text_of(re.search(r'id="new-failures">(.*?)</div>', page, re.S).group(1)).split())
+    assert "ops.softmax[float16-training]" in new_failures and "pass → fail" in new_failures
+    fixes = " ".join(text_of(re.search(r'id="fixes">(.*?)</div>', page, re.S).group(1)).split())
+    assert "ops.add[float32-inference]" in fixes and "fail → pass" in fixes
+    moved_html = " ".join(text_of(re.search(r'id="moved">(.*?)</div>', page, re.S).group(1)).split())
+    assert "ops.mul[float32-inference] out0 max_abs 0.00025 2.5e-06 better ×0.01" in moved_html
+    assert "ops.gone" in text
+
+
+def test_nonfinite_and_missing_metrics_render():
+    broken = failing_output()
+    broken.max_abs, broken.cosine, broken.error_histogram = float("nan"), None, None
+    page = render_html([record("ops.nan", "fail", outputs=[broken], first_divergent_kernel={"diverged": False, "launches": 4})])
+    row = re.search(r'<tr class="row-fail".*?</tr>', page, re.S).group(0)
+    assert ">nan<" in row
+    assert "No kernel diverged across 4 launches" in page
+    assert 'class="error-histogram"' not in page
+
+
+def test_svg_pictures_handle_edge_cases():
+    assert mismatch_map_svg(None) == "" and error_histogram_svg(None) == ""
+    assert error_histogram_svg(ErrorHistogram(edges=[], counts=[], zero=0)) == ""
+    only_exact = error_histogram_svg(ErrorHistogram(edges=[], counts=[], zero=10))
+    assert "exact match: 10 elements" in only_exact
+    # Ragged last cell: 10 rows pooled 4 at a time leaves a 2-row cell, fully bad at 2 counts.
+    strip = mismatch_map_svg(MismatchMap(rows=10, cols=1, cell_rows=4, cell_cols=1, counts=[[0], [0], [2]]), "x<y")
+    assert strip.count("<path") == 1 and 'fill="#4a0015"' in strip
+    assert "x&lt;y" in strip
+
+
+def test_merge_run_meta_spans_shards():
+    merged = merge_run_meta([
+        {"started_at": "2026-11-30T01:10:00+00:00", "duration_s": 600.0, "device": "cuda:0",
+         "versions": {"torch": "2.13.0"}, "backend": "inductor"},
+        {"started_at": "2026-11-30T01:00:00+00:00", "duration_s": 300.0, "device": "cuda:1",
+         "versions": {"torch": "2.13.0", "triton": "3.6.0"}, "backend": "inductor"},
+    ])
+    assert merged["started_at"] == "2026-11-30T01:00:00+00:00"
+    assert merged["duration_s"] == 1200.0  # 01:00 to 01:20
+    assert merged["shard_time_s"] == 900.0
+    assert merged["device"] == ["cuda:0", "cuda:1"] and merged["backend"] == "inductor"
+    assert merged["versions"] == {"torch": "2.13.0", "triton": "3.6.0"}
+    assert merge_run_meta([{"duration_s": 5.0}, {"duration_s": 7.0}])["duration_s"] == 7.0
+
+
+def test_write_report_merges_shards_and_diffs_baseline(tmp_path):
+    records = sample_records()
+    shard_a, shard_b, base = tmp_path / "gw0.json", tmp_path / "gw1.json", tmp_path / "baseline.json"
+    write_results(shard_a, records[:3], {**RUN_META, "started_at": "2026-11-30T01:05:00+00:00"})
+    write_results(shard_b, records[3:], RUN_META)
+    write_results(base, [record("ops.add", "fail")], {})
+    output = tmp_path / "out" / "index.html"
+    assert write_report([str(shard_a), str(shard_b)], str(output), str(base)) == str(output)
+    page = output.read_text(encoding="utf-8")
+    summary = section(page, "summary")
+    assert re.findall(r'data-status="(\w+)"><div class="n">(\d+)</div>', summary)[0] == ("fail", "2")
+    assert "2026-11-30T01:00:00+00:00" in summary and "results_files" in summary
+    assert "baseline.json" in section(page, "baseline")
+    assert "ops.add[float32-inference]" in re.search(r'id="fixes">(.*?)</div>', page, re.S).group(1)
+    with pytest.raises(ValueError):
+        write_report([], str(output))
+
+
+def test_report_renders_without_torch(tmp_path):
+    path = tmp_path / "r.json"
+    write_results(path, sample_records(), RUN_META)
+    script = (
+        "import sys\n"
+        "sys.modules['torch'] = None\n"  # any `import torch` now raises ImportError
+        "from harness.report import write_report\n"
+        f"write_report([{str(path)!r}], {str(tmp_path / 'r.html')!r})\n"
+        "assert 'torch' not in [m.split('.')[0] for m, v in sys.modules.items() if v is not None]\n"
+    )
+    subprocess.run([sys.executable, "-c", script], cwd=REPO, check=True)
+    assert (tmp_path / "r.html").stat().st_size > 10_000
+
+
+# --- headless Chromium ---------------------------------------------------------------
+
+
+def read_png(path: str) -> tuple[int, int, int, bytes]:
+    """(width, height, channels, raw pixels) of an 8-bit RGB/RGBA non-interlaced PNG."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    position, idat, header = 8, [], None
+    while position < len(data):
+        length, kind = struct.unpack(">I4s", data[position : position + 8])
+        body = data[position + 8 : position + 8 + length]
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat.append(body)
+        position += 12 + length
+    width, height, depth, color_type, _, _, interlace = header
+    assert depth == 8 and color_type in (2, 6) and interlace == 0, header
+    channels = 3 if color_type == 2 else 4
+    return width, height, channels, _unfilter(zlib.decompress(b"".join(idat)), width, height, channels)
+
+
+def _unfilter(raw: bytes, width: int, height: int, bpp: int) -> bytes:
+    stride = width * bpp
+    previous, rows = bytearray(stride), []
+    for y in range(height):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1 : (y + 1) * (stride + 1)])
+        if kind == 2:
+            line = bytearray((a + b) & 0xFF for a, b in zip(line, previous))
+        elif kind in (1, 3, 4):
+            for x in range(stride):
+                left = line[x - bpp] if x >= bpp else 0
+                up, corner = previous[x], previous[x - bpp] if x >= bpp else 0
+                if kind == 1:
+                    line[x] = (line[x] + left) & 0xFF
+                elif kind == 3:
+                    line[x] = (line[x] + ((left + up) >> 1)) & 0xFF
+                else:
+                    p = left + up - corner
+                    pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
+                    predictor = left if pa <= pb and pa <= pc else up if pb <= pc else corner
+                    line[x] = (line[x] + predictor) & 0xFF
+        rows.append(bytes(line))
+        previous = line
+    return b"".join(rows)
+
+
+def count_color(pixels: bytes, channels: int, rgb: str) -> int:
+    target = bytes.fromhex(rgb.lstrip("#"))
+    return sum(1 for i in range(0, len(pixels), channels) if pixels[i : i + 3] == target)
+
+
+def chromium(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    flags = [
+        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ]
+    result = subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, f"chromium failed ({result.returncode}):\n{result.stderr[-2000:]}"
+    return result
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} not installed (Debian package `chromium`)")
+def test_page_in_headless_chromium(tmp_path):
+    records = sample_records() + [record(DOM_PAYLOAD, "fail", outputs=[failing_output()], reason=DOM_PAYLOAD)]
+    page_path = tmp_path / "index.html"
+    page_path.write_text(render_html(records, RUN_META), encoding="utf-8")
+    url = page_path.as_uri()
+
+    dom = chromium(tmp_path, "--virtual-time-budget=3000", "--dump-dom", url).stdout
+    assert '<section id="summary">' in dom and 'id="case-table"' in dom and 'id="emulation-banner"' in dom
+    assert 'class="mismatch-map"' in dom and 'class="error-histogram"' in dom and 'class="line hit"' in dom
+    assert 'title="Click to sort"' in dom, "the sort script did not run (CSP hash mismatch?)"
+    assert "<pwned-marker" not in dom and "<script>alert(1)" not in dom
+    assert dom.count("<script") == 1
+
+    shot = tmp_path / "shot.png"
+    chromium(tmp_path, f"--screenshot={shot}", "--window-size=1280,900", "--hide-scrollbars", url)
+    width, height, channels, pixels = read_png(str(shot))
+    assert (width, height) == (1280, 900)
+    header_band = pixels[: width * channels * 40]
+    assert count_color(header_band, channels, "#17212b") > width * 20, "dark page header not visible"
+    assert count_color(pixels, channels, "#f3e5f5") > 5_000, "emulation banner not visible"
+    assert count_color(pixels, channels, "#fdecea") > 3_000, "red 'fail' tile not visible"
+    colors = {pixels[i : i + 3] for i in range(0, len(pixels), channels * 97)}
+    assert len(colors) > 20, "screenshot looks blank"
+
+
+def test_results_file_from_disk_renders():
+    # Written by hand as the runner writes it: NaN/Infinity, a 1-row map, a partial
+    # kernel dict and a field from a newer harness must all still render.
+    run_meta, records = read_results(os.path.join(REPO, "tests", "fixtures", "report_results.json"))
+    page = render_html(records, run_meta)
+    block = detail(page, "ops.layer_norm[bfloat16-inference]")
+    assert 'class="mismatch-map"' in block and 'class="error-histogram"' in block
+    assert re.search(r'<span class="line hit" data-n="3">\s*<mark>out_ptr2</mark>', block)
+    assert "ci-runner-7" in section(page, "summary")

@@ -1,0 +1,81 @@
+import pytest
+import torch
+
+from harness import records as R
+from harness.registry import Case, KnownFailure, Program, load_registry
+from harness.inputs import contiguous
+from harness.runner import RunConfig, run_case
+
+EAGER = RunConfig(backend="eager")  # the runner's own logic, without paying for Inductor
+
+
+def simple_case(build=None, **kw):
+    return Case(name="simple", build=build or (lambda d: Program(lambda x: x + 1, [contiguous((4,))])), **kw)
+
+
+def test_a_correct_program_in_another_order_passes_by_the_rmse_rule():
+    """bf16 layer norm + GELU, forward and backward, compiled by Inductor on the CPU."""
+    case = load_registry().cases["layernorm_gelu"]
+    record = run_case(case, torch.bfloat16, "training", RunConfig())
+    assert record.status == R.PASS, record.summary()
+    by_name = {o.name: o for o in record.outputs}
+    assert set(by_name) >= {"out0", "grad_in0", "grad.norm.weight", "grad.proj.weight"}
+    reordered = [o for o in record.outputs if o.bad]
+    assert reordered, "expected some elements beyond bf16's assert_close tolerance"
+    assert all(o.rule == "rmse_vs_fp64" and o.passed for o in reordered)
+    assert record.reference == "eager+fp64"
+
+
+def test_build_error_is_a_record_with_its_stage():
+    def broken(dtype):
+        raise ValueError("bad shapes")
+
+    record = run_case(simple_case(broken), torch.float32, "inference", EAGER)
+    assert (record.status, record.stage, record.symptom) == (R.ERROR, "build", "crash")
+    assert record.error.type == "ValueError" and "bad shapes" in record.error.traceback
+
+
+def test_known_failure_is_strict():
+    failing = Case(name="fails", build=lambda d: Program(lambda x: x.nonexistent(), [contiguous((4,))]),
+                   known_failures=(KnownFailure("tracked upstream", device="cpu"),))
+    assert run_case(failing, torch.float32, "inference", EAGER).status == R.XFAIL
+    passing = simple_case(known_failures=(KnownFailure("fixed already?", backend="eager"),))
+    record = run_case(passing, torch.float32, "inference", EAGER)
+    assert record.status == R.XPASS and record.reason == "fixed already?"
+    other_device = simple_case(known_failures=(KnownFailure("npu only", device="npu"),))
+    assert run_case(other_device, torch.float32, "inference", EAGER).status == R.PASS
+
+
+def test_missing_device_or_package_is_a_skip_that_says_how_to_fix_it():
+    if not torch.cuda.is_available():
+        record = run_case(simple_case(), torch.float32, "inference", RunConfig(device="cuda"))
+        assert record.status == R.SKIP and "CUDA" in record.reason
+    record = run_case(simple_case(), torch.float32, "inference", RunConfig(device="npu"))
+    assert record.status == R.SKIP and "torch_npu" in record.reason
+    needs = simple_case(requires=("a_package_that_is_not_there",))
+    record = run_case(needs, torch.float32, "inference", EAGER)
+    assert record.status == R.SKIP and "a_package_that_is_not_there" in record.reason
+
+
+def test_training_compares_input_and_parameter_gradients():
+    module = torch.nn.Linear(4, 3)
+    case = Case(name="lin", build=lambda d: Program(module, [contiguous((2, 4), requires_grad=True)]),
+                modes=("training",))
+    record = run_case(case, torch.float32, "training", EAGER)
+    assert record.status == R.PASS
+    assert [o.name for o in record.outputs] == ["out0", "grad_in0", "grad.weight", "grad.bias"]
+
+
+def test_input_mutations_are_compared():
+    def bump(x):
+        x.add_(1)
+        return x.sum()
+
+    case = Case(name="mut", build=lambda d: Program(bump, [contiguous((4,))]))
+    record = run_case(case, torch.float32, "inference", EAGER)
+    assert [o.name for o in record.outputs] == ["out0", "mutated_in0"]
+
+
+def test_repro_command_names_the_run():
+    record = run_case(simple_case(), torch.float32, "inference", RunConfig(backend="eager", inject="fault-scale@0"))
+    assert record.command == "python -m harness run simple --device cpu --dtype float32 --mode inference --backend eager --inject fault-scale@0"

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from .inductor_compat import ROLE_IN, ROLE_INOUT, ROLE_OUT, Launch, intercept_launches
+from .inductor_compat import ROLE_INOUT, ROLE_OUT, Launch, intercept_launches
 from .inputs import extent, is_non_overlapping_and_dense
 
 # What the NPU vector core cannot hold, and what the launcher narrows it to.
@@ -63,16 +63,24 @@ class BoundaryDowncast:
         self.stats = {"launches": 0, "converted_args": 0, "non_dense_args": 0}
 
     def __call__(self, launch: Launch) -> Any:
-        self.stats["launches"] += 1
+        self.stats["launches"] += not launch.replay
+        if launch.kernel.kind == "extern":  # library calls (mm, bmm, ...) take 64-bit types as they are
+            return launch.run()
         args, write_backs = list(launch.args), []
         for position, arg in enumerate(launch.args):
             if not isinstance(arg, torch.Tensor) or (self.narrowing and arg.dtype not in self.narrowing):
                 continue
             role = launch.kernel.role(position)
-            converted = self.convert(arg, fresh=role == ROLE_OUT)
+            # C++ kernels carry no mutated_arg_names, and a mutated graph input is
+            # often passed only as an `out_ptr` (a scatter writes part of it): there
+            # an output starts from the argument's contents. For a fully written
+            # output, as every Triton out_ptr that is not mutated, that changes nothing.
+            fresh = role == ROLE_OUT and launch.kernel.kind != "cpp"
+            converted = self.convert(arg, fresh=fresh)
             args[position] = converted.passed
-            self.stats["converted_args"] += 1
-            self.stats["non_dense_args"] += not is_non_overlapping_and_dense(arg)
+            if not launch.replay:
+                self.stats["converted_args"] += 1
+                self.stats["non_dense_args"] += not is_non_overlapping_and_dense(arg)
             if role in (ROLE_OUT, ROLE_INOUT):
                 write_backs.append((arg, converted.logical))
         result = launch.run(args)
@@ -131,7 +139,16 @@ def _logical_positions(t: torch.Tensor) -> torch.Tensor:
     return torch.arange(t.numel(), device=t.device).reshape(t.shape)
 
 
+def _corrupt_ulp(t: torch.Tensor) -> None:
+    """One step up: a rounding-level error, within any tolerance, for drift and amplification tests."""
+    if t.is_floating_point():
+        t.copy_(torch.nextafter(t, torch.full_like(t, float("inf"))))
+    else:
+        _corrupt_offset(t)
+
+
 CORRUPTIONS: dict[str, Callable[[torch.Tensor], None]] = {
+    "ulp": _corrupt_ulp,
     "scale": _corrupt_scale,
     "offset": _corrupt_offset,
     "zero-tail": _corrupt_zero_tail,
@@ -153,22 +170,23 @@ class KernelFault:
         return fnmatch.fnmatchcase(launch.kernel.name, self.selector)
 
     def __call__(self, launch: Launch) -> Any:
-        self.stats["launches"] += 1
         if not self.selects(launch):
+            self.stats["launches"] += not launch.replay
             return launch.run()
-        self.stats["hits"].append(f"{launch.index}:{launch.kernel.name}")
+        if not launch.replay:
+            self.stats["launches"] += 1
+            self.stats["hits"].append(f"{launch.index}:{launch.kernel.name}")
         if self.corruption == "stride-collapse":
             return BoundaryDowncast(keep_layout=False, narrowing={})(launch)
         result = launch.run()
-        for position, arg in enumerate(launch.args):
-            if isinstance(arg, torch.Tensor) and launch.kernel.role(position) in (ROLE_OUT, ROLE_INOUT):
-                CORRUPTIONS[self.corruption](arg)
+        for _, written in launch.written():
+            CORRUPTIONS[self.corruption](written)
         return result
 
 
 def _fault(corruption: str) -> Injection:
     described = {
-        "scale": "doubles", "offset": "adds 1 to", "zero-tail": "zeroes the second half of",
+        "ulp": "moves one ulp up (integers: adds 1 to)", "scale": "doubles", "offset": "adds 1 to", "zero-tail": "zeroes the second half of",
         "nan": "puts a NaN (integers: their minimum) in the first element of",
         "stride-collapse": "hands dense copies of its tensor arguments (compile-time strides kept) to",
     }[corruption]
@@ -207,9 +225,14 @@ def parse_injection(text: str) -> tuple[Injection, str | None]:
     return injection, selector or None
 
 
+def make_handler(text: str) -> Callable[[Launch], Any]:
+    """The launch handler for `--inject TEXT`; it exposes what it saw in `.stats`."""
+    injection, selector = parse_injection(text)
+    return injection.make_handler(selector)
+
+
 @contextlib.contextmanager
 def injected(text: str) -> Iterator[Any]:
-    injection, selector = parse_injection(text)
-    handler = injection.make_handler(selector)
+    handler = make_handler(text)
     with intercept_launches(handler):
         yield handler

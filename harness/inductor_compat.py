@@ -15,12 +15,25 @@ What is relied on, and why there is no public API for it:
   `inductor_meta` (C++ kernels have no such list). C++ kernels have no metadata object: their parameter names
   come from the `extern "C" void kernel(...)` line of their source, the one
   piece of generated text read here.
+- Extern kernels (mm, bmm, convolution, ...) are called as
+  `extern_kernels.<op>(..., out=bufN)` through the module global
+  `extern_kernels`; a proxy for it observes them as launches of kind "extern".
+- The wrapper's module-level `call(args)` runs one compiled graph. Wrapping it
+  lets bisection run the post-grad graph eagerly on the same inputs first.
+  Inside `call`, kernel arguments are locals named after Inductor's buffers
+  (`buf3`, `arg0_1`); the caller frame's locals name each launch argument.
+- `GraphLowering.compile_to_module` holds the post-grad graph (`orig_gm`), the
+  graph's input names, and each buffer's FX origins (`origin_node`,
+  `origins`); `capture_graphs` records them for every graph compiled while it
+  is active (FX graph and AOT autograd caches off, since a cache hit skips
+  lowering; the generated code is the same).
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
@@ -62,17 +75,53 @@ class Launch:
     args: list[Any]
     kwargs: dict[str, Any]
     invoke: Callable[..., Any] = field(repr=False)
+    caller_locals: dict[str, Any] = field(default_factory=dict, repr=False)
+    replay: bool = False  # a second run of this launch (bisection's isolation), not a new launch
 
-    def run(self, args: list[Any] | None = None) -> Any:
-        return self.invoke(*(self.args if args is None else args), **self.kwargs)
+    def run(self, args: list[Any] | None = None, kwargs: dict[str, Any] | None = None) -> Any:
+        return self.invoke(*(self.args if args is None else args), **(self.kwargs if kwargs is None else kwargs))
+
+    def written(self) -> list[tuple[str, Any]]:
+        """(parameter name, tensor) of every argument this launch writes."""
+        if self.kernel.kind == "extern":
+            out = self.kwargs.get("out")
+            return [("out", out)] if out is not None else []
+        return [(self.kernel.arg_name(i), a) for i, a in enumerate(self.args)
+                if hasattr(a, "untyped_storage") and self.kernel.role(i) in (ROLE_OUT, ROLE_INOUT)]
+
+    def read(self) -> list[tuple[int | str, Any]]:
+        """(position or keyword, tensor) of every tensor argument this launch only reads."""
+        if self.kernel.kind == "extern":
+            return [(i, a) for i, a in enumerate(self.args) if hasattr(a, "untyped_storage")]
+        return [(i, a) for i, a in enumerate(self.args)
+                if hasattr(a, "untyped_storage") and self.kernel.role(i) == ROLE_IN]
+
+    def buffer_name(self, tensor: Any) -> str | None:
+        """The wrapper's name for a tensor argument (`buf3`, `arg0_1`), found among the caller's locals.
+
+        An argument passed as `reinterpret_tensor(buf3, ...)` is no local itself:
+        it is matched to the local that owns its storage.
+        """
+        for name, value in self.caller_locals.items():
+            if value is tensor:
+                return name
+        pointer = tensor.untyped_storage().data_ptr()
+        for name, value in self.caller_locals.items():
+            if hasattr(value, "untyped_storage") and value.untyped_storage().data_ptr() == pointer:
+                return name
+        return None
 
 
 LaunchHandler = Callable[[Launch], Any]
 
 
-class _State(threading.local):
+class _State:
+    """Process-wide, not thread-local: CUDA's autograd engine runs backward graphs on its own thread."""
+
     handler: LaunchHandler | None = None
     launches: int = 0
+    graph_observer: "GraphObserver | None" = None
+    capture: bool = False
 
 
 _state = _State()
@@ -103,6 +152,7 @@ def _install() -> None:
         if _installed_original is not None:
             return
         from torch._inductor.codecache import PyCodeCache
+        from torch._inductor.graph import GraphLowering
 
         original = PyCodeCache.load_by_key_path.__func__
 
@@ -111,8 +161,84 @@ def _install() -> None:
             _wrap_module(module)
             return module
 
+        original_compile = GraphLowering.compile_to_module
+
+        def compile_to_module(self: Any, *args: Any, **kwargs: Any) -> Any:
+            module = original_compile(self, *args, **kwargs)
+            if _state.capture:
+                _GRAPHS[getattr(module, "__file__", "")] = _graph_info(self, module)
+            return module
+
         PyCodeCache.load_by_key_path = classmethod(load_by_key_path)
+        GraphLowering.compile_to_module = compile_to_module
         _installed_original = original
+
+
+@dataclass
+class GraphInfo:
+    """What lowering knew about one compiled graph, kept for bisection."""
+
+    module_path: str
+    kind: str  # "forward", "backward" or "inference"
+    graph_id: Any
+    gm: Any  # the post-grad torch.fx.GraphModule
+    input_names: list[str]
+    # Buffer (or mutated graph input) name -> the FX node whose value it holds.
+    buffer_node: dict[str, str]
+    # Buffer name -> every FX node fused into the kernels that compute it.
+    buffer_origins: dict[str, list[str]]
+
+
+_GRAPHS: dict[str, GraphInfo] = {}
+
+
+def graph_info(module_path: str) -> GraphInfo | None:
+    return _GRAPHS.get(module_path)
+
+
+def _graph_info(lowering: Any, module: Any) -> GraphInfo:
+    gm = lowering.orig_gm
+    order = {node.name: i for i, node in enumerate(gm.graph.nodes)}
+    buffer_node, buffer_origins = {}, {}
+    for name, buffer in lowering.name_to_buffer.items():
+        origins = sorted((n.name for n in getattr(buffer, "origins", ()) if n.name in order), key=order.get)
+        origin = getattr(buffer, "origin_node", None)
+        if origin is not None and origin.name in order:
+            buffer_node[name] = origin.name
+        elif len(origins) == 1:
+            buffer_node[name] = origins[0]
+        buffer_origins[name] = origins
+    # A mutated graph input holds, after the graph, the source of the `copy_` into it.
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and "copy_" in str(node.target) and node.args[0].op == "placeholder":
+            if hasattr(node.args[1], "name"):
+                buffer_node[node.args[0].name] = node.args[1].name
+                buffer_origins[node.args[0].name] = [node.args[1].name]
+    kind = "backward" if lowering.is_backward else "inference" if lowering.is_inference else "forward"
+    return GraphInfo(getattr(module, "__file__", ""), kind, getattr(lowering, "graph_id", None), gm,
+                     list(lowering.graph_input_names), buffer_node, buffer_origins)
+
+
+GraphObserver = Callable[[GraphInfo, list, Callable[[list], Any]], Any]
+
+
+@contextlib.contextmanager
+def capture_graphs(observer: GraphObserver) -> Iterator[None]:
+    """Record lowering facts for graphs compiled inside this block, and route their calls to `observer`.
+
+    `observer(info, args, call)` must return `call(args)`. Inductor's FX graph
+    and AOT autograd caches are off inside, so every graph is lowered here.
+    """
+    import torch._functorch.config as functorch_config
+    from torch._inductor import config as inductor_config
+
+    _install()
+    _state.capture, _state.graph_observer = True, observer
+    try:
+        with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+            yield
+    finally:
+        _state.capture, _state.graph_observer = False, None
 
 
 def _wrap_module(module: Any) -> None:
@@ -121,21 +247,22 @@ def _wrap_module(module: Any) -> None:
         return
     source = _module_source(module)
     cpp_params = _cpp_kernel_params(source)
+    path = getattr(module, "__file__", "")
     for name, value in list(vars(module).items()):
-        info = _kernel_info(name, value, cpp_params, getattr(module, "__file__", ""))
+        info = _kernel_info(name, value, cpp_params, path)
         if info is not None:
             setattr(module, name, _TritonProxy(value, info) if info.kind == "triton" else _CppProxy(value, info))
+    if "extern_kernels" in vars(module):
+        module.extern_kernels = _ExternKernelsProxy(module.extern_kernels, path)
+    if callable(getattr(module, "call", None)):
+        module.call = _CallProxy(module.call, path)
     module.__harness_wrapped__ = True
 
 
 def _kernel_info(name: str, value: Any, cpp_params: dict[str, tuple[list[str], str]], path: str) -> KernelInfo | None:
     if name in cpp_params and callable(value):
         params, source = cpp_params[name]
-        # C++ kernels carry no mutation metadata, and a mutated graph input is
-        # often passed only as an `out_ptr` (a scatter writes part of it): every
-        # `out_ptr` counts as in/out. For a fully written output that changes nothing.
-        mutated = frozenset(p for p in params if p.startswith("out_ptr"))
-        return KernelInfo(name, "cpp", params, mutated, source, path)
+        return KernelInfo(name, "cpp", params, source=source, module_path=path)
     try:
         from torch._inductor.runtime.triton_heuristics import CachingAutotuner
     except ImportError:  # no Triton in this torch build
@@ -143,7 +270,8 @@ def _kernel_info(name: str, value: Any, cpp_params: dict[str, tuple[list[str], s
     if isinstance(value, CachingAutotuner):
         signature = value.triton_meta.get("signature", {})
         names = [n for n in value.fn.arg_names if signature.get(n) != "constexpr"]
-        mutated = frozenset(value.inductor_meta.get("mutated_arg_names", ()))
+        # `cached_autotune` moves mutated_arg_names from inductor_meta onto the autotuner.
+        mutated = frozenset(getattr(value, "mutated_arg_names", None) or value.inductor_meta.get("mutated_arg_names", ()))
         return KernelInfo(name, "triton", names, mutated, getattr(value.fn, "src", ""), path)
     return None
 
@@ -179,9 +307,44 @@ def _dispatch(info: KernelInfo, invoke: Callable[..., Any], args: tuple, kwargs:
     handler = _state.handler
     if handler is None:
         return invoke(*args, **kwargs)
-    launch = Launch(info, _state.launches, list(args), kwargs, invoke)
+    # Two frames up is the wrapper's `call` (proxy method -> _dispatch).
+    launch = Launch(info, _state.launches, list(args), kwargs, invoke, sys._getframe(2).f_locals)
     _state.launches += 1
-    return handler(launch)
+    try:
+        return handler(launch)
+    finally:
+        launch.caller_locals = {}  # frames' locals hold buffers: never keep them past the launch
+
+
+class _CallProxy:
+    """The wrapper's `call(args)`: one run of one compiled graph."""
+
+    def __init__(self, call: Callable[[list], Any], path: str):
+        self.call, self.path = call, path
+
+    def __call__(self, args: list) -> Any:
+        observer, info = _state.graph_observer, _GRAPHS.get(self.path)
+        if observer is None or info is None:
+            return self.call(args)
+        return observer(info, args, self.call)
+
+
+class _ExternKernelsProxy:
+    """`extern_kernels.<op>(...)` calls become launches of kind "extern"."""
+
+    def __init__(self, namespace: Any, path: str):
+        self._namespace, self._path = namespace, path
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._namespace, name)
+        if not callable(target):
+            return target
+        info = KernelInfo(f"extern_kernels.{name}", "extern", [], module_path=self._path)
+
+        def launch(*args: Any, **kwargs: Any) -> Any:
+            return _dispatch(info, target, args, kwargs)
+
+        return launch
 
 
 class _CppProxy:

@@ -176,6 +176,9 @@ class CaseResult:
         if self.reason and self.status in (SKIP, XFAIL, XPASS):
             head += f" ({self.reason})"
         lines = [o.summary() for o in self.outputs if not o.passed][:5]
+        kernel = self.first_divergent_kernel
+        if kernel is not None:
+            lines.append(_kernel_line(kernel))
         if self.diagnosis:
             lines.append(f"diagnosis: {self.diagnosis}")
         return "\n    ".join([head, *lines])
@@ -206,6 +209,15 @@ def _output_from_dict(data: dict[str, Any]) -> OutputComparison:
         data["error_histogram"] = ErrorHistogram(**data["error_histogram"])
     known = {f.name for f in dataclasses.fields(OutputComparison)}
     return OutputComparison(**{k: v for k, v in data.items() if k in known})
+
+
+def _kernel_line(kernel: dict[str, Any]) -> str:
+    if not kernel.get("diverged"):
+        return f"bisect: no kernel output diverged ({kernel.get('launches', 0)} launches, {kernel.get('compared_buffers', 0)} buffers compared)"
+    metrics = kernel.get("metrics") or {}
+    return (f"first divergent kernel: {kernel.get('graph')} launch {kernel.get('launch_index')}/{kernel.get('launches')} "
+            f"{kernel.get('name')} writing {kernel.get('buffer')} (nodes: {', '.join(kernel.get('nodes') or [])}) "
+            f"bad={metrics.get('bad')}/{metrics.get('numel')} stage={kernel.get('stage')}; {kernel.get('isolated')}")
 
 
 def _fmt(value: float | None) -> str:

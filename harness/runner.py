@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import gc
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils._pytree import tree_flatten
@@ -21,6 +22,7 @@ from . import records as R
 from .compare import compare_tensors
 from .devices import Device, get_device
 from .inputs import TensorSpec, clone_exact, materialize, seed_for
+from .bisect import KernelBisector
 from .registry import Case, Program
 
 
@@ -112,6 +114,9 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
         record.status = R.FAIL if diverged else R.PASS
         if diverged:
             record.stage, record.symptom = "compare", "divergence"
+        if config.bisect and record.first_divergent_kernel is not None:
+            with _stage("reference", record.timings):
+                record.first_divergent_kernel["stage"] = coarse_stage(case, dtype, mode, config) if diverged else None
         stats = record.injection_stats or {}
         if "hits" in stats and not stats["hits"]:
             record.diagnosis = f"the injected fault selected none of the {stats['launches']} kernel launches"
@@ -148,16 +153,23 @@ def _run_and_compare(case: Case, dtype: torch.dtype, mode: str, config: RunConfi
     with _stage("build", timings):
         torch._dynamo.reset()
         program = _as_program(case.build(dtype))
+        if isinstance(program.fn, torch.nn.Module):
+            program.fn.to(device.torch_device())
         inputs = _materialize_inputs(program.inputs, dtype, device, seed)
     with _stage("eager", timings):
         expected = execute(program.fn, inputs, mode, device, seed)
     with _stage("compile", timings):
         compiled_fn = torch.compile(_fresh(program.fn), backend=config.backend, dynamic=case.dynamic,
                                     **_compile_kwargs(config, record.compile_options))
-        with injection(config.inject, device) as handler:
+        handler = make_handler(config.inject) if config.inject else None
+        bisector = KernelBisector(inner=handler, tolerances=case.tolerances,
+                                  use_fp64_reference=(config.reference or case.reference) != "none") if config.bisect else None
+        with observed_launches(handler, bisector):
             actual = execute(compiled_fn, inputs, mode, device, seed)
         if handler is not None:
             record.injection_stats = dict(handler.stats)
+        if bisector is not None:
+            record.first_divergent_kernel = bisector.result()
 
     reference_policy = config.reference or case.reference
     references: dict[str, torch.Tensor] = {}
@@ -172,6 +184,23 @@ def _run_and_compare(case: Case, dtype: torch.dtype, mode: str, config: RunConfi
     with _stage("compare", timings):
         comparisons = _compare_all(actual, expected, case, references)
     return _Observation(program, inputs, actual, comparisons, "eager+fp64")
+
+
+# Backends that stop before Inductor's codegen, in pipeline order (CompilerBisector's backend stages).
+COARSE_STAGES = ("aot_eager", "aot_eager_decomp_partition")
+
+
+def coarse_stage(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> str:
+    """The first stage of the pipeline where the divergence appears: a backend before Inductor, or Inductor.
+
+    Injections act on generated kernels, so they are left out of these runs.
+    """
+    for backend in COARSE_STAGES:
+        earlier = dataclasses.replace(config, backend=backend, bisect=False, inject=None, compile_options={},
+                                      compile_mode=None)
+        if run_case(case, dtype, mode, earlier).status in (R.FAIL, R.XFAIL):
+            return backend
+    return "inductor"
 
 
 def injection_narrows(text: str) -> bool:
@@ -297,13 +326,25 @@ def _compile_kwargs(config: RunConfig, options: dict[str, Any]) -> dict[str, Any
     return {"options": options} if options else {}
 
 
-def injection(name: str | None, device: Device) -> ContextManager[Any]:
-    """Launch-boundary emulation or kernel fault for the compiled run (see harness.emulation)."""
-    if not name:
-        return contextlib.nullcontext(None)
-    from .emulation import injected
+def make_handler(text: str) -> Callable[[Any], Any]:
+    """The launch handler of a launch-boundary emulation or kernel fault (see harness.emulation)."""
+    from .emulation import make_handler as make_injection_handler
 
-    return injected(name)
+    return make_injection_handler(text)
+
+
+@contextlib.contextmanager
+def observed_launches(handler: Callable[[Any], Any] | None, bisector: Any) -> Iterator[None]:
+    """Route the compiled run's launches through the injection and/or the bisector."""
+    from .inductor_compat import capture_graphs, intercept_launches
+
+    with contextlib.ExitStack() as stack:
+        if bisector is not None:
+            stack.enter_context(capture_graphs(bisector.observe_graph))
+        top = bisector.on_launch if bisector is not None else handler
+        if top is not None:
+            stack.enter_context(intercept_launches(top))
+        yield
 
 
 @contextlib.contextmanager

@@ -1,0 +1,34 @@
+"""Small models with many kernels, forward and backward: the ground for localization.
+
+Each is a few layers of ordinary ops (matmuls as extern kernels, fused
+pointwise and reduction kernels around them) that CPU Inductor compiles in
+seconds; a fault put in any one kernel must be found in that kernel.
+"""
+
+import torch
+from torch import nn
+
+from harness import Program, case, contiguous
+
+
+class ReluMLP(nn.Module):
+    """Linear -> ReLU -> Linear -> LayerNorm -> ReLU -> Linear, with a residual."""
+
+    def __init__(self, width=64):
+        super().__init__()
+        self.up = nn.Linear(width, 2 * width)
+        self.down = nn.Linear(2 * width, width)
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, width)
+
+    def forward(self, x):
+        h = torch.relu(self.up(x))
+        h = self.norm(self.down(h) + x)
+        return self.head(torch.relu(h)).softmax(-1)
+
+
+@case(tags=("model", "relu", "training"), dtypes=(torch.float32,), modes=("inference", "training"))
+def relu_mlp(dtype):
+    """A residual MLP with ReLU in forward and backward (threshold_backward)."""
+    torch.manual_seed(0)  # parameters come from the global generator
+    return Program(ReluMLP().to(dtype), [contiguous((16, 64), requires_grad=True)])

@@ -32,3 +32,22 @@ def relu_mlp(dtype):
     """A residual MLP with ReLU in forward and backward (threshold_backward)."""
     torch.manual_seed(0)  # parameters come from the global generator
     return Program(ReluMLP().to(dtype), [contiguous((16, 64), requires_grad=True)])
+
+
+def _encoder(width, heads, layers):
+    layer = nn.TransformerEncoderLayer(width, heads, dim_feedforward=4 * width, dropout=0.0, batch_first=True)
+    return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+
+
+@case(tags=("model", "relu", "transformer", "training"), dtypes=(torch.float32,), modes=("training",))
+def transformer_encoder(dtype):
+    """Two post-norm encoder layers (attention, ReLU feed-forward): dozens of kernels per direction."""
+    torch.manual_seed(0)
+    return Program(_encoder(64, 4, 2).to(dtype), [contiguous((2, 32, 64), requires_grad=True)])
+
+
+@case(tags=("model", "relu", "transformer", "training"), dtypes=(torch.float32,), modes=("training",), size="full")
+def transformer_encoder_t5_small(dtype):
+    """T5-small's scale (d_model 512, 8 heads, d_ff 2048, 6 layers) as a plain encoder: a GPU benchmark."""
+    torch.manual_seed(0)
+    return Program(_encoder(512, 8, 6).to(dtype), [contiguous((4, 512, 512), requires_grad=True)])

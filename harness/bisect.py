@@ -19,6 +19,7 @@ one the user runs. The record's `first_divergent_kernel` holds `diverged`,
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -27,7 +28,7 @@ import torch.fx
 
 from .compare import compare_tensors
 from .inductor_compat import ROLE_IN, ROLE_INOUT, ROLE_OUT, GraphInfo, Launch
-from .inputs import clone_exact, is_non_overlapping_and_dense
+from .inputs import clone_exact, is_non_overlapping, is_non_overlapping_and_dense
 from .records import OutputComparison
 from .tolerances import Tolerance
 
@@ -40,6 +41,12 @@ class _KeepingInterpreter(torch.fx.Interpreter):
     def __init__(self, gm: torch.fx.GraphModule, keep: set[str]):
         super().__init__(gm, garbage_collect_values=True)
         self.keep, self.kept = keep, {}
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        # Post-grad passes re-inplace ops (`_foreach_add_` returns None) and leave dead getitems behind.
+        if target is operator.getitem and args[0] is None:
+            return None
+        return super().call_function(target, args, kwargs)
 
     def run_node(self, node: torch.fx.Node) -> Any:
         value = super().run_node(node)
@@ -61,8 +68,8 @@ class _GraphRun:
     # what an in/out argument holds before the next kernel reads and rewrites it.
     last_written: dict[tuple[int, int], str] = field(default_factory=dict)
 
-    def reference(self, node: str) -> torch.Tensor | None:
-        """The node's value computed in float64, made on first need (one more eager run)."""
+    def float64_values(self) -> dict[str, torch.Tensor]:
+        """The nodes' values computed in float64, made on first need (one more eager run)."""
         if self.values64 is None:
             inputs64 = [clone_exact(x, torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else
                         clone_exact(x) if isinstance(x, torch.Tensor) else x for x in self.inputs]
@@ -73,7 +80,7 @@ class _GraphRun:
                 self.values64 = interpreter.kept
             except Exception:  # some ops have no float64 kernel on some devices
                 self.values64 = {}
-        return self.values64.get(node)
+        return self.values64
 
 
 @dataclass
@@ -86,19 +93,30 @@ class KernelBisector:
     use_fp64_reference: bool = True
     launches: int = 0
     graphs: list[str] = field(default_factory=list)
+    # Graph label -> [first launch index, launches] of each graph call, in call order.
+    graph_launches: dict[str, list[int]] = field(default_factory=dict)
+    # Every launch: its kernel's name, and whether its output was compared with eager.
+    kernels: list[dict[str, Any]] = field(default_factory=list)
     compared: int = 0
     unmapped: int = 0
     problems: list[str] = field(default_factory=list)
     found: dict[str, Any] | None = None
     _current: _GraphRun | None = None
-    _kind_counts: dict[str, int] = field(default_factory=dict)
+    _labels: dict[str, str] = field(default_factory=dict)
 
     # Graph observer: capture_graphs(bisector.observe_graph)
     def observe_graph(self, info: GraphInfo, args: list, call: Callable[[list], Any]) -> Any:
-        index = self._kind_counts.get(info.kind, 0)
-        self._kind_counts[info.kind] = index + 1
-        label = f"{info.kind} {index}"
-        self.graphs.append(label)
+        label = self._labels.get(info.module_path)
+        if label is None:  # one label per compiled graph, "forward 0", "backward 0", "forward 1", ...
+            label = self._labels[info.module_path] = f"{info.kind} {sum(l.startswith(info.kind + ' ') for l in self.graphs)}"
+            self.graphs.append(label)
+        first = self.launches
+        try:
+            return self._observe_graph(info, label, args, call)
+        finally:
+            self.graph_launches.setdefault(label, [first, self.launches - first])
+
+    def _observe_graph(self, info: GraphInfo, label: str, args: list, call: Callable[[list], Any]) -> Any:
         if self.found is not None:
             return call(args)
         inputs = [clone_exact(a) if isinstance(a, torch.Tensor) else a for a in args]
@@ -129,13 +147,16 @@ class KernelBisector:
         return self.inner(launch) if self.inner is not None else launch.run()
 
     def _check(self, launch: Launch, run: _GraphRun, before: dict[int, torch.Tensor]) -> None:
+        entry = {"index": launch.index, "graph": run.label, "name": launch.kernel.name, "compared": 0}
+        self.kernels.append(entry)
         for param, tensor in launch.written():
             name = launch.buffer_name(tensor)
-            comparison = self._compare(run, name, tensor)
+            comparison = self._compare(launch, run, tensor)
             if comparison is None:
                 self.unmapped += 1
                 continue
             self.compared += 1
+            entry["compared"] += 1
             if not comparison.passed:
                 self.found = self._report(launch, run, param, name, comparison, before)
                 return
@@ -144,19 +165,19 @@ class KernelBisector:
             if node is not None:
                 run.last_written[(tensor.data_ptr(), tensor.numel())] = node
 
-    def _compare(self, run: _GraphRun, name: str | None, tensor: torch.Tensor) -> OutputComparison | None:
-        node = run.info.buffer_node.get(name or "")
-        expected = run.values.get(node or "")
-        if expected is None or expected.numel() != tensor.numel():
+    def _compare(self, launch: Launch, run: _GraphRun, tensor: torch.Tensor,
+                 written: torch.Tensor | None = None) -> OutputComparison | None:
+        """`written` (default: `tensor`) against the eager values of the region of its buffer `tensor` covers."""
+        expected = _eager_view(launch, run, tensor, run.values)
+        if expected is None:
             return None
-        if expected.shape != tensor.shape:
-            expected = expected.reshape(tensor.shape)
-        comparison = compare_tensors(name or "?", tensor, expected, tolerances=self.tolerances)
+        actual = tensor if written is None else written
+        name = launch.buffer_name(tensor) or "?"
+        comparison = compare_tensors(name, actual, expected, tolerances=self.tolerances)
         if not comparison.passed and comparison.rule == "tolerance" and self.use_fp64_reference:
-            reference = run.reference(node)
-            if reference is not None and reference.numel() == tensor.numel():
-                comparison = compare_tensors(name or "?", tensor, expected, tolerances=self.tolerances,
-                                             reference=reference.reshape(tensor.shape))
+            reference = _eager_view(launch, run, tensor, run.float64_values())
+            if reference is not None:
+                comparison = compare_tensors(name, actual, expected, tolerances=self.tolerances, reference=reference)
         return comparison
 
     def _report(self, launch: Launch, run: _GraphRun, param: str, name: str | None,
@@ -190,12 +211,12 @@ class KernelBisector:
             name = launch.buffer_name(tensor)
             if name in run.info.input_names:
                 continue  # graph inputs are the same for eager and compiled
-            value = self._eager_value(run, name, tensor)
+            value = _eager_view(launch, run, tensor, run.values, read=True)
             if value is None or not is_non_overlapping_and_dense(tensor):
                 kept.append(name or f"arg{position}")
                 continue
             fresh = clone_exact(tensor)
-            fresh.copy_(value.reshape(tensor.shape))
+            fresh.copy_(value)
             args[position] = fresh
         written = {}
         for position, tensor in enumerate(launch.args):
@@ -212,10 +233,9 @@ class KernelBisector:
         still_wrong = []
         for _, tensor in launch.written():
             again = written.get(id(tensor))
-            name = launch.buffer_name(tensor)
-            comparison = self._compare(run, name, again) if again is not None else None
+            comparison = self._compare(launch, run, tensor, written=again) if again is not None else None
             if comparison is not None and not comparison.passed:
-                still_wrong.append(f"{name} bad={comparison.bad}/{comparison.numel}")
+                still_wrong.append(f"{launch.buffer_name(tensor)} bad={comparison.bad}/{comparison.numel}")
         inputs = "eager values of its inputs" + (f" (kept as computed: {', '.join(kept)})" if kept else "")
         if still_wrong:
             return f"kernel is wrong: on {inputs} it still diverges ({', '.join(still_wrong)})"
@@ -232,19 +252,42 @@ class KernelBisector:
             kept.append(node)
         return restored
 
-    @staticmethod
-    def _eager_value(run: _GraphRun, name: str | None, tensor: torch.Tensor) -> torch.Tensor | None:
-        value = run.values.get(run.info.buffer_node.get(name or "", ""))
-        return value if value is not None and value.numel() == tensor.numel() else None
-
     def result(self) -> dict[str, Any]:
-        summary = {"launches": self.launches, "graphs": self.graphs, "compared_buffers": self.compared,
-                   "unmapped_buffers": self.unmapped}
+        summary = {"launches": self.launches, "graphs": self.graphs, "graph_launches": self.graph_launches,
+                   "compared_buffers": self.compared, "unmapped_buffers": self.unmapped, "kernels": self.kernels}
         if self.problems:
             summary["problems"] = self.problems
         if self.found is None:
             return {"diverged": False, **summary}
         return {**self.found, **summary}
+
+
+def _eager_view(launch: Launch, run: _GraphRun, tensor: torch.Tensor, values: Mapping[str, torch.Tensor],
+                read: bool = False) -> torch.Tensor | None:
+    """Eager's values for exactly the elements `tensor` covers, laid out as `tensor` is.
+
+    `tensor` is a wrapper buffer or a view of one (`reinterpret_tensor`: a
+    slice written by one of several kernels, a transposed or flattened view).
+    The buffer's node value is laid out with the buffer's own strides, then the
+    same view is taken of it, so each element is compared with its own twin.
+    A graph input read is its value on entry; one written is a mutated input,
+    whose eager twin is the node copied into it.
+    """
+    found = launch.owning_buffer(tensor)
+    if found is None:
+        return None
+    name, buffer = found
+    if read and name in run.info.input_names:
+        value = run.inputs[run.info.input_names.index(name)]
+    else:
+        value = values.get(run.info.buffer_node.get(name, ""))
+    if not isinstance(value, torch.Tensor) or value.numel() != buffer.numel() or not is_non_overlapping(buffer):
+        return None
+    if tensor is buffer and value.shape == tensor.shape:
+        return value
+    laid_out = torch.empty_strided(buffer.shape, buffer.stride(), dtype=value.dtype, device=value.device)
+    laid_out.copy_(value.reshape(buffer.shape))
+    return laid_out.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset() - buffer.storage_offset())
 
 
 def _describe_args(launch: Launch) -> list[dict[str, Any]]:

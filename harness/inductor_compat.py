@@ -97,19 +97,32 @@ class Launch:
                 if hasattr(a, "untyped_storage") and self.kernel.role(i) == ROLE_IN]
 
     def buffer_name(self, tensor: Any) -> str | None:
-        """The wrapper's name for a tensor argument (`buf3`, `arg0_1`), found among the caller's locals.
+        """The wrapper's name for a tensor argument (`buf3`, `arg0_1`), found among the caller's locals."""
+        found = self.owning_buffer(tensor)
+        return found[0] if found else None
+
+    def owning_buffer(self, tensor: Any) -> tuple[str, Any] | None:
+        """(name, local) of the wrapper buffer a tensor argument is, or is a view of.
 
         An argument passed as `reinterpret_tensor(buf3, ...)` is no local itself:
-        it is matched to the local that owns its storage.
+        it belongs to the smallest local over the same storage whose memory
+        span holds the argument's (a buffer may be written a slice at a time).
         """
         for name, value in self.caller_locals.items():
             if value is tensor:
-                return name
-        pointer = tensor.untyped_storage().data_ptr()
-        for name, value in self.caller_locals.items():
-            if hasattr(value, "untyped_storage") and value.untyped_storage().data_ptr() == pointer:
-                return name
-        return None
+                return name, value
+        pointer, start, end = tensor.untyped_storage().data_ptr(), *_span(tensor)
+        owners = [(name, value) for name, value in self.caller_locals.items()
+                  if hasattr(value, "untyped_storage") and value.untyped_storage().data_ptr() == pointer
+                  and _span(value)[0] <= start and end <= _span(value)[1]]
+        return min(owners, key=lambda item: item[1].numel()) if owners else None
+
+
+def _span(t: Any) -> tuple[int, int]:
+    """[first, last + 1) element offsets a strided tensor touches in its storage."""
+    if t.numel() == 0:
+        return t.storage_offset(), t.storage_offset()
+    return t.storage_offset(), t.storage_offset() + 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
 
 
 LaunchHandler = Callable[[Launch], Any]

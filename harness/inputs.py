@@ -97,6 +97,17 @@ def strided(size: Sequence[int], stride: Sequence[int], storage_offset: int = 0,
     return TensorSpec(tuple(size), stride=tuple(stride), storage_offset=storage_offset, storage_numel=storage_numel, **kw)
 
 
+def is_non_overlapping(t: torch.Tensor) -> bool:
+    """Whether no two elements share an address (gaps allowed): a layout `copy_` can write."""
+    dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size != 1)
+    reach = 0  # elements spanned by the dims so far, minus one
+    for stride, size in dims:
+        if stride <= reach:
+            return False
+        reach += (size - 1) * stride
+    return True
+
+
 def is_non_overlapping_and_dense(t: torch.Tensor) -> bool:
     """Whether the elements tile a storage span exactly: some permutation of a contiguous tensor.
 

@@ -17,8 +17,10 @@ SCHEMA = "harness.results/1"
 
 # Status of one case run. FAILING_STATUSES make the CLI exit 1.
 PASS, FAIL, ERROR, SKIP, XFAIL, XPASS = "pass", "fail", "error", "skip", "xfail", "xpass"
-STATUSES = (PASS, FAIL, ERROR, SKIP, XFAIL, XPASS)
-FAILING_STATUSES = frozenset({FAIL, ERROR, XPASS})
+# Two eager runs of the case differ (torchbench's eager_two_runs_differ): compiled cannot be judged.
+NONDETERMINISTIC = "nondeterministic"
+STATUSES = (PASS, FAIL, ERROR, SKIP, XFAIL, XPASS, NONDETERMINISTIC)
+FAILING_STATUSES = frozenset({FAIL, ERROR, XPASS, NONDETERMINISTIC})
 
 # Where a run stopped (NNSmith's "stage") and what went wrong there ("symptom").
 STAGES = ("setup", "build", "eager", "reference", "compile", "compare")
@@ -77,7 +79,8 @@ class OutputComparison:
     # Which rule decided the verdict: "exact" (integers, bool), "tolerance"
     # (dtype table or case override), "rmse_vs_fp64" (torchbench's rule: the
     # compiled error against a float64 reference is within a multiple of
-    # eager's own), or "shape"/"dtype" when the tensors cannot be compared.
+    # eager's own), "cosine" (torchbench's cosine-similarity fallback, for
+    # cases that ask for it), or "shape" when the tensors cannot be compared.
     rule: str
     rtol: float = 0.0
     atol: float = 0.0
@@ -133,8 +136,10 @@ class CaseResult:
     status: str
     outputs: list[OutputComparison] = field(default_factory=list)
     duration_s: float = 0.0
-    # Seconds per phase: build, eager, compiled (compile + first run), reference, compare.
+    # Seconds per phase: build, eager, compile (compile + first run), reference, compare, stage.
     timings: dict[str, float] = field(default_factory=dict)
+    # Dynamo's count of compiled graphs and graph breaks in the compiled run.
+    graphs: dict[str, int] | None = None
     versions: dict[str, str] = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)
     issue: str | None = None

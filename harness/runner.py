@@ -7,8 +7,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
-import dataclasses
 import gc
 import time
 import traceback
@@ -16,14 +14,17 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import torch
-from torch.utils._pytree import tree_flatten
 
 from . import records as R
+from .bisect import KernelBisector
 from .compare import compare_tensors
 from .devices import Device, get_device
-from .inputs import TensorSpec, clone_exact, materialize, seed_for
-from .bisect import KernelBisector
+from .execution import Inputs, Wrap, execute, materialize_inputs
+from .inputs import clone_exact, seed_for
 from .registry import Case, Program
+
+# Backends that stop before Inductor's codegen, in pipeline order (CompilerBisector's backend stages).
+COARSE_STAGES = ("aot_eager", "aot_eager_decomp_partition")
 
 
 @dataclass(frozen=True)
@@ -107,23 +108,11 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
     record.device_name = device.device_name()
     started = time.perf_counter()
     try:
-        record.compile_options = _compile_options(case, config, device)
-        observed = _run_and_compare(case, dtype, mode, config, device, record)
-        record.outputs, record.reference = observed.comparisons, observed.reference
-        diverged = not all(o.passed for o in record.outputs)
-        record.status = R.FAIL if diverged else R.PASS
-        if diverged:
-            record.stage, record.symptom = "compare", "divergence"
-        if config.bisect and record.first_divergent_kernel is not None:
-            with _stage("reference", record.timings):
-                record.first_divergent_kernel["stage"] = coarse_stage(case, dtype, mode, config) if diverged else None
-        stats = record.injection_stats or {}
-        if "hits" in stats and not stats["hits"]:
-            record.diagnosis = f"the injected fault selected none of the {stats['launches']} kernel launches"
-        inexact = any(o.max_abs > 0 or o.bad for o in record.outputs)
-        if inexact and config.inject and injection_narrows(config.inject):
-            with _stage("reference", record.timings):
-                record.diagnosis = narrowing_diagnosis(observed, mode, device, record)
+        record.compile_options = {**device.compile_options(config.npu_backend), **case.compile_options,
+                                  **config.compile_options}
+        observed = _Observation.make(case, dtype, mode, config, device, record.timings)
+        _compiled_run(observed, config, record)
+        _conclude(observed, config, record)
     except CaseFailure as failure:
         record.status, record.stage = R.ERROR, failure.stage
         record.symptom = "oom" if _is_oom(failure.cause) else "crash"
@@ -137,70 +126,121 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
 
 @dataclass
 class _Observation:
-    """What one eager-vs-compiled run saw, kept for follow-up analyses."""
+    """A case's eager side; it judges any compiled run against it."""
 
+    case: Case
+    mode: str
+    device: Device
+    seed: int
     program: Program
-    inputs: list[Any]
-    actual: dict[str, torch.Tensor]
-    comparisons: list[R.OutputComparison]
-    reference: str
+    inputs: Inputs
+    expected: dict[str, torch.Tensor]
+    reference_policy: str
+    timings: dict[str, float]
+    actual: dict[str, torch.Tensor] = field(default_factory=dict)
+    comparisons: list[R.OutputComparison] = field(default_factory=list)
+    references: dict[str, torch.Tensor] | None = None  # float64 results, made on first need
+    nondeterministic: list[str] = field(default_factory=list)
+
+    @classmethod
+    def make(cls, case: Case, dtype: torch.dtype, mode: str, config: RunConfig, device: Device,
+             timings: dict[str, float]) -> "_Observation":
+        seed = seed_for(case.name, dtype_name(dtype), mode)
+        with _stage("build", timings):
+            torch._dynamo.reset()
+            program = _as_program(case.build(dtype))
+            if isinstance(program.fn, torch.nn.Module):
+                program.fn.to(device.torch_device())
+            inputs = materialize_inputs(program.inputs, program.kwargs, dtype, device, seed)
+        with _stage("eager", timings):
+            expected = execute(program.fn, inputs, mode, device, seed)
+        observed = cls(case, mode, device, seed, program, inputs, expected, config.reference or case.reference, timings)
+        if mode == "train_step":  # as torchbench: a model whose eager step is not repeatable cannot be judged
+            with _stage("eager", timings):
+                again = execute(program.fn, inputs, mode, device, seed)
+            observed.nondeterministic = [c.name for c in _compare_all(again, expected, case, {}) if not c.passed]
+        return observed
+
+    @property
+    def reference(self) -> str:
+        return "eager" if self.references is None else "eager+fp64"
+
+    def run(self, wrap: Wrap) -> dict[str, torch.Tensor]:
+        return execute(self.program.fn, self.inputs, self.mode, self.device, self.seed, wrap=wrap)
+
+    def judge(self, actual: dict[str, torch.Tensor]) -> list[R.OutputComparison]:
+        with _stage("compare", self.timings):
+            comparisons = _compare_all(actual, self.expected, self.case, self.references or {})
+        wanted = self.reference_policy == "fp64" or (
+            self.reference_policy == "auto" and any(not c.passed and c.rule == "tolerance" for c in comparisons))
+        if not wanted or self.references is not None:
+            return comparisons
+        with _stage("reference", self.timings):
+            self.references = execute(self.program.fn, self.inputs, self.mode, self.device, self.seed, float64=True)
+        with _stage("compare", self.timings):
+            return _compare_all(actual, self.expected, self.case, self.references)
+
+    def compiler(self, backend: str, **compile_kwargs: Any) -> Wrap:
+        return lambda fn: torch.compile(fn, backend=backend, dynamic=self.case.dynamic, **compile_kwargs)
 
 
-def _run_and_compare(case: Case, dtype: torch.dtype, mode: str, config: RunConfig, device: Device,
-                     record: R.CaseResult) -> _Observation:
-    timings = record.timings
-    seed = seed_for(case.name, dtype_name(dtype), mode)
-    with _stage("build", timings):
-        torch._dynamo.reset()
-        program = _as_program(case.build(dtype))
-        if isinstance(program.fn, torch.nn.Module):
-            program.fn.to(device.torch_device())
-        inputs = _materialize_inputs(program.inputs, dtype, device, seed)
-    with _stage("eager", timings):
-        expected = execute(program.fn, inputs, mode, device, seed)
-    with _stage("compile", timings):
-        compiled_fn = torch.compile(_fresh(program.fn), backend=config.backend, dynamic=case.dynamic,
-                                    **_compile_kwargs(config, record.compile_options))
-        handler = make_handler(config.inject) if config.inject else None
-        bisector = KernelBisector(inner=handler, tolerances=case.tolerances,
-                                  use_fp64_reference=(config.reference or case.reference) != "none") if config.bisect else None
-        with observed_launches(handler, bisector):
-            actual = execute(compiled_fn, inputs, mode, device, seed)
-        if handler is not None:
-            record.injection_stats = dict(handler.stats)
-        if bisector is not None:
-            record.first_divergent_kernel = bisector.result()
+def _compiled_run(observed: _Observation, config: RunConfig, record: R.CaseResult) -> None:
+    """The compiled run, through the injection and the bisector when asked for; counts graphs."""
+    from torch._dynamo.utils import counters
 
-    reference_policy = config.reference or case.reference
-    references: dict[str, torch.Tensor] = {}
-    with _stage("compare", timings):
-        comparisons = _compare_all(actual, expected, case, references)
-    needs_reference = reference_policy == "fp64" or (
-        reference_policy == "auto" and any(not c.passed and c.rule == "tolerance" for c in comparisons))
-    if not needs_reference:
-        return _Observation(program, inputs, actual, comparisons, "eager")
-    with _stage("reference", timings):
-        references = execute(program.fn, _to_float64(inputs), mode, device, seed, float64=True)
-    with _stage("compare", timings):
-        comparisons = _compare_all(actual, expected, case, references)
-    return _Observation(program, inputs, actual, comparisons, "eager+fp64")
+    handler = make_handler(config.inject) if config.inject else None
+    bisector = KernelBisector(inner=handler, tolerances=observed.case.tolerances,
+                              use_fp64_reference=observed.reference_policy != "none") if config.bisect else None
+    counters.clear()
+    with _stage("compile", observed.timings), observed_launches(handler, bisector):
+        observed.actual = observed.run(observed.compiler(config.backend, **_compile_kwargs(config, record.compile_options)))
+    record.graphs = {"graphs": int(counters["stats"]["unique_graphs"]),
+                     "graph_breaks": int(sum(counters["graph_break"].values()))}
+    if handler is not None:
+        record.injection_stats = dict(handler.stats)
+    if bisector is not None:
+        record.first_divergent_kernel = bisector.result()
+    observed.comparisons = observed.judge(observed.actual)
 
 
-# Backends that stop before Inductor's codegen, in pipeline order (CompilerBisector's backend stages).
-COARSE_STAGES = ("aot_eager", "aot_eager_decomp_partition")
+def _conclude(observed: _Observation, config: RunConfig, record: R.CaseResult) -> None:
+    """Status, stage, symptom, and the follow-up analyses a divergence calls for."""
+    record.outputs = observed.comparisons
+    diverged = not all(o.passed for o in record.outputs)
+    record.status = R.FAIL if diverged else R.PASS
+    if diverged:
+        record.stage, record.symptom = "compare", "divergence"
+    if observed.nondeterministic:
+        record.status, record.stage, record.symptom = R.NONDETERMINISTIC, "eager", "nondeterminism"
+        record.diagnosis = f"two eager runs differ ({', '.join(observed.nondeterministic[:5])}): no verdict on compiled"
+    if config.bisect and record.first_divergent_kernel is not None:
+        with _stage("stage", record.timings):
+            record.first_divergent_kernel["stage"] = coarse_stage(observed) if diverged else None
+    record.reference = observed.reference
+    stats = record.injection_stats or {}
+    if "hits" in stats and not stats["hits"]:
+        record.diagnosis = f"the injected fault selected none of the {stats['launches']} kernel launches"
+    if config.inject and injection_narrows(config.inject) and stats.get("converted_args") and _narrowing_visible(record):
+        with _stage("reference", record.timings):
+            record.diagnosis = narrowing_diagnosis(observed)
 
 
-def coarse_stage(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> str:
+def coarse_stage(observed: _Observation) -> str:
     """The first stage of the pipeline where the divergence appears: a backend before Inductor, or Inductor.
 
-    Injections act on generated kernels, so they are left out of these runs.
+    Each stage's compiled run is judged against the same eager results.
+    Injections act on generated kernels, so these runs have none.
     """
     for backend in COARSE_STAGES:
-        earlier = dataclasses.replace(config, backend=backend, bisect=False, inject=None, compile_options={},
-                                      compile_mode=None)
-        if run_case(case, dtype, mode, earlier).status in (R.FAIL, R.XFAIL):
+        torch._dynamo.reset()
+        if not all(c.passed for c in observed.judge(observed.run(observed.compiler(backend)))):
             return backend
     return "inductor"
+
+
+def _narrowing_visible(record: R.CaseResult) -> bool:
+    """Something for narrowing to explain: a failure, or an inexact 64-bit result."""
+    return any(not o.passed or (o.dtype in ("int64", "float64") and (o.max_abs > 0 or o.bad)) for o in record.outputs)
 
 
 def injection_narrows(text: str) -> bool:
@@ -209,7 +249,7 @@ def injection_narrows(text: str) -> bool:
     return parse_injection(text)[0].narrows
 
 
-def narrowing_diagnosis(observed: _Observation, mode: str, device: Device, record: R.CaseResult) -> str:
+def narrowing_diagnosis(observed: _Observation) -> str:
     """Tell precision narrowing from misaddressing: compare compiled with eager on narrowed inputs.
 
     If every compiled value equals eager computed from int32/float32-rounded
@@ -219,15 +259,13 @@ def narrowing_diagnosis(observed: _Observation, mode: str, device: Device, recor
     from .emulation import NARROWED_DTYPES
     from .tolerances import DEFAULT_TOLERANCES
 
-    seed = seed_for(record.case, record.dtype, mode)
-    narrowed_inputs = [clone_exact(clone_exact(x, NARROWED_DTYPES[x.dtype]), x.dtype)
-                       if isinstance(x, torch.Tensor) and x.dtype in NARROWED_DTYPES else x for x in observed.inputs]
-    narrowed = execute(observed.program.fn, narrowed_inputs, mode, device, seed)
-    actual = observed.actual
+    narrowed_inputs = observed.inputs.map_tensors(
+        lambda t: clone_exact(clone_exact(t, NARROWED_DTYPES[t.dtype]), t.dtype) if t.dtype in NARROWED_DTYPES
+        else clone_exact(t))
+    narrowed = execute(observed.program.fn, narrowed_inputs, observed.mode, observed.device, observed.seed)
     float32_tolerance = {torch.float64: DEFAULT_TOLERANCES[torch.float32]}
-    misaddressed = {name: compare_tensors(name, actual[name], narrowed[name], tolerances=float32_tolerance).bad
-                    for name in narrowed if name in actual}
-    wrong = {name: bad for name, bad in misaddressed.items() if bad}
+    wrong = {name: bad for name in narrowed if name in observed.actual
+             if (bad := compare_tensors(name, observed.actual[name], narrowed[name], tolerances=float32_tolerance).bad)}
     if not wrong:
         return ("precision narrowing, not layout: every compiled value equals eager on int32/float32-narrowed "
                 "inputs (float64 within float32 tolerance)")
@@ -241,62 +279,8 @@ def _compare_all(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tens
     if missing:
         raise RuntimeError(f"compiled and eager differ in which outputs, gradients or input mutations they produce: {missing}")
     return [compare_tensors(name, actual[name], expected[name], tolerances=case.tolerances,
-                            reference=references.get(name)) for name in expected]
-
-
-def execute(fn: Callable[..., Any], inputs: list[Any], mode: str, device: Device, seed: int,
-            float64: bool = False) -> dict[str, torch.Tensor]:
-    """Run `fn` on exact copies of `inputs`; in training also backward. Returns named tensors."""
-    args = [clone_exact(x, torch.float64 if float64 and x.is_floating_point() else None)
-            if isinstance(x, torch.Tensor) else copy.deepcopy(x) for x in inputs]
-    if float64 and isinstance(fn, torch.nn.Module):
-        fn = copy.deepcopy(fn).double()
-    versions = [a._version if isinstance(a, torch.Tensor) else None for a in args]
-    with torch.enable_grad() if mode == "training" else torch.no_grad():
-        flat_outputs, _ = tree_flatten(fn(*args))
-        tensors = [t for t in flat_outputs if isinstance(t, torch.Tensor)]
-        named = {f"out{i}": t.detach() for i, t in enumerate(tensors)}
-        # In-place updates of inputs are results too (the version counter says which happened).
-        named.update({f"mutated_in{i}": a.detach() for i, (a, v) in enumerate(zip(args, versions))
-                      if v is not None and a._version != v})
-        if mode == "training":
-            named.update(_gradients(fn, args, tensors, seed))
-    device.synchronize()
-    return named
-
-
-def _gradients(fn: Callable[..., Any], args: list[Any], outputs: list[torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
-    wrt = [(f"grad_in{i}", a) for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
-    if isinstance(fn, torch.nn.Module):
-        module = getattr(fn, "_orig_mod", fn)  # compiled modules keep their parameters there
-        wrt += [(f"grad.{n}", p) for n, p in module.named_parameters() if p.requires_grad]
-    differentiable = [t for t in outputs if t.requires_grad]
-    if not wrt or not differentiable:
-        raise RuntimeError("training mode needs an input or parameter that requires grad and an output that depends on it")
-    generator = torch.Generator().manual_seed(seed ^ 0x5EED)
-    # The same cotangents for eager, compiled and the fp64 reference: drawn on the CPU in float64.
-    cotangents = [torch.randn(t.shape, generator=generator, dtype=torch.float64).to(t.device, t.dtype)
-                  for t in differentiable]
-    grads = torch.autograd.grad(differentiable, [t for _, t in wrt], cotangents, allow_unused=True)
-    return {name: g for (name, _), g in zip(wrt, grads) if g is not None}
-
-
-def _materialize_inputs(inputs: Any, dtype: torch.dtype, device: Device, seed: int) -> list[Any]:
-    generator = torch.Generator().manual_seed(seed)
-    made = []
-    for item in inputs:
-        if isinstance(item, TensorSpec):
-            made.append(materialize(item.with_dtype(dtype), generator, device.torch_device()))
-        elif isinstance(item, torch.Tensor):
-            made.append(clone_exact(item.to(device.torch_device())))
-        else:
-            made.append(item)
-    return made
-
-
-def _to_float64(inputs: list[Any]) -> list[Any]:
-    return [clone_exact(x, torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-            for x in inputs]
+                            reference=references.get(name), cosine_fallback=case.cosine_fallback)
+            for name in expected]
 
 
 def _as_program(built: Program | tuple) -> Program:
@@ -304,15 +288,6 @@ def _as_program(built: Program | tuple) -> Program:
         return built
     fn, inputs = built
     return Program(fn, inputs)
-
-
-def _fresh(fn: Callable[..., Any]) -> Callable[..., Any]:
-    # A module is copied so compiled training never shares parameters or state with eager.
-    return copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
-
-
-def _compile_options(case: Case, config: RunConfig, device: Device) -> dict[str, Any]:
-    return {**device.compile_options(config.npu_backend), **case.compile_options, **config.compile_options}
 
 
 def _compile_kwargs(config: RunConfig, options: dict[str, Any]) -> dict[str, Any]:
@@ -334,7 +309,7 @@ def make_handler(text: str) -> Callable[[Any], Any]:
 
 
 @contextlib.contextmanager
-def observed_launches(handler: Callable[[Any], Any] | None, bisector: Any) -> Iterator[None]:
+def observed_launches(handler: Callable[[Any], Any] | None, bisector: KernelBisector | None) -> Iterator[None]:
     """Route the compiled run's launches through the injection and/or the bisector."""
     from .inductor_compat import capture_graphs, intercept_launches
 
@@ -375,4 +350,3 @@ def runs_of(case: Case, dtypes: list[str] | None, modes: list[str] | None) -> li
     chosen_dtypes = [d for d in case.dtypes if not dtypes or dtype_name(d) in dtypes]
     chosen_modes = [m for m in case.modes if not modes or m in modes]
     return [(d, m) for d in chosen_dtypes for m in chosen_modes]
-

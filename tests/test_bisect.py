@@ -97,3 +97,23 @@ def test_upstream_drift_is_told_from_a_wrong_kernel():
     # The mm's one-ulp error is within tolerance; the next kernel, computing right, amplifies it.
     assert kernel["launch_index"] == 1
     assert kernel["isolated"].startswith("upstream drift amplified here")
+
+
+def two_matmuls_concatenated(x, w1, w2):
+    # Inductor writes each mm straight into its slice of the cat's buffer: two kernels, one buffer.
+    return torch.cat([x @ w1, x @ w2], dim=1) * 2
+
+
+SLICED = Case(name="sliced", build=lambda d: Program(two_matmuls_concatenated, [
+    contiguous((16, 8)), contiguous((8, 8)), contiguous((8, 8))]))
+
+
+def test_a_buffer_written_a_slice_at_a_time_is_compared_slice_by_slice():
+    clean = run_case(SLICED, torch.float32, "inference", RunConfig(bisect=True))
+    kernel = clean.first_divergent_kernel
+    assert kernel["diverged"] is False and kernel["unmapped_buffers"] == 0
+    assert [k["compared"] for k in kernel["kernels"]] == [1, 1, 1]
+    faulted = run_case(SLICED, torch.float32, "inference", RunConfig(bisect=True, inject="fault-offset@1"))
+    kernel = faulted.first_divergent_kernel
+    assert (kernel["launch_index"], kernel["name"]) == (1, "extern_kernels.mm")
+    assert kernel["metrics"]["shape"] == [16, 8] and kernel["metrics"]["bad"] == 128

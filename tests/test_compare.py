@@ -110,3 +110,11 @@ def test_rmse_rule_still_fails_a_real_bug():
     compiled[::4] *= -1  # a quarter of the elements wrong: no reordering does this
     result = compare_tensors("g", compiled, eager, reference=reference)
     assert not result.passed and result.rule == "rmse_vs_fp64"
+
+
+def test_cosine_fallback_only_when_the_case_asks():
+    expected = torch.linspace(1, 2, 1000)
+    actual = expected * 1.001  # off by 0.1%: beyond fp32 tolerance, cosine 1.0
+    assert not compare_tensors("x", actual, expected).passed
+    result = compare_tensors("x", actual, expected, cosine_fallback=True)
+    assert result.passed and result.rule == "cosine"

@@ -46,3 +46,12 @@ def test_non_overlapping_and_dense_matches_what_to_keeps():
     for t in layouts:
         keeps = t.to(torch.float64).stride() == t.stride()
         assert is_non_overlapping_and_dense(t) == keeps, (t.shape, t.stride())
+
+
+def test_non_overlapping_allows_gaps_but_not_shared_addresses():
+    from harness.inputs import is_non_overlapping
+
+    base = torch.empty(16, 16)
+    assert is_non_overlapping(base[:, :8]) and is_non_overlapping(base[:, ::2]) and is_non_overlapping(base.t())
+    assert not is_non_overlapping(base[:1].expand(4, 16))
+    assert not is_non_overlapping(torch.empty(100).as_strided((4, 30), (20, 1)))

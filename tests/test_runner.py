@@ -79,3 +79,27 @@ def test_input_mutations_are_compared():
 def test_repro_command_names_the_run():
     record = run_case(simple_case(), torch.float32, "inference", RunConfig(backend="eager", inject="fault-scale@0"))
     assert record.command == "python -m harness run simple --device cpu --dtype float32 --mode inference --backend eager --inject fault-scale@0"
+
+
+class Noisy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return (self.linear(x) + torch.rand(4)).sum()
+
+
+def test_train_step_compares_loss_gradients_and_updated_parameters():
+    case = Case(name="step", build=lambda d: Program(torch.nn.Linear(4, 2), [contiguous((3, 4))]), modes=("train_step",))
+    record = run_case(case, torch.float32, "train_step", EAGER)
+    assert record.status == R.PASS
+    assert [o.name for o in record.outputs] == ["loss", "grad.weight", "param.weight", "grad.bias", "param.bias"]
+
+
+def test_two_eager_runs_that_differ_are_their_own_status():
+    case = Case(name="noisy", build=lambda d: Program(Noisy(), [contiguous((3, 4))]), modes=("train_step",))
+    record = run_case(case, torch.float32, "train_step", EAGER)
+    assert (record.status, record.symptom) == (R.NONDETERMINISTIC, "nondeterminism")
+    assert "two eager runs differ" in record.diagnosis and "loss" in record.diagnosis
+

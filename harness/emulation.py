@@ -22,14 +22,13 @@ Every record made under one of these carries its name in `emulation`.
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 
-from .inductor_compat import ROLE_INOUT, ROLE_OUT, Launch, intercept_launches
+from .inductor_compat import ROLE_INOUT, ROLE_OUT, Launch
 from .inputs import extent, is_non_overlapping_and_dense
 
 # What the NPU vector core cannot hold, and what the launcher narrows it to.
@@ -230,9 +229,3 @@ def make_handler(text: str) -> Callable[[Launch], Any]:
     injection, selector = parse_injection(text)
     return injection.make_handler(selector)
 
-
-@contextlib.contextmanager
-def injected(text: str) -> Iterator[Any]:
-    handler = make_handler(text)
-    with intercept_launches(handler):
-        yield handler

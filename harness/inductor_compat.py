@@ -205,10 +205,6 @@ class GraphInfo:
 _GRAPHS: dict[str, GraphInfo] = {}
 
 
-def graph_info(module_path: str) -> GraphInfo | None:
-    return _GRAPHS.get(module_path)
-
-
 def _graph_info(lowering: Any, module: Any) -> GraphInfo:
     gm = lowering.orig_gm
     order = {node.name: i for i, node in enumerate(gm.graph.nodes)}

@@ -19,6 +19,7 @@ from . import records as R
 from .bisect import KernelBisector
 from .compare import compare_tensors
 from .devices import Device, get_device
+from .emulation import NARROWED_DTYPES, make_handler, parse_injection
 from .execution import Inputs, Wrap, execute, materialize_inputs
 from .inputs import clone_exact, seed_for
 from .registry import Case, Program
@@ -220,7 +221,8 @@ def _conclude(observed: _Observation, config: RunConfig, record: R.CaseResult) -
     stats = record.injection_stats or {}
     if "hits" in stats and not stats["hits"]:
         record.diagnosis = f"the injected fault selected none of the {stats['launches']} kernel launches"
-    if config.inject and injection_narrows(config.inject) and stats.get("converted_args") and _narrowing_visible(record):
+    narrows = config.inject is not None and parse_injection(config.inject)[0].narrows
+    if narrows and stats.get("converted_args") and _narrowing_visible(record):
         with _stage("reference", record.timings):
             record.diagnosis = narrowing_diagnosis(observed)
 
@@ -243,12 +245,6 @@ def _narrowing_visible(record: R.CaseResult) -> bool:
     return any(not o.passed or (o.dtype in ("int64", "float64") and (o.max_abs > 0 or o.bad)) for o in record.outputs)
 
 
-def injection_narrows(text: str) -> bool:
-    from .emulation import parse_injection
-
-    return parse_injection(text)[0].narrows
-
-
 def narrowing_diagnosis(observed: _Observation) -> str:
     """Tell precision narrowing from misaddressing: compare compiled with eager on narrowed inputs.
 
@@ -256,7 +252,6 @@ def narrowing_diagnosis(observed: _Observation) -> str:
     inputs (float64 outputs within float32's tolerance), the only cause is
     narrowing; elements that still differ were read or written at wrong addresses.
     """
-    from .emulation import NARROWED_DTYPES
     from .tolerances import DEFAULT_TOLERANCES
 
     narrowed_inputs = observed.inputs.map_tensors(
@@ -299,13 +294,6 @@ def _compile_kwargs(config: RunConfig, options: dict[str, Any]) -> dict[str, Any
 
         options = {**list_mode_options(config.compile_mode), **options}
     return {"options": options} if options else {}
-
-
-def make_handler(text: str) -> Callable[[Any], Any]:
-    """The launch handler of a launch-boundary emulation or kernel fault (see harness.emulation)."""
-    from .emulation import make_handler as make_injection_handler
-
-    return make_injection_handler(text)
 
 
 @contextlib.contextmanager

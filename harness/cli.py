@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--reference", choices=("auto", "fp64", "none"),
                      help="float64 reference: auto (when a float output misses tolerance), fp64 (always), none")
     run.add_argument("--inject", help=f"emulate another backend's launch boundary or inject a kernel fault ({INJECTIONS_HINT})")
-    run.add_argument("--bisect", action="store_true", help="on divergence, find the first generated kernel that diverges")
+    run.add_argument("--bisect", action="store_true", help="probe every kernel launch and name the first whose output diverges")
     run.add_argument("--json", dest="json_path", help="write the result records here")
     run.add_argument("--report-dir", help="write results.json and an HTML report into this directory")
     run.add_argument("--timeout", type=float, default=1800.0, help="seconds one case may run before it is stopped (default 1800)")

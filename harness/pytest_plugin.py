@@ -31,7 +31,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--harness-json", default=None, metavar="PATH", help="write the case results here")
     group.addoption("--harness-report", default=None, metavar="DIR", help="write results.json and index.html here")
     group.addoption("--inject", default=None, help="emulation or kernel fault for every case (see harness list --injections)")
-    group.addoption("--bisect", action="store_true", help="on divergence, find the first diverging kernel")
+    group.addoption("--bisect", action="store_true", help="probe every kernel launch and name the first whose output diverges")
     group.addoption("--reference", default=None, choices=("auto", "fp64", "none"), help="float64 reference policy")
 
 

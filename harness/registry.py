@@ -173,7 +173,9 @@ def keyword_matcher(expression: str) -> Callable[[Iterable[str]], bool]:
 
 def load_registry(paths: Sequence[str] = (), include_default: bool = True) -> Registry:
     registry = Registry()
-    sources = ([str(DEFAULT_CASE_DIR)] if include_default else []) + list(paths)
+    # The project's cases/ lives beside the package in a checkout; an installed wheel has none.
+    default = [str(DEFAULT_CASE_DIR)] if include_default and DEFAULT_CASE_DIR.is_dir() else []
+    sources = default + list(paths)
     for source in sources:
         for name, loader in _module_loaders(source, registry):
             registry.sources.append(name)

@@ -38,6 +38,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+from .inputs import extent
+
 ROLE_IN, ROLE_OUT, ROLE_INOUT, ROLE_SCALAR = "in", "out", "inout", "scalar"
 
 
@@ -120,9 +122,7 @@ class Launch:
 
 def _span(t: Any) -> tuple[int, int]:
     """[first, last + 1) element offsets a strided tensor touches in its storage."""
-    if t.numel() == 0:
-        return t.storage_offset(), t.storage_offset()
-    return t.storage_offset(), t.storage_offset() + 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    return t.storage_offset(), t.storage_offset() + extent(t.shape, t.stride())
 
 
 LaunchHandler = Callable[[Launch], Any]

@@ -27,7 +27,7 @@ import torch
 import torch.fx
 
 from .compare import compare_tensors
-from .inductor_compat import ROLE_IN, ROLE_INOUT, ROLE_OUT, GraphInfo, Launch
+from .inductor_compat import ROLE_INOUT, ROLE_OUT, GraphInfo, Launch
 from .inputs import clone_exact, is_non_overlapping, is_non_overlapping_and_dense
 from .records import OutputComparison
 from .tolerances import Tolerance
@@ -217,10 +217,13 @@ class KernelBisector:
                 continue
             fresh = clone_exact(tensor)
             fresh.copy_(value)
-            args[position] = fresh
+            if isinstance(position, str):
+                kwargs[position] = fresh
+            else:
+                args[position] = fresh
         written = {}
         for position, tensor in enumerate(launch.args):
-            if id(tensor) in before and launch.kernel.role(position) in (ROLE_INOUT, ROLE_OUT):
+            if id(tensor) in before and launch.role(position) in (ROLE_INOUT, ROLE_OUT):
                 args[position] = written[id(tensor)] = self._prior_state(run, tensor, before[id(tensor)], kept)
         if "out" in kwargs and id(kwargs["out"]) in before:
             out = launch.kwargs["out"]
@@ -291,22 +294,12 @@ def _eager_view(launch: Launch, run: _GraphRun, tensor: torch.Tensor, values: Ma
 
 
 def _describe_args(launch: Launch) -> list[dict[str, Any]]:
-    described = []
-    items = list(enumerate(launch.args)) + [(key, value) for key, value in launch.kwargs.items()]
-    for position, value in items:
-        if not isinstance(value, torch.Tensor):
-            continue
-        if launch.kernel.kind == "extern":
-            role = ROLE_OUT if position == "out" else ROLE_IN
-        else:
-            role = launch.kernel.role(position)
-        described.append({
-            "name": launch.kernel.arg_name(position) if isinstance(position, int) else position,
-            "buffer": launch.buffer_name(value),
-            "role": role,
-            "dtype": str(value.dtype).removeprefix("torch."),
-            "size": list(value.shape),
-            "stride": list(value.stride()),
-            "storage_offset": value.storage_offset(),
-        })
-    return described
+    return [{
+        "name": launch.kernel.arg_name(key) if isinstance(key, int) else key,
+        "buffer": launch.buffer_name(value),
+        "role": launch.role(key),
+        "dtype": str(value.dtype).removeprefix("torch."),
+        "size": list(value.shape),
+        "stride": list(value.stride()),
+        "storage_offset": value.storage_offset(),
+    } for key, value in launch.tensor_args()]

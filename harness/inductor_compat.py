@@ -83,20 +83,25 @@ class Launch:
     def run(self, args: list[Any] | None = None, kwargs: dict[str, Any] | None = None) -> Any:
         return self.invoke(*(self.args if args is None else args), **(self.kwargs if kwargs is None else kwargs))
 
+    def role(self, position: int | str) -> str:
+        """The role of a positional or keyword argument; extern kernels write only their `out=`."""
+        if self.kernel.kind == "extern":
+            return ROLE_OUT if position == "out" else ROLE_IN
+        return self.kernel.role(position) if isinstance(position, int) else ROLE_SCALAR
+
+    def tensor_args(self) -> list[tuple[int | str, Any]]:
+        """(position or keyword, tensor) of every tensor argument."""
+        items = list(enumerate(self.args)) + list(self.kwargs.items())
+        return [(key, value) for key, value in items if hasattr(value, "untyped_storage")]
+
     def written(self) -> list[tuple[str, Any]]:
         """(parameter name, tensor) of every argument this launch writes."""
-        if self.kernel.kind == "extern":
-            out = self.kwargs.get("out")
-            return [("out", out)] if out is not None else []
-        return [(self.kernel.arg_name(i), a) for i, a in enumerate(self.args)
-                if hasattr(a, "untyped_storage") and self.kernel.role(i) in (ROLE_OUT, ROLE_INOUT)]
+        return [(key if isinstance(key, str) else self.kernel.arg_name(key), value)
+                for key, value in self.tensor_args() if self.role(key) in (ROLE_OUT, ROLE_INOUT)]
 
     def read(self) -> list[tuple[int | str, Any]]:
         """(position or keyword, tensor) of every tensor argument this launch only reads."""
-        if self.kernel.kind == "extern":
-            return [(i, a) for i, a in enumerate(self.args) if hasattr(a, "untyped_storage")]
-        return [(i, a) for i, a in enumerate(self.args)
-                if hasattr(a, "untyped_storage") and self.kernel.role(i) == ROLE_IN]
+        return [(key, value) for key, value in self.tensor_args() if self.role(key) == ROLE_IN]
 
     def buffer_name(self, tensor: Any) -> str | None:
         """The wrapper's name for a tensor argument (`buf3`, `arg0_1`), found among the caller's locals."""

@@ -12,6 +12,7 @@ import difflib
 import importlib
 import importlib.util
 import os
+import re
 import sys
 import zlib
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ class KnownFailure:
 
     Every field left None matches anything. A matching run that passes is
     reported as `xpass`, which fails the run: the fix is visible at once.
+    `torch` is a version range the failure is known on, as comma-separated
+    clauses (`">=2.11,<2.14"`) or a release prefix (`"2.13"` matches 2.13.x).
     """
 
     reason: str
@@ -43,9 +46,33 @@ class KnownFailure:
     dtype: str | None = None
     mode: str | None = None
     emulation: str | None = None
+    torch: str | None = None
 
     def matches(self, **run: str | None) -> bool:
+        version = run.pop("torch", None)
+        if self.torch is not None and (version is None or not torch_version_matches(version, self.torch)):
+            return False
         return all(getattr(self, key) in (None, value) for key, value in run.items())
+
+
+def torch_version_matches(version: str, spec: str) -> bool:
+    """Whether a torch version (`2.13.0+cpu`) is in `spec`: `>=2.11,<2.14`, `==2.13.0`, or a prefix `2.13`."""
+    from torch.torch_version import TorchVersion
+
+    current = TorchVersion(version)
+    for clause in (c.strip() for c in spec.split(",") if c.strip()):
+        operator_text = re.match(r"^(>=|<=|==|!=|>|<)?", clause).group(1)
+        bound = clause[len(operator_text or ""):].strip()
+        if not operator_text:
+            release = current.split("+")[0].split(".")
+            if release[: len(bound.split("."))] != bound.split("."):
+                return False
+            continue
+        checks = {">=": current >= bound, "<=": current <= bound, ">": current > bound, "<": current < bound,
+                  "==": current == bound, "!=": current != bound}
+        if not checks[operator_text]:
+            return False
+    return True
 
 
 @dataclass

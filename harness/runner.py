@@ -88,7 +88,8 @@ def new_record(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> 
 def apply_known_failure(record: R.CaseResult, case: Case) -> R.CaseResult:
     """A declared failure turns fail/error into xfail and pass into xpass (strict)."""
     known = case.known_failure(device=record.device, backend=record.backend, npu_backend=record.npu_backend,
-                               dtype=record.dtype, mode=record.mode, emulation=record.emulation)
+                               dtype=record.dtype, mode=record.mode, emulation=record.emulation,
+                               torch=record.versions.get("torch") or torch.__version__)
     if known is not None and record.status != R.SKIP:
         record.reason = known.reason
         record.status = R.XPASS if record.status == R.PASS else R.XFAIL

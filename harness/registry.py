@@ -223,7 +223,9 @@ def load_registry(paths: Sequence[str] = (), include_default: bool = True) -> Re
 def _module_loaders(source: str, registry: Registry) -> list[tuple[str, Callable[[], Any]]]:
     path = Path(source)
     if path.is_dir():
-        return [(str(p), _file_loader(p)) for p in sorted(path.glob("*.py")) if not p.name.startswith("_")]
+        # Subdirectories too (cases/upstream/...); a leading "_" or "." hides a file or directory.
+        return [(str(p), _file_loader(p)) for p in sorted(path.rglob("*.py"))
+                if not any(part.startswith(("_", ".")) for part in p.relative_to(path).parts)]
     if path.suffix == ".py":
         if not path.is_file():
             registry.errors.append(LoadError(source, "no such file"))

@@ -1,0 +1,279 @@
+"""Kernel launches of compiled wrapper modules, observed through proxies (see the package docstring)."""
+
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from ..inputs import extent
+
+ROLE_IN, ROLE_OUT, ROLE_INOUT, ROLE_SCALAR = "in", "out", "inout", "scalar"
+
+
+@dataclass
+class KernelInfo:
+    name: str
+    kind: str  # "cpp" or "triton"
+    arg_names: list[str]
+    mutated: frozenset[str] = frozenset()
+    source: str = ""
+    module_path: str = ""
+
+    def role(self, position: int) -> str:
+        if position >= len(self.arg_names):
+            return ROLE_SCALAR
+        name = self.arg_names[position]
+        if name.startswith("in_out_ptr") or name in self.mutated:
+            return ROLE_INOUT
+        if name.startswith("out_ptr"):
+            return ROLE_OUT
+        if name.startswith("in_ptr"):
+            return ROLE_IN
+        return ROLE_SCALAR
+
+    def arg_name(self, position: int) -> str:
+        return self.arg_names[position] if position < len(self.arg_names) else f"arg{position}"
+
+
+@dataclass
+class Launch:
+    """One kernel launch, handed to the active handler, which must call `run`."""
+
+    kernel: KernelInfo
+    index: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    invoke: Callable[..., Any] = field(repr=False)
+    caller_locals: dict[str, Any] = field(default_factory=dict, repr=False)
+    replay: bool = False  # a second run of this launch (bisection's isolation), not a new launch
+
+    def run(self, args: list[Any] | None = None, kwargs: dict[str, Any] | None = None) -> Any:
+        return self.invoke(*(self.args if args is None else args), **(self.kwargs if kwargs is None else kwargs))
+
+    def role(self, position: int | str) -> str:
+        """The role of a positional or keyword argument; extern kernels write only their `out=`."""
+        if self.kernel.kind == "extern":
+            return ROLE_OUT if position == "out" else ROLE_IN
+        return self.kernel.role(position) if isinstance(position, int) else ROLE_SCALAR
+
+    def tensor_args(self) -> list[tuple[int | str, Any]]:
+        """(position or keyword, tensor) of every tensor argument."""
+        items = list(enumerate(self.args)) + list(self.kwargs.items())
+        return [(key, value) for key, value in items if hasattr(value, "untyped_storage")]
+
+    def written(self) -> list[tuple[str, Any]]:
+        """(parameter name, tensor) of every argument this launch writes."""
+        return [(key if isinstance(key, str) else self.kernel.arg_name(key), value)
+                for key, value in self.tensor_args() if self.role(key) in (ROLE_OUT, ROLE_INOUT)]
+
+    def read(self) -> list[tuple[int | str, Any]]:
+        """(position or keyword, tensor) of every tensor argument this launch only reads."""
+        return [(key, value) for key, value in self.tensor_args() if self.role(key) == ROLE_IN]
+
+    def buffer_name(self, tensor: Any) -> str | None:
+        """The wrapper's name for a tensor argument (`buf3`, `arg0_1`), found among the caller's locals."""
+        found = self.owning_buffer(tensor)
+        return found[0] if found else None
+
+    def owning_buffer(self, tensor: Any) -> tuple[str, Any] | None:
+        """(name, local) of the wrapper buffer a tensor argument is, or is a view of.
+
+        An argument passed as `reinterpret_tensor(buf3, ...)` is no local itself:
+        it belongs to the smallest local over the same storage whose memory
+        span holds the argument's (a buffer may be written a slice at a time).
+        """
+        for name, value in self.caller_locals.items():
+            if value is tensor:
+                return name, value
+        pointer, start, end = tensor.untyped_storage().data_ptr(), *_span(tensor)
+        owners = [(name, value) for name, value in self.caller_locals.items()
+                  if hasattr(value, "untyped_storage") and value.untyped_storage().data_ptr() == pointer
+                  and _span(value)[0] <= start and end <= _span(value)[1]]
+        return min(owners, key=lambda item: item[1].numel()) if owners else None
+
+
+def _span(t: Any) -> tuple[int, int]:
+    """[first, last + 1) element offsets a strided tensor touches in its storage."""
+    return t.storage_offset(), t.storage_offset() + extent(t.shape, t.stride())
+
+
+LaunchHandler = Callable[[Launch], Any]
+
+
+class _State:
+    """Process-wide, not thread-local: CUDA's autograd engine runs backward graphs on its own thread."""
+
+    handler: LaunchHandler | None = None
+    launches: int = 0
+    # Called as observer(module_path, args, call) for each run of a wrapper's `call`; must return call(args).
+    graph_observer: Callable[[str, list, Callable[[list], Any]], Any] | None = None
+
+
+_state = _State()
+_install_lock = threading.Lock()
+_installed_original: Any = None
+
+
+@contextlib.contextmanager
+def intercept_launches(handler: LaunchHandler) -> Iterator[None]:
+    """Route every generated-kernel launch of programs run inside this block through `handler`.
+
+    Launch indices count from 0 at the block's start, over every compiled graph
+    (forward, backward, pieces between graph breaks) in launch order.
+    """
+    if _state.handler is not None:
+        raise RuntimeError("kernel launch interception does not nest")
+    _install()
+    _state.handler, _state.launches = handler, 0
+    try:
+        yield
+    finally:
+        _state.handler = None
+
+
+def _install() -> None:
+    global _installed_original
+    with _install_lock:
+        if _installed_original is not None:
+            return
+        from torch._inductor.codecache import PyCodeCache
+
+        original = PyCodeCache.load_by_key_path.__func__
+
+        def load_by_key_path(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            module = original(cls, *args, **kwargs)
+            _wrap_module(module)
+            return module
+
+        PyCodeCache.load_by_key_path = classmethod(load_by_key_path)
+        _installed_original = original
+
+
+def _wrap_module(module: Any) -> None:
+    """Replace each kernel global with a proxy; idempotent, pass-through when no handler is active."""
+    if getattr(module, "__harness_wrapped__", False):
+        return
+    source = _module_source(module)
+    cpp_params = _cpp_kernel_params(source)
+    path = getattr(module, "__file__", "")
+    for name, value in list(vars(module).items()):
+        info = _kernel_info(name, value, cpp_params, path)
+        if info is not None:
+            setattr(module, name, _TritonProxy(value, info) if info.kind == "triton" else _CppProxy(value, info))
+    if "extern_kernels" in vars(module):
+        module.extern_kernels = _ExternKernelsProxy(module.extern_kernels, path)
+    if callable(getattr(module, "call", None)):
+        module.call = _CallProxy(module.call, path)
+    module.__harness_wrapped__ = True
+
+
+def _kernel_info(name: str, value: Any, cpp_params: dict[str, tuple[list[str], str]], path: str) -> KernelInfo | None:
+    if name in cpp_params and callable(value):
+        params, source = cpp_params[name]
+        return KernelInfo(name, "cpp", params, source=source, module_path=path)
+    try:
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except ImportError:  # no Triton in this torch build
+        return None
+    if isinstance(value, CachingAutotuner):
+        signature = value.triton_meta.get("signature", {})
+        names = [n for n in value.fn.arg_names if signature.get(n) != "constexpr"]
+        # `cached_autotune` moves mutated_arg_names from inductor_meta onto the autotuner.
+        mutated = frozenset(getattr(value, "mutated_arg_names", None) or value.inductor_meta.get("mutated_arg_names", ()))
+        return KernelInfo(name, "triton", names, mutated, getattr(value.fn, "src", ""), path)
+    return None
+
+
+# `name = async_compile.cpp_pybinding([...], r'''<source>''')`; the source's
+# `extern "C" ... kernel(const int64_t* in_ptr0, int64_t* out_ptr0)` names the parameters.
+_CPP_KERNEL = re.compile(r"^(\w+) = async_compile\.cpp_pybinding\(\[.*?\], r'''(.*?)'''\)", re.S | re.M)
+_CPP_SIGNATURE = re.compile(r'extern "C"[^(]*\bkernel\((.*?)\)', re.S)
+
+
+def _cpp_kernel_params(source: str) -> dict[str, tuple[list[str], str]]:
+    found = {}
+    for match in _CPP_KERNEL.finditer(source):
+        name, kernel_source = match.group(1), match.group(2)
+        signature = _CPP_SIGNATURE.search(kernel_source)
+        params = [p.strip().split()[-1].lstrip("*&") for p in signature.group(1).split(",")] if signature else []
+        found[name] = (params, kernel_source.strip())
+    return found
+
+
+def _module_source(module: Any) -> str:
+    path = getattr(module, "__file__", None)
+    if not path:
+        return ""
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def _dispatch(info: KernelInfo, invoke: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    handler = _state.handler
+    if handler is None:
+        return invoke(*args, **kwargs)
+    # Two frames up is the wrapper's `call` (proxy method -> _dispatch).
+    launch = Launch(info, _state.launches, list(args), kwargs, invoke, sys._getframe(2).f_locals)
+    _state.launches += 1
+    try:
+        return handler(launch)
+    finally:
+        launch.caller_locals = {}  # frames' locals hold buffers: never keep them past the launch
+
+
+class _CallProxy:
+    """The wrapper's `call(args)`: one run of one compiled graph."""
+
+    def __init__(self, call: Callable[[list], Any], path: str):
+        self.call, self.path = call, path
+
+    def __call__(self, args: list) -> Any:
+        observer = _state.graph_observer
+        if observer is None:
+            return self.call(args)
+        return observer(self.path, args, self.call)
+
+
+class _ExternKernelsProxy:
+    """`extern_kernels.<op>(...)` calls become launches of kind "extern"."""
+
+    def __init__(self, namespace: Any, path: str):
+        self._namespace, self._path = namespace, path
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self._namespace, name)
+        if not callable(target):
+            return target
+        info = KernelInfo(f"extern_kernels.{name}", "extern", [], module_path=self._path)
+
+        def launch(*args: Any, **kwargs: Any) -> Any:
+            return _dispatch(info, target, args, kwargs)
+
+        return launch
+
+
+class _CppProxy:
+    def __init__(self, kernel: Callable[..., Any], info: KernelInfo):
+        self.kernel, self.info = kernel, info
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return _dispatch(self.info, self.kernel, args, kwargs)
+
+
+class _TritonProxy:
+    def __init__(self, kernel: Any, info: KernelInfo):
+        self.kernel, self.info = kernel, info
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        return _dispatch(self.info, self.kernel.run, args, kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kernel, name)

@@ -1,4 +1,4 @@
-"""`python -m harness list | run | report`.
+"""`harness list | run | report` (also `python -m harness ...`).
 
 Exit codes: 0 every run passed (skips and expected failures included), 1 a run
 diverged, errored or passed unexpectedly, 2 usage or setup error.
@@ -7,16 +7,19 @@ diverged, errored or passed unexpectedly, 2 usage or setup error.
 from __future__ import annotations
 
 import argparse
-import ast
 import os
+import re
 import sys
 import time
 from typing import Sequence
 
 from . import records as R
+from .options import RUN_OPTIONS, SELECTION_OPTIONS, add_to_argparse, parse_positive, run_config_from
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-INJECTIONS_HINT = "see `python -m harness list --injections`"
+EXIT_INTERRUPTED = 130
+# Terminal control sequences and other control characters: a case's text must never redraw the console.
+_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7f]")
 
 
 class UsageError(Exception):
@@ -40,36 +43,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run cases: eager vs compiled, element by element")
     _add_selection(run)
-    run.add_argument("--device", default="cpu", help="cpu, cuda or npu (default: cpu)")
-    run.add_argument("--backend", default="inductor", help="torch.compile backend (default: inductor)")
-    run.add_argument("--npu-backend", help="Inductor's npu_backend option on --device npu (default: triton_experimental)")
-    run.add_argument("--mode", action="append", choices=("inference", "training"), help="only these modes (repeatable)")
-    run.add_argument("--dtype", action="append", help="only these dtypes, e.g. int64 (repeatable)")
-    run.add_argument("--compile-mode", help="torch.compile mode, e.g. max-autotune")
-    run.add_argument("--compile-option", action="append", default=[], metavar="KEY=VALUE",
-                     help="an Inductor config option for every case (repeatable)")
-    run.add_argument("--reference", choices=("auto", "fp64", "none"),
-                     help="float64 reference: auto (when a float output misses tolerance), fp64 (always), none")
-    run.add_argument("--inject", help=f"emulate another backend's launch boundary or inject a kernel fault ({INJECTIONS_HINT})")
-    run.add_argument("--bisect", action="store_true", help="probe every kernel launch and name the first whose output diverges")
+    add_to_argparse(run, RUN_OPTIONS)
     run.add_argument("--json", dest="json_path", help="write the result records here")
     run.add_argument("--report-dir", help="write results.json and an HTML report into this directory")
-    run.add_argument("--timeout", type=float, default=1800.0, help="seconds one case may run before it is stopped (default 1800)")
+    run.add_argument("--timeout", type=_seconds, default=1800.0,
+                     help="seconds one case may run before it is stopped (default 1800)")
     run.add_argument("--no-isolation", action="store_true", help="run cases in this process (a crash then ends the run)")
 
     report = commands.add_parser("report", help="render result files as one HTML report")
     report.add_argument("results", nargs="+", help="results JSON files (shards are merged)")
-    report.add_argument("-o", "--output", default="reports/index.html")
+    report.add_argument("-o", "--output", help="the HTML file to write (default: beside the first results file)")
     report.add_argument("--baseline", help="an earlier results file to diff against")
     return parser
+
+
+def _seconds(text: str) -> float:
+    try:
+        return parse_positive(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add_selection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cases", nargs="*", help="case names (default: all but full-size cases)")
     parser.add_argument("-k", dest="keyword", help="pytest-style expression over case names and tags")
     parser.add_argument("--tag", action="append", default=[], help="only cases with this tag (repeatable)")
-    parser.add_argument("--case-path", action="append", default=[], help="more case modules: a directory, .py file or module")
-    parser.add_argument("--full", action="store_true", help="include full-size cases (real shapes, whole models)")
+    add_to_argparse(parser, SELECTION_OPTIONS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -77,11 +76,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         return {"list": _list, "run": _run, "report": _report}[args.command](args)
     except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {exc}", error=True)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+        say("interrupted", error=True)
+        return EXIT_INTERRUPTED
+
+
+def say(text: str, error: bool = False) -> None:
+    """Print a line with control characters removed and unprintable bytes escaped, whatever the encoding."""
+    stream = sys.stderr if error else sys.stdout
+    text = _CONTROL.sub("", text)
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    text = text.encode(encoding, errors="backslashreplace").decode(encoding, errors="replace")
+    try:
+        print(text, file=stream, flush=True)
+    except BrokenPipeError:  # `harness run | head`: the reader left; the run goes on, quietly
+        _silence(stream)
+
+
+def _silence(stream) -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, stream.fileno())
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
 
 
 def _select(args: argparse.Namespace):
@@ -89,13 +109,16 @@ def _select(args: argparse.Namespace):
 
     registry = load_registry(args.case_path)
     for error in registry.errors:
-        print(f"error: {error}", file=sys.stderr)
+        say(f"error: {error}", error=True)
     try:
         chosen = registry.select(args.cases, args.keyword, args.tag, include_full=args.full)
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
     except Exception as exc:  # a malformed -k expression
         raise UsageError(f"bad selection: {exc}") from None
+    if not registry.cases and not registry.errors:
+        raise UsageError(f"no cases found: this installation has no cases/ directory ({registry.describe_sources()}); "
+                         "point at case modules with --case-path DIR")
     return registry, chosen
 
 
@@ -103,79 +126,66 @@ def _list(args: argparse.Namespace) -> int:
     if args.injections:
         from .emulation import INJECTIONS
 
+        say(f"{'INJECTION':28} WHAT IT DOES")
         for name, injection in INJECTIONS.items():
-            print(f"{name:28} {injection.summary}")
+            say(f"{name:28} {injection.summary}")
         return EXIT_OK
     registry, chosen = _select(args)
+    say(f"{'CASE':40} {'SIZE':4} {'MODES':20} {'DTYPES':22} TAGS")
+    runs = 0
     for case in chosen:
         dtypes = ",".join(str(d).removeprefix("torch.") for d in case.dtypes)
-        print(f"{case.name:40} {case.size:4} {','.join(case.modes):20} {dtypes:22} {' '.join(case.tags)}")
-    print(f"{len(chosen)} cases", file=sys.stderr)
+        runs += len(case.dtypes) * len(case.modes)
+        say(f"{case.name:40} {case.size:4} {','.join(case.modes):20} {dtypes:22} {' '.join(case.tags)}")
+    say(f"{_plural(len(chosen), 'case')}, {_plural(runs, 'case run')}", error=True)
     return EXIT_USAGE if registry.errors else EXIT_OK
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .devices import UnknownDeviceError, get_device
+    from .devices import get_device
     from .executor import Task, run_in_process, run_isolated
-    from .runner import RunConfig, runs_of
+    from .runner import runs_of
 
     try:
-        device = get_device(args.device)
-    except UnknownDeviceError as exc:
+        config = run_config_from(vars(args))
+    except ValueError as exc:
         raise UsageError(str(exc)) from None
-    unavailable = device.unavailable_reason()
+    unavailable = get_device(config.device).unavailable_reason()
     if unavailable:
-        raise UsageError(f"device {args.device} is not usable: {unavailable}")
-    _check_dtypes(args.dtype or [])
-    if args.inject:
-        _check_injection(args.inject)
-    config = RunConfig(
-        device=args.device, backend=args.backend, npu_backend=args.npu_backend,
-        compile_mode=args.compile_mode, compile_options=_parse_options(args.compile_option, args.device),
-        reference=args.reference, inject=args.inject, bisect=args.bisect,
-    )
+        raise UsageError(f"device {config.device} is not usable: {unavailable}")
     registry, chosen = _select(args)
     tasks = [Task(case, str(dtype).removeprefix("torch."), mode)
              for case in chosen for dtype, mode in runs_of(case, args.dtype, args.mode)]
     if not tasks:
-        raise UsageError("no case, dtype and mode matches the selection (`python -m harness list` shows the cases)")
+        raise UsageError("no case, dtype and mode matches the selection (`harness list` shows the cases)")
 
     started_at, started = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
-    print(f"running {len(tasks)} case runs on {args.device} with backend {args.backend}"
-          + (f" (emulation: {args.inject})" if args.inject else ""), flush=True)
+    say(f"running {_plural(len(tasks), 'case run')} on {config.device} with backend {config.backend}"
+        + (f" (emulation: {config.inject})" if config.inject else ""))
     runs = run_in_process(tasks, config) if args.no_isolation else run_isolated(tasks, config, args.case_path, args.timeout)
     results: list[R.CaseResult] = []
     for position, record in enumerate(runs, 1):
         results.append(record)
-        print(f"[{position}/{len(tasks)}] {record.summary()}", flush=True)
+        say(f"[{position}/{len(tasks)}] {record.summary()}")
+        if record.status in (R.FAIL, R.ERROR, R.XPASS) and record.command:
+            say(f"    reproduce: {record.command}")
 
-    run_meta = {
-        "started_at": started_at, "duration_s": round(time.perf_counter() - started, 3),
-        "device": args.device, "backend": args.backend, "emulation": args.inject,
-        "command": " ".join(["python -m harness", *sys.argv[1:]]) if argv_is_cli() else None,
-        "versions": next((r.versions for r in results if r.versions), {}),
-        "load_errors": [str(e) for e in registry.errors],
-    }
-    _write_outputs(args, results, run_meta)
-    print(_totals(results))
+    from .publish import publish, run_metadata
+
+    meta = run_metadata(results, command=" ".join(["harness", *sys.argv[1:]]) if argv_is_cli() else None,
+                        device=config.device, backend=config.backend, emulation=config.inject,
+                        started_at=started_at, duration_s=round(time.perf_counter() - started, 3),
+                        load_errors=[str(e) for e in registry.errors])
+    for path in publish(results, meta, args.json_path, args.report_dir):
+        say(f"{'report' if path.endswith('.html') else 'results'}: {path}")
+    say(totals(results))
     if registry.errors:
         return EXIT_USAGE
-    return EXIT_FAILED if any(r.status in R.FAILING_STATUSES for r in results) else EXIT_OK
+    return EXIT_FAILED if any(R.is_failing(r.status) for r in results) else EXIT_OK
 
 
 def argv_is_cli() -> bool:
     return os.path.basename(sys.argv[0]) in ("__main__.py", "harness")
-
-
-def _write_outputs(args: argparse.Namespace, results: list[R.CaseResult], run_meta: dict) -> None:
-    json_path = args.json_path or (os.path.join(args.report_dir, "results.json") if args.report_dir else None)
-    if json_path:
-        R.write_results(json_path, results, run_meta)
-        print(f"results: {json_path}")
-    if args.report_dir:
-        from .report import write_report
-
-        print(f"report: {write_report([json_path], os.path.join(args.report_dir, 'index.html'))}")
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -184,54 +194,14 @@ def _report(args: argparse.Namespace) -> int:
         raise UsageError(f"no such results file: {', '.join(missing)}")
     from .report import write_report
 
+    output = args.output or os.path.splitext(args.results[0])[0] + ".html"
     try:
-        print(write_report(args.results, args.output, args.baseline))
+        say(f"report: {write_report(args.results, output, args.baseline)}")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return EXIT_OK
 
 
-def _totals(results: list[R.CaseResult]) -> str:
-    counts = {status: sum(r.status == status for r in results) for status in R.STATUSES}
+def totals(results: Sequence[R.CaseResult]) -> str:
+    counts = {status: sum(r.status == status for r in results) for status in R.Status}
     return "== " + ", ".join(f"{n} {status}" for status, n in counts.items() if n) + " =="
-
-
-def _check_dtypes(names: list[str]) -> None:
-    import torch
-
-    bad = [n for n in names if not isinstance(getattr(torch, n, None), torch.dtype)]
-    if bad:
-        raise UsageError(f"unknown dtype {', '.join(bad)}; use torch's names, e.g. float32, bfloat16, int64")
-
-
-def _check_injection(name: str) -> None:
-    from .emulation import parse_injection
-
-    try:
-        parse_injection(name)
-    except ValueError as exc:
-        raise UsageError(f"{exc} ({INJECTIONS_HINT})") from None
-
-
-def _parse_options(pairs: list[str], device: str) -> dict:
-    from torch._inductor import config as inductor_config
-
-    known = set(inductor_config.get_config_copy())
-    options = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        if not sep:
-            raise UsageError(f"--compile-option {pair!r} is not KEY=VALUE")
-        if key not in known and not (device == "npu" and key == "npu_backend"):
-            raise UsageError(f"--compile-option {key!r} is not an Inductor config option of torch {_torch_version()}")
-        try:
-            options[key] = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            options[key] = text
-    return options
-
-
-def _torch_version() -> str:
-    import torch
-
-    return torch.__version__

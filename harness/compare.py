@@ -1,4 +1,20 @@
-"""Element-by-element comparison of a compiled tensor with its eager twin.
+"""Element-by-element comparison of a compiled result with its eager twin: the verdict policy.
+
+One policy decides every verdict the harness gives, for a case's outputs and
+for the buffers the probe compares inside a run (`Verdict`):
+
+1. Non-finite values first: NaN, +inf and -inf must sit at the same positions
+   (for complex values, in both parts), or the result fails whatever rule
+   decides the finite part.
+2. Integers and bool must match exactly; floating and complex values get
+   `torch.testing.assert_close`'s tolerance for their dtype (complex: the
+   magnitude of the difference, with the tolerance of the real dtype).
+3. A floating result that misses the tolerance still passes when its error
+   against a float64 reference is within a small multiple of eager's own
+   error (torchbench's RMSE rule), unless `strict_eager` asks for eager's
+   dtype semantics. Such a pass carries a note: it differs from eager.
+4. Non-tensor leaves (int, float, bool, str, None) must be equal; a result
+   present on one side only fails.
 
 Metrics are computed on the tensors' device in float64 (integers up to 2**53
 exactly, which covers every index tensor a kernel can address), then leave as
@@ -8,17 +24,61 @@ plain numbers in an `OutputComparison`; nothing downstream sees a tensor.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 import torch
 
 from .records import ErrorHistogram, MismatchMap, OutputComparison, Sample
-from .tolerances import Tolerance, is_exact_dtype, rmse_multiplier, tolerance_for
+from .tolerances import DEFAULT_TOLERANCES, Tolerance, is_exact_dtype, rmse_multiplier, tolerance_for
 
 MAX_SAMPLES = 5
 COSINE_THRESHOLD = 0.99  # torch._dynamo.utils.same with cos_similarity=True
 MAP_CELLS = 64
+# A 1-D result is drawn as a square grid of this many columns, not as one unreadable strip.
+MAP_COLUMNS_1D = 64
 HISTOGRAM_MAX_BINS = 24
+# Python floats usually come from `.item()` of a float32 tensor: they get float32's tolerance.
+PYTHON_FLOAT_TOLERANCE = DEFAULT_TOLERANCES[torch.float32]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verdict policy: the same rules for outputs, gradients, mutated inputs and probed buffers."""
+
+    tolerances: Mapping[torch.dtype, Tolerance] = field(default_factory=dict)
+    # torchbench's last resort: a float result failing tolerance and the RMSE
+    # rule still passes with cosine similarity >= 0.99 (off unless a case asks).
+    cosine_fallback: bool = False
+    # Eager's dtype semantics are the contract: no pass by being closer to float64.
+    strict_eager: bool = False
+    # Whether a float64 reference may decide a float result that misses its tolerance (a case's `reference`).
+    use_reference: bool = True
+
+    def tensors(self, name: str, actual: torch.Tensor, expected: torch.Tensor,
+                reference: torch.Tensor | None = None) -> OutputComparison:
+        return compare_tensors(name, actual, expected, tolerances=self.tolerances, reference=reference,
+                               cosine_fallback=self.cosine_fallback, strict_eager=self.strict_eager)
+
+    def values(self, name: str, actual: Any, expected: Any, reference: Any = None) -> OutputComparison:
+        """Any pair of results: tensors by the tensor rules, other leaves by equality."""
+        if isinstance(actual, torch.Tensor) and isinstance(expected, torch.Tensor):
+            return self.tensors(name, actual, expected, reference if isinstance(reference, torch.Tensor) else None)
+        return compare_leaves(name, actual, expected)
+
+    def quick_match(self, actual: torch.Tensor, expected: torch.Tensor) -> bool:
+        """True when the full comparison would pass by tolerance alone; cheap, for the probe's many buffers."""
+        if actual.shape != expected.shape or actual.dtype != expected.dtype:
+            return False
+        if is_exact_dtype(expected.dtype):
+            return bool(torch.equal(actual, expected))
+        tol = tolerance_for(expected.dtype, self.tolerances)
+        return bool(torch.isclose(actual, expected, rtol=tol.rtol, atol=tol.atol, equal_nan=True).all())
+
+    def wants_reference(self, comparison: OutputComparison) -> bool:
+        """Whether a float64 reference could still turn this failure into a pass."""
+        return (self.use_reference and not comparison.passed and comparison.rule == "tolerance"
+                and not comparison.nan_mismatch and not comparison.inf_mismatch)
 
 
 def compare_tensors(
@@ -29,15 +89,10 @@ def compare_tensors(
     tolerances: Mapping[torch.dtype, Tolerance] | None = None,
     reference: torch.Tensor | None = None,
     cosine_fallback: bool = False,
+    strict_eager: bool = False,
 ) -> OutputComparison:
-    """Compare `actual` (compiled) with `expected` (eager).
-
-    `reference`, when given, is the same output computed in float64; it lets a
-    floating output that misses the tolerance pass by torchbench's RMSE rule.
-    With `cosine_fallback`, one that still fails passes at cosine similarity
-    >= 0.99 (torchbench's `cos_similarity` mode).
-    """
-    tol = tolerance_for(expected.dtype, tolerances)
+    """Compare `actual` (compiled) with `expected` (eager) under the verdict policy (module docstring)."""
+    tol = tolerance_for(_real_dtype(expected.dtype), tolerances)
     notes: list[str] = []
     if actual.shape != expected.shape:
         notes.append(f"shape {tuple(actual.shape)} != {tuple(expected.shape)}")
@@ -53,20 +108,22 @@ def compare_tensors(
     if expected.dim() and actual.numel() > 1 and actual.stride() != expected.stride():
         notes.append(f"stride {tuple(actual.stride())} != {tuple(expected.stride())}")
 
-    exact = is_exact_dtype(expected.dtype)
-    a = actual.detach().to(device=expected.device, dtype=torch.float64)
-    e = expected.detach().to(torch.float64)
+    exact = is_exact_dtype(expected.dtype) and not actual.is_complex()
+    wide = torch.complex128 if (expected.is_complex() or actual.is_complex()) else torch.float64
+    a = actual.detach().to(device=expected.device, dtype=wide)
+    e = expected.detach().to(wide)
     if exact:
         bad_mask = actual.detach().to(expected.device) != expected.detach()
     else:
         bad_mask = ~torch.isclose(a, e, rtol=tol.rtol, atol=tol.atol, equal_nan=True)
+    nan_mask, inf_mask = _nonfinite_mismatches(a, e)
+    bad_mask = bad_mask | nan_mask | inf_mask
 
-    same_nonfinite = (a == e) | (a.isnan() & e.isnan())
-    abs_diff = torch.where(same_nonfinite, torch.zeros_like(a), (a - e).abs())
-    finite_diff = torch.where(abs_diff.isfinite(), abs_diff, torch.zeros_like(abs_diff))
-    rel_diff = finite_diff / e.abs()
-    rel_diff = torch.where(finite_diff == 0, torch.zeros_like(rel_diff), rel_diff)
-    rel_diff = torch.where(rel_diff.isnan(), torch.zeros_like(rel_diff), rel_diff)
+    # |a - e| over elements whose non-finite parts agree; matching NaN or inf counts as no difference.
+    agree = ~(nan_mask | inf_mask)
+    abs_diff = torch.where(agree & _all_finite(a) & _all_finite(e), (a - e).abs(), torch.zeros((), dtype=torch.float64, device=a.device))
+    rel_diff = abs_diff / e.abs()
+    rel_diff = torch.where((abs_diff == 0) | rel_diff.isnan(), torch.zeros_like(rel_diff), rel_diff)
 
     numel = expected.numel()
     bad = int(bad_mask.sum().item())
@@ -83,34 +140,128 @@ def compare_tensors(
         rule="exact" if exact else "tolerance",
         rtol=tol.rtol,
         atol=tol.atol,
-        nan_mismatch=int((a.isnan() ^ e.isnan()).sum().item()),
-        inf_mismatch=int(((a.isinf() | e.isinf()) & ~same_nonfinite & ~a.isnan() & ~e.isnan()).sum().item()),
+        nan_mismatch=int(nan_mask.sum().item()),
+        inf_mismatch=int(inf_mask.sum().item()),
         stride_actual=list(actual.stride()),
         stride_expected=list(expected.stride()),
         layout_notes=notes,
     )
     if numel == 0:
         return result
-    result.max_abs, result.max_abs_index = _max_with_index(finite_diff, expected.shape)
-    result.max_rel, result.max_rel_index = _max_with_index(rel_diff, expected.shape)
+    nonfinite = nan_mask | inf_mask
+    if result.nan_mismatch or result.inf_mismatch:
+        # A NaN or an inf where the other side has something else is infinitely off.
+        first = _unravel(int(nonfinite.reshape(-1).nonzero()[0, 0].item()), expected.shape)
+        result.max_abs = result.max_rel = math.inf
+        result.max_abs_index = result.max_rel_index = first
+        result.cosine = math.nan
+    else:
+        result.max_abs, result.max_abs_index = _max_with_index(abs_diff, expected.shape)
+        result.max_rel, result.max_rel_index = _max_with_index(rel_diff, expected.shape)
+        result.cosine = _cosine(a, e)
     result.actual_max = _finite_max(a)
     result.expected_max = _finite_max(e)
-    result.cosine = _cosine(a, e)
     if bad:
         result.samples = _samples(bad_mask, actual, expected)
         result.mismatch_map = _mismatch_map(bad_mask)
-        result.error_histogram = _error_histogram(finite_diff)
-    if not result.passed and dtype_ok and not exact and reference is not None:
-        _apply_rmse_rule(result, a, e, reference)
-    if not result.passed and dtype_ok and not exact and cosine_fallback and not result.nan_mismatch:
+        result.error_histogram = _error_histogram(abs_diff)
+    if not dtype_ok or exact or result.nan_mismatch or result.inf_mismatch or result.passed:
+        return result
+    if reference is not None:
+        _apply_rmse_rule(result, a, e, reference, strict_eager)
+    if not result.passed and cosine_fallback and not strict_eager:
         result.rule, result.passed = "cosine", (result.cosine or 0.0) >= COSINE_THRESHOLD
+        if result.passed:
+            result.note = f"differs from eager beyond tolerance in {bad} elements; passed by cosine similarity"
     return result
 
 
-def _apply_rmse_rule(result: OutputComparison, actual: torch.Tensor, expected: torch.Tensor, reference: torch.Tensor) -> None:
+def compare_leaves(name: str, actual: Any, expected: Any) -> OutputComparison:
+    """Non-tensor results (int, float, bool, str, None, or a tensor against a non-tensor): equal or not."""
+    passed, max_abs = _leaves_equal(actual, expected)
+    kind = type(expected).__name__
+    result = OutputComparison(
+        name=name, dtype=kind, shape=[], numel=1, bad=0 if passed else 1, bad_pct=0.0 if passed else 100.0,
+        max_abs=max_abs, max_rel=0.0, passed=passed, rule="equal",
+    )
+    if type(actual) is not type(expected):
+        result.layout_notes.append(f"type {type(actual).__name__} != {kind}")
+    if isinstance(expected, float) and not isinstance(actual, bool):
+        result.rtol, result.atol = PYTHON_FLOAT_TOLERANCE.rtol, PYTHON_FLOAT_TOLERANCE.atol
+    if not passed:
+        result.samples = [Sample(index=[], actual=_plain(actual), expected=_plain(expected))]
+    return result
+
+
+def missing_result(name: str, present_on: str, value: Any) -> OutputComparison:
+    """A result one side produced and the other did not (an output, a gradient, a leaf)."""
+    shape = list(value.shape) if isinstance(value, torch.Tensor) else []
+    numel = value.numel() if isinstance(value, torch.Tensor) else 1
+    dtype = _dtype_name(value.dtype) if isinstance(value, torch.Tensor) else type(value).__name__
+    return OutputComparison(
+        name=name, dtype=dtype, shape=shape, numel=numel, bad=numel, bad_pct=100.0,
+        max_abs=math.inf, max_rel=math.inf, passed=False, rule="missing",
+        layout_notes=[f"only {present_on} produced it"],
+    )
+
+
+def _leaves_equal(actual: Any, expected: Any) -> tuple[bool, float]:
+    """(equal, |difference|): same type, and the same value (Python floats within float32's tolerance)."""
+    if type(actual) is not type(expected):
+        return False, math.inf
+    if isinstance(expected, float):
+        if math.isnan(actual) or math.isnan(expected):
+            both = math.isnan(actual) and math.isnan(expected)
+            return both, 0.0 if both else math.inf
+        if math.isinf(actual) or math.isinf(expected):
+            return actual == expected, 0.0 if actual == expected else math.inf
+        close = math.isclose(actual, expected, rel_tol=PYTHON_FLOAT_TOLERANCE.rtol, abs_tol=PYTHON_FLOAT_TOLERANCE.atol)
+        return close, abs(actual - expected)
+    if isinstance(expected, int) and not isinstance(expected, bool):
+        return actual == expected, float(abs(actual - expected))
+    try:
+        return bool(actual == expected), 0.0 if actual == expected else math.inf
+    except Exception:  # an object whose == is not a truth value
+        return repr(actual) == repr(expected), 0.0
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-able stand-in for a sample value: numbers as they are, anything else as its repr."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, complex):
+        return repr(value)
+    return repr(value)
+
+
+def _real_dtype(dtype: torch.dtype) -> torch.dtype:
+    # Complex tolerances are those of their parts' dtype (torch.testing does the same).
+    return {torch.complex32: torch.float16, torch.complex64: torch.float32,
+            torch.complex128: torch.float64}.get(dtype, dtype)
+
+
+def _all_finite(x: torch.Tensor) -> torch.Tensor:
+    return x.isfinite() if not x.is_complex() else (x.real.isfinite() & x.imag.isfinite())
+
+
+def _parts(x: torch.Tensor) -> torch.Tensor:
+    """A trailing dimension of parts: (real, imag) for complex values, the value itself otherwise."""
+    return torch.view_as_real(x) if x.is_complex() else x.unsqueeze(-1)
+
+
+def _nonfinite_mismatches(a: torch.Tensor, e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Elements whose NaN positions differ, and elements with an inf on either side that is not the same inf."""
+    pa, pe = _parts(a), _parts(e)
+    nan_mismatch = (pa.isnan() != pe.isnan()).any(-1)
+    inf_mismatch = ((pa.isinf() | pe.isinf()) & (pa != pe) & ~pa.isnan() & ~pe.isnan()).any(-1)
+    return nan_mismatch, inf_mismatch & ~nan_mismatch
+
+
+def _apply_rmse_rule(result: OutputComparison, actual: torch.Tensor, expected: torch.Tensor,
+                     reference: torch.Tensor, strict_eager: bool) -> None:
     """torchbench's rule: pass when compiled is no further from fp64 than eager is (times a multiplier)."""
-    ref = reference.detach().to(device=expected.device, dtype=torch.float64)
-    if ref.shape != expected.shape or result.nan_mismatch:
+    ref = reference.detach().to(device=expected.device, dtype=expected.dtype)
+    if ref.shape != expected.shape:
         return
     rmse_actual = _rmse(actual, ref)
     rmse_expected = _rmse(expected, ref)
@@ -118,12 +269,19 @@ def _apply_rmse_rule(result: OutputComparison, actual: torch.Tensor, expected: t
     result.rmse_actual, result.rmse_expected, result.rmse_multiplier = rmse_actual, rmse_expected, multiplier
     result.rule = "rmse_vs_fp64"
     # torchbench's slack is tol / 10; here the absolute tolerance in force plays tol.
-    result.passed = rmse_actual <= multiplier * rmse_expected + result.atol / 10
+    closer = rmse_actual <= multiplier * rmse_expected + result.atol / 10
+    if closer and strict_eager:
+        result.note = (f"differs from eager beyond tolerance in {result.bad} elements; closer to float64, "
+                       "but eager's dtype semantics are required (strict eager)")
+        return
+    result.passed = closer
+    if closer:
+        result.note = f"differs from eager beyond tolerance in {result.bad} elements; closer to float64"
 
 
 def _rmse(x: torch.Tensor, ref: torch.Tensor) -> float:
-    both_finite = x.isfinite() & ref.isfinite()
-    diff = torch.where(both_finite, x - ref, torch.zeros_like(x))
+    both_finite = _all_finite(x) & _all_finite(ref)
+    diff = torch.where(both_finite, (x - ref).abs(), torch.zeros((), dtype=torch.float64, device=x.device))
     return math.sqrt(float((diff * diff).mean().item()))
 
 
@@ -142,13 +300,15 @@ def _unravel(position: int, shape: torch.Size) -> list[int]:
 
 
 def _finite_max(values: torch.Tensor) -> float | None:
+    if values.is_complex():
+        values = values.abs()
     finite = values[values.isfinite()]
     return float(finite.max().item()) if finite.numel() else None
 
 
 def _cosine(a: torch.Tensor, e: torch.Tensor) -> float | None:
-    finite = a.isfinite() & e.isfinite()
-    a, e = a[finite], e[finite]
+    finite = _all_finite(a) & _all_finite(e)
+    a, e = _parts(a[finite]).reshape(-1), _parts(e[finite]).reshape(-1)
     norms = float(a.norm().item()) * float(e.norm().item())
     if norms == 0.0:
         return 1.0 if bool(torch.equal(a, e)) else 0.0
@@ -162,16 +322,20 @@ def _samples(bad_mask: torch.Tensor, actual: torch.Tensor, expected: torch.Tenso
     return [
         Sample(
             index=_unravel(p, expected.shape),
-            actual=flat_actual[p].item(),
-            expected=flat_expected[p].item(),
+            actual=_plain(flat_actual[p].item()),
+            expected=_plain(flat_expected[p].item()),
         )
         for p in positions
     ]
 
 
 def _mismatch_map(bad_mask: torch.Tensor) -> MismatchMap:
-    cols = bad_mask.shape[-1] if bad_mask.dim() else 1
-    rows = bad_mask.numel() // max(cols, 1)
+    if bad_mask.dim() <= 1:
+        # A 1-D result wraps into rows of MAP_COLUMNS_1D, so its map is a picture, not a strip.
+        cols = min(MAP_COLUMNS_1D, max(bad_mask.numel(), 1))
+    else:
+        cols = bad_mask.shape[-1]
+    rows = math.ceil(bad_mask.numel() / max(cols, 1))
     cell_rows = max(1, math.ceil(rows / MAP_CELLS))
     cell_cols = max(1, math.ceil(cols / MAP_CELLS))
     grid_rows = math.ceil(rows / cell_rows)

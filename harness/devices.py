@@ -37,6 +37,9 @@ class Device:
     def reset_peak_memory(self) -> None:
         pass
 
+    def release(self) -> None:
+        """Give cached device memory back between cases."""
+
     def peak_memory_bytes(self) -> int | None:
         return None
 
@@ -79,6 +82,10 @@ class Cuda(Device):
     def reset_peak_memory(self) -> None:
         torch.cuda.reset_peak_memory_stats()
 
+    def release(self) -> None:
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
     def peak_memory_bytes(self) -> int | None:
         return torch.cuda.max_memory_allocated()
 
@@ -115,6 +122,9 @@ class Npu(Device):
 
     def reset_peak_memory(self) -> None:
         torch.npu.reset_peak_memory_stats()  # type: ignore[attr-defined]
+
+    def release(self) -> None:
+        torch.npu.empty_cache()  # type: ignore[attr-defined]
 
     def peak_memory_bytes(self) -> int | None:
         return torch.npu.max_memory_allocated()  # type: ignore[attr-defined]

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import torch
 
 from .inductor_compat import ROLE_INOUT, ROLE_OUT, Launch
-from .inputs import extent, is_non_overlapping_and_dense
+from .layout import extent, is_non_overlapping_and_dense
 
 # What the NPU vector core cannot hold, and what the launcher narrows it to.
 NARROWED_DTYPES = {torch.int64: torch.int32, torch.float64: torch.float32}

@@ -1,27 +1,39 @@
-"""How a program runs in each mode, eager or compiled, producing named result tensors.
+"""How a program runs in each mode, eager or compiled, producing named results.
 
-- inference: the outputs (`out0`, ...) and in-place updates of inputs (`mutated_in0`, ...);
+- inference: the outputs (`out0`, ... for tensors, `out[1]['e']` for other
+  leaves of the output tree);
 - training: also the gradients of inputs (`grad_in0`) and parameters
   (`grad.<name>`) for fixed random cotangents;
 - train_step: one optimizer step, as torchbench's accuracy check runs it:
   zero_grad, forward, loss, backward, SGD step, the whole step compiled;
   results are `loss`, every parameter's `grad.<name>` and updated `param.<name>`.
 
-Every run works on exact copies (layouts kept) of the inputs and of the module,
-so eager, compiled and float64 runs never share state.
+In every mode, the state a program can change in place is results too,
+judged by value: every tensor input (`mutated_in<k>`), module buffer
+(`buffer.<name>`) and, outside train_step, parameter (`param.<name>`) is
+compared with its value before the run; a side that changed one reports it
+(version counters are not trusted: eager's native batch norm updates its
+running stats without bumping them).
+
+A `Session` prepares one side once (module copy, optimizer, compile wrapper)
+and runs it any number of times on exact copies (layouts kept) of the inputs,
+restoring the module's state in between, so eager, compiled and float64 runs
+never share state and a compiled program can run again without recompiling.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import keystr, tree_flatten_with_path
 
 from .devices import Device
-from .inputs import TensorSpec, clone_exact, materialize
+from .inputs import TensorSpec, materialize
+from .layout import clone_exact
 
 Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
 # torchbench's optimizer for training accuracy runs.
@@ -45,6 +57,31 @@ class Inputs:
     def float64(self) -> "Inputs":
         return self.copy(lambda t: torch.float64 if t.is_floating_point() else None)
 
+    def named_tensors(self) -> list[tuple[str, torch.Tensor]]:
+        """(`mutated_in<k>`, tensor) for every tensor input, positional then keyword."""
+        items = list(enumerate(self.args)) + list(self.kwargs.items())
+        return [(f"mutated_in{key}", value) for key, value in items if isinstance(value, torch.Tensor)]
+
+
+@dataclass
+class Results:
+    """One run's results: what the program returned and computed, and the state it left."""
+
+    # Outputs, gradients, loss and updated parameters, in a stable order.
+    values: dict[str, Any] = field(default_factory=dict)
+    # Output name -> its path in the output tree (`[0]`, `['logits']`).
+    paths: dict[str, str] = field(default_factory=dict)
+    # Every tensor input, module buffer and parameter after the run, by result name.
+    state: dict[str, torch.Tensor] = field(default_factory=dict)
+    # Names in `state` whose values the run changed.
+    changed: set[str] = field(default_factory=set)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Every tensor result and changed state by name (what a probe or a diagnosis compares)."""
+        found = {k: v for k, v in self.values.items() if isinstance(v, torch.Tensor)}
+        found.update({k: self.state[k] for k in self.state if k in self.changed})
+        return found
+
 
 def materialize_inputs(args: Any, kwargs: Mapping[str, Any], dtype: torch.dtype, device: Device, seed: int) -> Inputs:
     """Specs become tensors on the device (values drawn on the CPU, in order, from one seeded generator)."""
@@ -60,41 +97,114 @@ def materialize_inputs(args: Any, kwargs: Mapping[str, Any], dtype: torch.dtype,
     return Inputs([one(a) for a in args], {k: one(v) for k, v in kwargs.items()})
 
 
-def execute(fn: Callable[..., Any], inputs: Inputs, mode: str, device: Device, seed: int,
-            wrap: Wrap = lambda f: f, float64: bool = False) -> dict[str, torch.Tensor]:
-    """Run `fn` (wrapped by `wrap`, e.g. torch.compile) on copies of `inputs`; returns named tensors."""
-    run = inputs.float64() if float64 else inputs.copy()
-    if isinstance(fn, torch.nn.Module):
-        fn = copy.deepcopy(fn)
-        if float64:
-            fn = fn.double()
-    results = _MODES[mode](fn, run, seed, wrap)
-    device.synchronize()
+class Session:
+    """One side of a comparison (eager, compiled, float64), prepared once and run any number of times."""
+
+    def __init__(self, fn: Callable[..., Any], inputs: Inputs, mode: str, device: Device, seed: int,
+                 wrap: Wrap = lambda f: f, float64: bool = False):
+        self.inputs, self.mode, self.device, self.seed, self.float64 = inputs, mode, device, seed, float64
+        self.module = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else None
+        if self.module is not None and float64:
+            self.module = self.module.double()
+        self._fn = self.module if self.module is not None else fn
+        # The module's state before any run: every run starts from it, and mutations are judged against it.
+        self._pristine = {name: clone_exact(t.detach()) for name, t in _module_state(self.module)}
+        self._runs = 0
+        if mode == "train_step":
+            self._callable = _train_step_callable(self._fn, wrap)
+        else:
+            self._callable = wrap(self._fn)
+
+    def run(self) -> Results:
+        if self._runs:
+            self._restore_module()
+        self._runs += 1
+        run_inputs = self.inputs.float64() if self.float64 else self.inputs.copy()
+        with _default_dtype(torch.float64 if self.float64 else None):
+            results = _MODES[self.mode](self, run_inputs)
+        self.device.synchronize()
+        _record_state(results, run_inputs, self.inputs, self.module, self._pristine, self.mode)
+        return results
+
+    def _restore_module(self) -> None:
+        with torch.no_grad():
+            for name, tensor in _module_state(self.module):
+                tensor.copy_(self._pristine[name])
+                if isinstance(tensor, torch.nn.Parameter):
+                    tensor.grad = None
+
+
+def _module_state(module: torch.nn.Module | None) -> list[tuple[str, torch.Tensor]]:
+    if module is None:
+        return []
+    return ([(f"param.{n}", p) for n, p in module.named_parameters()]
+            + [(f"buffer.{n}", b) for n, b in module.named_buffers() if b is not None])
+
+
+def _record_state(results: Results, run_inputs: Inputs, pristine_inputs: Inputs, module: torch.nn.Module | None,
+                  pristine_module: dict[str, torch.Tensor], mode: str) -> None:
+    before = dict(pristine_inputs.named_tensors())
+    for name, tensor in run_inputs.named_tensors():
+        results.state[name] = tensor.detach()
+        if not same_values(tensor.detach(), before[name]):
+            results.changed.add(name)
+    for name, tensor in _module_state(module):
+        if mode == "train_step" and name.startswith("param."):
+            continue  # already results: every updated parameter is compared
+        # A copy: the live tensor is restored before the session's next run.
+        results.state[name] = clone_exact(tensor.detach())
+        if not same_values(tensor.detach(), pristine_module[name].to(tensor.dtype)):
+            results.changed.add(name)
+
+
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal shape, dtype and values, NaN equal to NaN (what "unchanged" means for a mutation)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point() or a.is_complex():
+        return bool(((a == b) | (a.isnan() & b.isnan())).all())
+    return bool(torch.equal(a, b))
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype | None) -> Iterator[None]:
+    # The float64 reference: tensors a program makes without a dtype (`torch.zeros(n)`) are float64 too.
+    if dtype is None:
+        yield
+        return
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def _inference(session: Session, inputs: Inputs) -> Results:
+    with torch.no_grad():
+        return _forward(session._callable, inputs)[0]
+
+
+def _training(session: Session, inputs: Inputs) -> Results:
+    with torch.enable_grad():
+        results, outputs = _forward(session._callable, inputs)
+        results.values.update(_gradients(session._fn, inputs, outputs, session.seed))
     return results
 
 
-def _inference(fn: Callable[..., Any], inputs: Inputs, seed: int, wrap: Wrap) -> dict[str, torch.Tensor]:
-    with torch.no_grad():
-        return _forward(wrap(fn), inputs)[0]
-
-
-def _training(fn: Callable[..., Any], inputs: Inputs, seed: int, wrap: Wrap) -> dict[str, torch.Tensor]:
-    with torch.enable_grad():
-        named, outputs = _forward(wrap(fn), inputs)
-        named.update(_gradients(fn, inputs, outputs, seed))
-    return named
-
-
-def _forward(fn: Callable[..., Any], inputs: Inputs) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
-    tensors_in = list(enumerate(inputs.args)) + list(inputs.kwargs.items())
-    versions = {key: value._version for key, value in tensors_in if isinstance(value, torch.Tensor)}
-    flat_outputs, _ = tree_flatten(fn(*inputs.args, **inputs.kwargs))
-    outputs = [t for t in flat_outputs if isinstance(t, torch.Tensor)]
-    named = {f"out{i}": t.detach() for i, t in enumerate(outputs)}
-    # In-place updates of inputs are results too (the version counter says which happened).
-    named.update({f"mutated_in{key}": value.detach() for key, value in tensors_in
-                  if key in versions and value._version != versions[key]})
-    return named, outputs
+def _forward(fn: Callable[..., Any], inputs: Inputs) -> tuple[Results, list[torch.Tensor]]:
+    leaves = tree_flatten_with_path(fn(*inputs.args, **inputs.kwargs), is_leaf=lambda x: x is None)[0]
+    results, tensors = Results(), []
+    for path, leaf in leaves:
+        if isinstance(leaf, torch.Tensor):
+            name = f"out{len(tensors)}"
+            tensors.append(leaf)
+            results.values[name] = leaf.detach()
+        else:
+            name = f"out{keystr(path)}"
+            results.values[name] = leaf
+        results.paths[name] = keystr(path)
+    return results, tensors
 
 
 def _gradients(fn: Callable[..., Any], inputs: Inputs, outputs: list[torch.Tensor], seed: int) -> dict[str, torch.Tensor]:
@@ -113,9 +223,10 @@ def _gradients(fn: Callable[..., Any], inputs: Inputs, outputs: list[torch.Tenso
     return {name: g for (name, _), g in zip(wrt, grads) if g is not None}
 
 
-def _train_step(model: Any, inputs: Inputs, seed: int, wrap: Wrap) -> dict[str, torch.Tensor]:
+def _train_step_callable(model: Any, wrap: Wrap) -> Callable[..., torch.Tensor]:
     if not isinstance(model, torch.nn.Module):
         raise TypeError("train_step mode needs an nn.Module program")
+    # SGD without momentum keeps no state, so a restored module is a fresh start.
     optimizer = torch.optim.SGD(model.parameters(), lr=TRAIN_STEP_LR, foreach=True)
 
     def step(*args: Any, **kwargs: Any) -> torch.Tensor:
@@ -125,14 +236,19 @@ def _train_step(model: Any, inputs: Inputs, seed: int, wrap: Wrap) -> dict[str, 
         optimizer.step()
         return loss.detach()
 
+    return wrap(step)
+
+
+def _train_step(session: Session, inputs: Inputs) -> Results:
     with torch.enable_grad():
-        loss = wrap(step)(*inputs.args, **inputs.kwargs)
-    named = {"loss": loss}
-    for name, parameter in model.named_parameters():
+        loss = session._callable(*inputs.args, **inputs.kwargs)
+    results = Results(values={"loss": loss})
+    for name, parameter in session._fn.named_parameters():
         if parameter.grad is not None:
-            named[f"grad.{name}"] = parameter.grad.detach()
-        named[f"param.{name}"] = parameter.detach()
-    return named
+            results.values[f"grad.{name}"] = parameter.grad.detach()
+        # A copy: the live parameter is restored before the session's next run.
+        results.values[f"param.{name}"] = clone_exact(parameter.detach())
+    return results
 
 
 def loss_of(output: Any) -> torch.Tensor:

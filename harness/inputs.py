@@ -16,6 +16,8 @@ from typing import Any, Sequence
 
 import torch
 
+from .layout import clone_exact, contiguous_stride, extent, is_non_overlapping, is_non_overlapping_and_dense  # noqa: F401  (re-exported for case authors)
+
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -44,21 +46,6 @@ class TensorSpec:
 
     def describe(self) -> str:
         return f"size={self.size} stride={self.resolved_stride} offset={self.storage_offset} storage={self.storage_numel or self.needed_storage()}"
-
-
-def contiguous_stride(size: Sequence[int]) -> tuple[int, ...]:
-    stride, running = [], 1
-    for dim in reversed(size):
-        stride.append(running)
-        running *= max(dim, 1)
-    return tuple(reversed(stride))
-
-
-def extent(size: Sequence[int], stride: Sequence[int]) -> int:
-    """Elements from the first to one past the last address a view reads."""
-    if any(s == 0 for s in size):
-        return 0
-    return 1 + sum((n - 1) * st for n, st in zip(size, stride))
 
 
 # Layout constructors: each returns a TensorSpec whose view has the layout named.
@@ -97,31 +84,6 @@ def strided(size: Sequence[int], stride: Sequence[int], storage_offset: int = 0,
     return TensorSpec(tuple(size), stride=tuple(stride), storage_offset=storage_offset, storage_numel=storage_numel, **kw)
 
 
-def is_non_overlapping(t: torch.Tensor) -> bool:
-    """Whether no two elements share an address (gaps allowed): a layout `copy_` can write."""
-    dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size != 1)
-    reach = 0  # elements spanned by the dims so far, minus one
-    for stride, size in dims:
-        if stride <= reach:
-            return False
-        reach += (size - 1) * stride
-    return True
-
-
-def is_non_overlapping_and_dense(t: torch.Tensor) -> bool:
-    """Whether the elements tile a storage span exactly: some permutation of a contiguous tensor.
-
-    The layouts `Tensor.to()` and `empty_like` keep; every other one they make contiguous.
-    """
-    dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size != 1)
-    expected = 1
-    for stride, size in dims:
-        if stride != expected:
-            return False
-        expected *= size
-    return True
-
-
 # Materialization.
 
 def seed_for(*parts: object) -> int:
@@ -158,19 +120,3 @@ def _fill(spec: TensorSpec, numel: int, dtype: torch.dtype, generator: torch.Gen
     if spec.fill == "randn":
         return torch.randn(numel, generator=generator, dtype=torch.float64).to(dtype)
     raise ValueError(f"unknown fill {spec.fill!r}: use randn, rand, randint, arange or ones")
-
-
-def clone_exact(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Copy a tensor with its size, stride, offset and whole storage kept.
-
-    `Tensor.clone()` gives an overlapping or gapped view a dense layout of its
-    own; kernels compiled for the original strides must see the original ones.
-    The copy is a leaf that requires grad when `t` does.
-    """
-    itemsize = t.element_size()
-    storage_numel = t.untyped_storage().nbytes() // itemsize
-    base = t.detach().as_strided((storage_numel,), (1,), 0).clone()
-    if dtype is not None:
-        base = base.to(dtype)
-    view = base.as_strided(t.size(), t.stride(), t.storage_offset())
-    return view.requires_grad_(t.requires_grad and view.dtype.is_floating_point)

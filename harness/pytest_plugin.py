@@ -9,7 +9,6 @@ or `pytest -k seed` select what users expect.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -18,40 +17,37 @@ import pytest
 from . import records as R
 
 RECORDS_KEY = pytest.StashKey[list]()
+RUN_CONFIG_KEY = pytest.StashKey[Any]()
 WORKER_OUTPUT = "harness_records"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from .options import RUN_OPTIONS, SELECTION_OPTIONS, add_to_pytest
+
     group = parser.getgroup("harness", "torch.compile accuracy harness")
-    group.addoption("--device", default="cpu", help="device for case tests: cpu, cuda or npu (default: cpu)")
-    group.addoption("--backend", default="inductor", help="torch.compile backend (default: inductor)")
-    group.addoption("--npu-backend", default=None, help="Inductor's npu_backend option on --device npu")
-    group.addoption("--case-path", action="append", default=[], help="more case directories or files (repeatable)")
-    group.addoption("--harness-full", action="store_true", help="run full-size cases (real shapes, whole models)")
+    add_to_pytest(group, RUN_OPTIONS + SELECTION_OPTIONS)
     group.addoption("--harness-json", default=None, metavar="PATH", help="write the case results here")
     group.addoption("--harness-report", default=None, metavar="DIR", help="write results.json and index.html here")
-    group.addoption("--inject", default=None, help="emulation or kernel fault for every case (see harness list --injections)")
-    group.addoption("--bisect", action="store_true", help="probe every kernel launch and name the first whose output diverges")
-    group.addoption("--reference", default=None, choices=("auto", "fp64", "none"), help="float64 reference policy")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "full: a full-size case (real shapes, whole models): needs --harness-full")
     config.addinivalue_line("markers", "harness_case: a test generated from a harness case")
     config.stash[RECORDS_KEY] = []
-    from .devices import UnknownDeviceError, get_device
+    config.stash[RUN_CONFIG_KEY] = _run_config(config)
 
+
+def _run_config(config: pytest.Config) -> Any:
+    """The options table's values, checked as the CLI checks them; a bad one is a usage error."""
+    import argparse
+
+    from .options import RUN_OPTIONS, check_values, run_config_from
+
+    values = {option.dest: config.getoption(option.dest) for option in RUN_OPTIONS}
     try:
-        get_device(config.getoption("device"))
-    except UnknownDeviceError as exc:
+        return run_config_from(check_values(values, RUN_OPTIONS))
+    except (ValueError, argparse.ArgumentTypeError) as exc:
         raise pytest.UsageError(str(exc)) from None
-    if config.getoption("inject"):
-        from .emulation import parse_injection
-
-        try:
-            parse_injection(config.getoption("inject"))
-        except ValueError as exc:
-            raise pytest.UsageError(str(exc)) from None
 
 
 def _case_roots(config: pytest.Config) -> list[Path]:
@@ -123,15 +119,11 @@ class CaseItem(pytest.Item):
         self.case, self.dtype, self.mode = case, dtype, mode
 
     def runtest(self) -> None:
-        from .runner import RunConfig, new_record, run_case
+        from .runner import new_record, run_case
 
         config = self.config
-        run_config = RunConfig(
-            device=config.getoption("device"), backend=config.getoption("backend"),
-            npu_backend=config.getoption("npu_backend"), inject=config.getoption("inject"),
-            bisect=config.getoption("bisect"), reference=config.getoption("reference"),
-        )
-        if self.case.size == "full" and not config.getoption("harness_full"):
+        run_config = config.stash[RUN_CONFIG_KEY]
+        if self.case.size == "full" and not config.getoption("full"):
             record = new_record(self.case, self.dtype, self.mode, run_config)
             record.status, record.reason = R.SKIP, "full-size case: run with --harness-full (GPU/NPU nightly)"
         else:
@@ -167,19 +159,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if hasattr(config, "workeroutput"):  # an xdist worker
         config.workeroutput[WORKER_OUTPUT] = json.dumps([r.to_dict() for r in records])
         return
-    json_path = config.getoption("harness_json")
-    report_dir = config.getoption("harness_report")
-    if report_dir and not json_path:
-        json_path = os.path.join(report_dir, "results.json")
-    if json_path and records:
-        R.write_results(json_path, records, {"device": config.getoption("device"),
-                                             "backend": config.getoption("backend"),
-                                             "emulation": config.getoption("inject"),
-                                             "command": "pytest"})
-    if report_dir and records:
-        from .report import write_report
+    if records:
+        from .publish import publish, run_metadata
 
-        write_report([json_path], os.path.join(report_dir, "index.html"))
+        run_config = config.stash[RUN_CONFIG_KEY]
+        command = " ".join(["pytest", *config.invocation_params.args])
+        publish(records, run_metadata(records, command=command, device=run_config.device,
+                                      backend=run_config.backend, emulation=run_config.inject),
+                config.getoption("harness_json"), config.getoption("harness_report"))
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -7,24 +7,107 @@ baseline diffs). Add fields; never rename or remove one.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 SCHEMA = "harness.results/1"
+# Results files are strict JSON: a non-finite float is written as the string
+# "nan", "inf" or "-inf" (in number fields only), and read back as a float.
+FLOAT_ENCODING = "nonfinite-as-string"
 
-# Status of one case run. FAILING_STATUSES make the CLI exit 1.
-PASS, FAIL, ERROR, SKIP, XFAIL, XPASS = "pass", "fail", "error", "skip", "xfail", "xpass"
-# Two eager runs of the case differ (torchbench's eager_two_runs_differ): compiled cannot be judged.
-NONDETERMINISTIC = "nondeterministic"
-STATUSES = (PASS, FAIL, ERROR, SKIP, XFAIL, XPASS, NONDETERMINISTIC)
-FAILING_STATUSES = frozenset({FAIL, ERROR, XPASS, NONDETERMINISTIC})
 
-# Where a run stopped (NNSmith's "stage") and what went wrong there ("symptom").
-STAGES = ("setup", "build", "eager", "reference", "compile", "compare")
-SYMPTOMS = ("crash", "divergence", "timeout", "oom", "nondeterminism")
+class _Named(str, enum.Enum):
+    """A str-valued enum: compares equal to its value and serializes as it (the JSON stays the same)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+class Status(_Named):
+    """Status of one case run, in the order reports list them (failures first)."""
+
+    FAIL = "fail"
+    ERROR = "error"
+    XPASS = "xpass"
+    # Two eager runs of the case differ (torchbench's eager_two_runs_differ): compiled cannot be judged.
+    NONDETERMINISTIC = "nondeterministic"
+    XFAIL = "xfail"
+    SKIP = "skip"
+    PASS = "pass"
+
+    @property
+    def failing(self) -> bool:
+        """Whether this status makes a run (CLI, pytest, nightly) fail."""
+        return self in (Status.FAIL, Status.ERROR, Status.XPASS, Status.NONDETERMINISTIC)
+
+    @property
+    def rank(self) -> int:
+        return list(Status).index(self)
+
+
+class Stage(_Named):
+    """Where a run stopped (NNSmith's "stage")."""
+
+    SETUP = "setup"
+    BUILD = "build"
+    EAGER = "eager"
+    REFERENCE = "reference"
+    COMPILE = "compile"
+    COMPARE = "compare"
+    WORKER = "worker"
+
+
+class Symptom(_Named):
+    """What went wrong where the run stopped."""
+
+    CRASH = "crash"
+    DIVERGENCE = "divergence"
+    TIMEOUT = "timeout"
+    OOM = "oom"
+    NONDETERMINISM = "nondeterminism"
+    # The run ended without judging anything: no tensor, no leaf, no mutation to compare.
+    NOTHING_COMPARED = "nothing-compared"
+    # Dynamo produced no graph for a case that expects compilation: the "compiled" run was eager.
+    NOTHING_COMPILED = "nothing-compiled"
+
+
+class Answer(_Named):
+    """What localization concluded for a run (`Localization.answer`)."""
+
+    NONE = "none"  # the run passed: nothing to localize
+    KERNEL = "kernel"  # one kernel is wrong on exact inputs
+    DRIFT = "drift"  # no kernel is wrong beyond tolerance; the named one starts the error that grows
+    STAGE = "stage"  # the divergence exists before Inductor (aot_eager, decompositions)
+    UNLOCALIZED = "unlocalized"  # no answer, and the reason why
+
+
+# The names older code and other tools import.
+PASS, FAIL, ERROR, SKIP, XFAIL, XPASS, NONDETERMINISTIC = (
+    Status.PASS, Status.FAIL, Status.ERROR, Status.SKIP, Status.XFAIL, Status.XPASS, Status.NONDETERMINISTIC)
+STATUSES = tuple(Status)
+FAILING_STATUSES = frozenset(s for s in Status if s.failing)
+STAGES = tuple(Stage)
+SYMPTOMS = tuple(Symptom)
+
+
+def status_of(value: str) -> Status | str:
+    """A status read from a file; an unknown one (a newer writer) stays a string."""
+    try:
+        return Status(value)
+    except ValueError:
+        return value
+
+
+def is_failing(status: str) -> bool:
+    return isinstance(status_of(status), Status) and status_of(status).failing  # type: ignore[union-attr]
 
 
 @dataclass
@@ -80,7 +163,9 @@ class OutputComparison:
     # (dtype table or case override), "rmse_vs_fp64" (torchbench's rule: the
     # compiled error against a float64 reference is within a multiple of
     # eager's own), "cosine" (torchbench's cosine-similarity fallback, for
-    # cases that ask for it), or "shape" when the tensors cannot be compared.
+    # cases that ask for it), "shape" when the tensors cannot be compared,
+    # "equal" for a non-tensor result (int, float, str, None), "missing" for
+    # a result only one side produced.
     rule: str
     rtol: float = 0.0
     atol: float = 0.0
@@ -103,11 +188,26 @@ class OutputComparison:
     # where mismatches sit over a 2-D projection of the output, and how large errors are.
     mismatch_map: MismatchMap | None = None
     error_histogram: ErrorHistogram | None = None
+    # What a reader should know about a verdict that the numbers alone hide, e.g. a
+    # pass by the RMSE rule: "differs from eager beyond tolerance ...; closer to float64".
+    note: str | None = None
+    # Where the result sits in the program's output tree (`out[1]['e']`), for outputs.
+    path: str | None = None
 
     def summary(self) -> str:
         """One line in the form people already write in bug reports."""
+        if self.rule == "equal":
+            sample = self.samples[0] if self.samples else None
+            told = f"compiled {sample.actual} != eager {sample.expected}" if sample else "equal"
+            return " ".join([f"{self.dtype} {self.name}: {told}", f"[{self.rule}{'' if self.passed else ' FAILED'}]",
+                             *self.layout_notes])
         head = f"{self.dtype} {self.name}: bad={self.bad}/{self.numel} ({self.bad_pct:.1f}%)"
-        parts = [head, f"max_abs={_fmt(self.max_abs)}", f"max_rel={_fmt(self.max_rel)}"]
+        parts = [head]
+        if self.nan_mismatch:
+            parts.append(f"nan_mismatch={self.nan_mismatch}")
+        if self.inf_mismatch:
+            parts.append(f"inf_mismatch={self.inf_mismatch}")
+        parts += [f"max_abs={_fmt(self.max_abs)}", f"max_rel={_fmt(self.max_rel)}"]
         if self.actual_max is not None:
             parts.append(f"out_max={_fmt(self.actual_max)}")
         if self.cosine is not None:
@@ -115,6 +215,128 @@ class OutputComparison:
         parts.append(f"[{self.rule}{'' if self.passed else ' FAILED'}]")
         parts.extend(self.layout_notes)
         return " ".join(parts)
+
+
+@dataclass
+class KernelArgument:
+    """One tensor argument of a kernel launch, as the kernel received it."""
+
+    name: str
+    buffer: str | None
+    role: str
+    dtype: str
+    size: list[int]
+    stride: list[int]
+    storage_offset: int
+
+
+@dataclass
+class LaunchEntry:
+    """One launch of the probe's log: which kernel, and what of its output was compared."""
+
+    index: int
+    graph: str
+    name: str
+    compared: int = 0
+    unmapped: int = 0
+
+
+@dataclass
+class BufferDivergence:
+    """A buffer that missed the verdict policy at one launch (where a drift became visible,
+    or a difference a passing run absorbed)."""
+
+    graph: str
+    launch_index: int
+    name: str
+    buffer: str | None
+    nodes: list[str]
+    bad: int
+    numel: int
+    max_abs: float
+    isolated: str | None = None
+
+
+@dataclass
+class Localization:
+    """What localization concluded for one run: one answer, and the evidence for it.
+
+    Invariants (checked by `check`): a passing run has answer `none` and
+    `diverged` false; a failing run has exactly one of `kernel`, `drift`,
+    `stage`, `unlocalized`. Field names are the JSON record's
+    `first_divergent_kernel` keys.
+    """
+
+    answer: str
+    diverged: bool
+    # The kernel the answer names (answers `kernel` and `drift`).
+    graph: str | None = None
+    launch_index: int | None = None
+    launches: int = 0
+    name: str | None = None
+    kind: str | None = None  # "cpp", "triton", "extern"
+    source: str = ""
+    buffers: list[str] = field(default_factory=list)
+    buffer: str | None = None
+    nodes: list[str] = field(default_factory=list)
+    aten_ops: list[str] = field(default_factory=list)
+    args: list[KernelArgument] = field(default_factory=list)
+    metrics: OutputComparison | None = None
+    # The kernel run again on eager values of its inputs: "kernel is wrong: ...",
+    # "reads what it writes (aliasing inside the kernel): ...", "upstream drift amplified here: ...".
+    isolated: str | None = None
+    # The pipeline stage where the divergence first appears: aot_eager,
+    # aot_eager_decomp_partition or inductor (None when not determined).
+    stage: str | None = None
+    module_path: str | None = None
+    # Why this answer, in a sentence (what a drift means, why nothing could be named).
+    reason: str | None = None
+    # Drift: where the error first exceeded the verdict policy.
+    visible_at: BufferDivergence | None = None
+    # Differences inside a passing run that its outputs absorb: information, not failures.
+    absorbed: list[BufferDivergence] = field(default_factory=list)
+    graphs: list[str] = field(default_factory=list)
+    graph_launches: dict[str, list[int]] = field(default_factory=dict)
+    compared_buffers: int = 0
+    unmapped_buffers: int = 0
+    # Why buffers could not be compared: reason -> the buffers ("forward 0:buf3"; at most 20 named per reason).
+    unmapped: dict[str, list[str]] = field(default_factory=dict)
+    kernels: list[LaunchEntry] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def check(self, status: str) -> None:
+        """Enforce the invariants between a run's status and its answer."""
+        failing = status_of(status) == Status.FAIL
+        if not failing and (self.diverged or self.answer != Answer.NONE):
+            raise AssertionError(f"a {status} run cannot have localization answer {self.answer!r} (diverged={self.diverged})")
+        if failing and self.answer == Answer.NONE:
+            raise AssertionError("a failing run needs a localization answer")
+
+    def line(self) -> str:
+        """The answer in one console line."""
+        where = (f"{self.graph} launch {self.launch_index}/{self.launches} {self.name}"
+                 if self.launch_index is not None else "")
+        nodes = f" (nodes: {', '.join(self.nodes)})" if self.nodes else ""
+        if self.answer == Answer.KERNEL:
+            bad = f" bad={self.metrics.bad}/{self.metrics.numel}" if self.metrics else ""
+            return (f"first divergent kernel: {where} writing {self.buffer}{nodes}{bad} "
+                    f"stage={self.stage or 'inductor'}; {self.isolated}")
+        if self.answer == Answer.DRIFT:
+            seen = ""
+            if self.visible_at is not None:
+                v = self.visible_at
+                seen = f"; visible from {v.graph} launch {v.launch_index} {v.name} (bad={v.bad}/{v.numel})"
+            return f"drift: {where} writing {self.buffer}{nodes}: {self.reason}{seen}"
+        if self.answer == Answer.STAGE:
+            return f"stage: {self.reason}"
+        if self.answer == Answer.UNLOCALIZED:
+            return f"unlocalized: {self.reason}"
+        unmapped = f", {self.unmapped_buffers} unmapped" if self.unmapped_buffers else ""
+        text = (f"bisect: no kernel output diverged ({self.launches} launches, "
+                f"{self.compared_buffers} buffers compared{unmapped})")
+        if self.absorbed:
+            text += f"; absorbed: {len(self.absorbed)} buffer(s) differ beyond tolerance inside the run, the outputs pass"
+        return text
 
 
 @dataclass
@@ -133,7 +355,7 @@ class CaseResult:
     backend: str
     dtype: str
     mode: str
-    status: str
+    status: Status
     outputs: list[OutputComparison] = field(default_factory=list)
     duration_s: float = 0.0
     # Seconds per phase: build, eager, compile (compile + first run), reference, compare, stage.
@@ -162,10 +384,11 @@ class CaseResult:
     # arguments, non-dense ones; or the launches a fault hit).
     injection_stats: dict[str, Any] | None = None
     reference: str = "eager"
-    # Filled by bisection: see harness/bisect.py for the keys (graph, launch_index,
-    # launches, name, source, nodes, aten_ops, args, isolated, metrics).
-    first_divergent_kernel: dict[str, Any] | None = None
+    # Filled by localization (`--bisect`): the answer and its evidence.
+    first_divergent_kernel: Localization | None = None
     command: str | None = None
+    # Things the run did that a reader should know, e.g. global config a case changed (restored after it).
+    warnings: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -173,19 +396,22 @@ class CaseResult:
         return f"{self.case}[{self.dtype}-{self.mode}]"
 
     def summary(self) -> str:
+        """The console block: one head line, then what a reader must see (failures, the answer, notes)."""
         head = f"{self.status.upper():5} {self.run_id} {self.duration_s:.1f}s"
         if self.emulation:
             head += f" (emulation: {self.emulation})"
         if self.error is not None:
-            return f"{head} {self.stage or ''} {self.error.type}: {_first_line(self.error.message)}"
+            head = f"{head} {self.stage or ''} {self.error.type}: {_first_line(self.error.message)}"
+            return "\n    ".join([head, *(f"warning: {w}" for w in self.warnings)])
         if self.reason and self.status in (SKIP, XFAIL, XPASS):
             head += f" ({self.reason})"
         lines = [o.summary() for o in self.outputs if not o.passed][:5]
-        kernel = self.first_divergent_kernel
-        if kernel is not None:
-            lines.append(_kernel_line(kernel))
+        lines += [f"note: {o.name}: {o.note}" for o in self.outputs if o.passed and o.note][:3]
+        if self.first_divergent_kernel is not None:
+            lines.append(self.first_divergent_kernel.line())
         if self.diagnosis:
             lines.append(f"diagnosis: {self.diagnosis}")
+        lines += [f"warning: {w}" for w in self.warnings]
         return "\n    ".join([head, *lines])
 
     def to_dict(self) -> dict[str, Any]:
@@ -193,41 +419,54 @@ class CaseResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CaseResult":
-        data = dict(data)
-        data["outputs"] = [_output_from_dict(o) for o in data.get("outputs", [])]
-        if data.get("error"):
-            data["error"] = ErrorInfo(**data["error"])
         known = {f.name for f in dataclasses.fields(cls)}
         extra = {k: v for k, v in data.items() if k not in known}
-        data = {k: v for k, v in data.items() if k in known}
+        record = _decode(cls, {k: v for k, v in data.items() if k in known})
         # Fields written by newer versions survive a round trip through older readers.
-        data.setdefault("extra", {}).update(extra)
-        return cls(**data)
+        record.extra.update(extra)
+        return record
 
 
-def _output_from_dict(data: dict[str, Any]) -> OutputComparison:
-    data = dict(data)
-    data["samples"] = [Sample(**s) for s in data.get("samples", [])]
-    if data.get("mismatch_map"):
-        data["mismatch_map"] = MismatchMap(**data["mismatch_map"])
-    if data.get("error_histogram"):
-        data["error_histogram"] = ErrorHistogram(**data["error_histogram"])
-    known = {f.name for f in dataclasses.fields(OutputComparison)}
-    return OutputComparison(**{k: v for k, v in data.items() if k in known})
+# Nested record types by field, for reading results back into dataclasses.
+_NESTED: dict[type, dict[str, type]] = {
+    OutputComparison: {"samples": Sample, "mismatch_map": MismatchMap, "error_histogram": ErrorHistogram},
+    Localization: {"args": KernelArgument, "metrics": OutputComparison, "visible_at": BufferDivergence,
+                   "absorbed": BufferDivergence, "kernels": LaunchEntry},
+    CaseResult: {"outputs": OutputComparison, "error": ErrorInfo, "first_divergent_kernel": Localization},
+}
+_NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 
 
-def _kernel_line(kernel: dict[str, Any]) -> str:
-    if not kernel.get("diverged"):
-        return f"bisect: no kernel output diverged ({kernel.get('launches', 0)} launches, {kernel.get('compared_buffers', 0)} buffers compared)"
-    metrics = kernel.get("metrics") or {}
-    return (f"first divergent kernel: {kernel.get('graph')} launch {kernel.get('launch_index')}/{kernel.get('launches')} "
-            f"{kernel.get('name')} writing {kernel.get('buffer')} (nodes: {', '.join(kernel.get('nodes') or [])}) "
-            f"bad={metrics.get('bad')}/{metrics.get('numel')} stage={kernel.get('stage')}; {kernel.get('isolated')}")
+def _decode(cls: type, data: dict[str, Any]) -> Any:
+    """A record dataclass from its JSON dict: nested records typed, non-finite strings back to floats.
+
+    Keys the dataclass does not know (written by a newer version) are dropped
+    below the top level.
+    """
+    if cls is Localization and "answer" not in data:  # written before answers existed
+        data = {**data, "answer": Answer.KERNEL if data.get("diverged") else Answer.NONE}
+    nested = _NESTED.get(cls, {})
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        if f.name in nested and value is not None:
+            inner = nested[f.name]
+            value = [_decode(inner, v) for v in value] if isinstance(value, list) else _decode(inner, value)
+        elif "float" in str(f.type) and isinstance(value, str) and value in _NONFINITE:
+            value = _NONFINITE[value]
+        elif f.name == "status":
+            value = status_of(value)
+        values[f.name] = value
+    return cls(**values)
 
 
 def _fmt(value: float | None) -> str:
     if value is None:
         return "-"
+    if not math.isfinite(value):
+        return str(value)
     if float(value).is_integer() and abs(value) < 1e15:
         return str(int(value))
     return f"{value:.4g}"
@@ -238,9 +477,10 @@ def _first_line(text: str) -> str:
 
 
 def write_results(path: str | os.PathLike, records: Iterable[CaseResult], run: dict[str, Any] | None = None) -> None:
-    """Write a results file atomically (a crash mid-write never leaves half a file)."""
+    """Write a results file atomically (a crash mid-write never leaves half a file), as strict JSON."""
     payload = {
         "schema": SCHEMA,
+        "float_encoding": FLOAT_ENCODING,
         "run": run or {},
         "records": [r.to_dict() for r in records],
     }
@@ -248,20 +488,31 @@ def write_results(path: str | os.PathLike, records: Iterable[CaseResult], run: d
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".results-", suffix=".json")
-    with os.fdopen(fd, "w") as handle:
-        json.dump(payload, handle, indent=1, default=_json_default)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(encode_json(payload), handle, indent=1, allow_nan=False)
     os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide CI artifacts from other readers
     os.replace(tmp, path)
 
 
 def read_results(path: str | os.PathLike) -> tuple[dict[str, Any], list[CaseResult]]:
-    with open(path) as handle:
+    with open(path, encoding="utf-8") as handle:
         payload = json.load(handle)
-    if payload.get("schema") != SCHEMA:
-        raise ValueError(f"{path}: not a harness results file (schema {payload.get('schema')!r})")
+    if not isinstance(payload, dict) or payload.get("schema") != SCHEMA:
+        schema = payload.get("schema") if isinstance(payload, dict) else type(payload).__name__
+        raise ValueError(f"{path}: not a harness results file (schema {schema!r})")
     return payload.get("run", {}), [CaseResult.from_dict(r) for r in payload["records"]]
 
 
-def _json_default(value: Any) -> Any:
-    # Non-finite floats are valid in Python's JSON dialect; other objects become text.
+def encode_json(value: Any) -> Any:
+    """`value` with every non-finite float as "nan", "inf" or "-inf", and other objects as text: strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): encode_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [encode_json(v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
     return str(value)

@@ -109,6 +109,10 @@ class Case:
     # torchbench's last resort: a float output failing tolerance and the RMSE
     # rule still passes with cosine similarity >= 0.99 (off unless asked for).
     cosine_fallback: bool = False
+    # Eager's dtype semantics are the contract: a result closer to float64 than eager is no excuse.
+    strict_eager: bool = False
+    # Whether Dynamo must produce a graph: a compiled run that compiled nothing is an error, not a pass.
+    compiles: bool = True
     requires: tuple[str, ...] = ()
     description: str = ""
     source: str = ""
@@ -163,6 +167,9 @@ class Registry:
     errors: list[LoadError] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
 
+    def describe_sources(self) -> str:
+        return "searched: " + (", ".join(self.sources) if self.sources else "nothing")
+
     def select(self, names: Sequence[str] = (), keyword: str | None = None, tags: Sequence[str] = (),
                include_full: bool = False) -> list[Case]:
         """Cases by exact name, then filtered by tag and -k expression.
@@ -172,9 +179,11 @@ class Registry:
         """
         unknown = [n for n in names if n not in self.cases]
         if unknown:
-            hints = [f"{n!r} (did you mean {', '.join(difflib.get_close_matches(n, self.cases, 3)) or 'nothing close'}?)"
-                     for n in unknown]
-            raise KeyError("unknown case " + "; ".join(hints) + "; `python -m harness list` shows all")
+            hints = []
+            for name in unknown:
+                close = difflib.get_close_matches(name, self.cases, 3)
+                hints.append(f"{name!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+            raise KeyError("unknown case " + "; ".join(hints) + "; `harness list` shows all")
         chosen = [self.cases[n] for n in names] if names else [
             c for c in self.cases.values() if include_full or c.size != "full"]
         if tags:

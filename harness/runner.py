@@ -1,7 +1,9 @@
-"""Run one case: eager and compiled on identical inputs, then compare.
+"""Run one case: eager and compiled on identical inputs, judge, and localize a divergence.
 
 `run_case` never raises for a problem of the case itself: whatever happens
 (build error, compile crash, OOM, divergence) comes back as a `CaseResult`.
+Global torch state (Dynamo/Inductor config, default dtype, grad mode, ...) is
+restored after every case, so no verdict depends on the cases run before it.
 """
 
 from __future__ import annotations
@@ -16,16 +18,15 @@ from typing import Any, Callable, Iterator
 import torch
 
 from . import records as R
-from .bisect import KernelBisector
-from .compare import compare_tensors
+from .compare import Verdict, missing_result
 from .devices import Device, get_device
 from .emulation import NARROWED_DTYPES, make_handler, parse_injection
-from .execution import Inputs, Wrap, execute, materialize_inputs
-from .inputs import clone_exact, seed_for
+from .execution import Inputs, Results, Session, materialize_inputs
+from .inputs import seed_for
+from .layout import clone_exact
 from .registry import Case, Program
 
-# Backends that stop before Inductor's codegen, in pipeline order (CompilerBisector's backend stages).
-COARSE_STAGES = ("aot_eager", "aot_eager_decomp_partition")
+BISECT_MODES = ("on-failure", "always")
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,18 @@ class RunConfig:
     compile_options: dict[str, Any] = field(default_factory=dict)
     reference: str | None = None  # overrides the case's own choice when set
     inject: str | None = None
-    bisect: bool = False
+    # Localization: None (off), "on-failure" (probe failing runs), "always" (passing runs too).
+    bisect: str | bool | None = None
+    # Eager's dtype semantics are the contract: no pass by being closer to float64.
+    strict_eager: bool = False
+
+    def __post_init__(self) -> None:
+        if self.bisect is True:
+            object.__setattr__(self, "bisect", "on-failure")
+        elif self.bisect is False:
+            object.__setattr__(self, "bisect", None)
+        if self.bisect not in (None, *BISECT_MODES):
+            raise ValueError(f"bisect must be one of {BISECT_MODES}, not {self.bisect!r}")
 
     def command_for(self, case: str, dtype: str, mode: str) -> str:
         parts = ["python -m harness run", case, f"--device {self.device}", f"--dtype {dtype}", f"--mode {mode}"]
@@ -53,16 +65,18 @@ class RunConfig:
         if self.inject:
             parts.append(f"--inject {self.inject}")
         if self.bisect:
-            parts.append("--bisect")
+            parts.append("--bisect" if self.bisect == "on-failure" else f"--bisect {self.bisect}")
+        if self.strict_eager:
+            parts.append("--strict-eager")
         return " ".join(parts)
 
 
 class CaseFailure(Exception):
     """An exception raised inside the case, tagged with the stage it broke."""
 
-    def __init__(self, stage: str, cause: BaseException):
+    def __init__(self, stage: str, cause: BaseException, symptom: str | None = None):
         super().__init__(str(cause))
-        self.stage, self.cause = stage, cause
+        self.stage, self.cause, self.symptom = stage, cause, symptom
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -97,6 +111,8 @@ def apply_known_failure(record: R.CaseResult, case: Case) -> R.CaseResult:
 
 
 def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.CaseResult:
+    from .inductor_compat import torch_state
+
     device = get_device(config.device)
     record = new_record(case, dtype, mode, config)
     reason = device.unavailable_reason()
@@ -109,20 +125,25 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
     record.versions = device.versions()
     record.device_name = device.device_name()
     started = time.perf_counter()
-    try:
-        record.compile_options = {**device.compile_options(config.npu_backend), **case.compile_options,
-                                  **config.compile_options}
-        observed = _Observation.make(case, dtype, mode, config, device, record.timings)
-        _compiled_run(observed, config, record)
-        _conclude(observed, config, record)
-    except CaseFailure as failure:
-        record.status, record.stage = R.ERROR, failure.stage
-        record.symptom = "oom" if _is_oom(failure.cause) else "crash"
-        record.error = R.ErrorInfo(type(failure.cause).__name__, str(failure.cause),
-                                   "".join(traceback.format_exception(failure.cause)))
-    finally:
-        record.duration_s = round(time.perf_counter() - started, 3)
-        _release(device)
+    changed: list[str] = []
+    with torch_state.preserved(changed):
+        try:
+            record.compile_options = {**device.compile_options(config.npu_backend), **case.compile_options,
+                                      **config.compile_options}
+            observed = _Observation.make(case, dtype, mode, config, device, record)
+            compiled = _compiled_run(observed, config, record)
+            _conclude(observed, compiled, config, record)
+        except CaseFailure as failure:
+            record.status, record.stage = R.ERROR, failure.stage
+            record.symptom = failure.symptom or (R.Symptom.OOM if _is_oom(failure.cause) else R.Symptom.CRASH)
+            record.error = R.ErrorInfo(type(failure.cause).__name__, _text(failure.cause),
+                                       "".join(traceback.format_exception(failure.cause)))
+        finally:
+            record.duration_s = round(time.perf_counter() - started, 3)
+            _release(device)
+    if changed:
+        shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+        record.warnings.append(f"the case changed global torch state, restored after it: {shown}")
     return apply_known_failure(record, case)
 
 
@@ -136,96 +157,211 @@ class _Observation:
     seed: int
     program: Program
     inputs: Inputs
-    expected: dict[str, torch.Tensor]
+    expected: Results
     reference_policy: str
+    verdict: Verdict
     timings: dict[str, float]
-    actual: dict[str, torch.Tensor] = field(default_factory=dict)
-    comparisons: list[R.OutputComparison] = field(default_factory=list)
-    references: dict[str, torch.Tensor] | None = None  # float64 results, made on first need
+    record: R.CaseResult
+    references: Results | None = None  # float64 results, made on first need
     nondeterministic: list[str] = field(default_factory=list)
 
     @classmethod
     def make(cls, case: Case, dtype: torch.dtype, mode: str, config: RunConfig, device: Device,
-             timings: dict[str, float]) -> "_Observation":
+             record: R.CaseResult) -> "_Observation":
         seed = seed_for(case.name, dtype_name(dtype), mode)
-        with _stage("build", timings):
+        timings = record.timings
+        with _stage(R.Stage.BUILD, timings):
             torch._dynamo.reset()
             program = _as_program(case.build(dtype))
             if isinstance(program.fn, torch.nn.Module):
                 program.fn.to(device.torch_device())
             inputs = materialize_inputs(program.inputs, program.kwargs, dtype, device, seed)
-        with _stage("eager", timings):
-            expected = execute(program.fn, inputs, mode, device, seed)
-        observed = cls(case, mode, device, seed, program, inputs, expected, config.reference or case.reference, timings)
+        with _stage(R.Stage.EAGER, timings):
+            eager = Session(program.fn, inputs, mode, device, seed)
+            expected = eager.run()
+        policy = config.reference or case.reference
+        verdict = Verdict(case.tolerances, case.cosine_fallback, config.strict_eager or case.strict_eager,
+                          use_reference=policy != "none")
+        observed = cls(case, mode, device, seed, program, inputs, expected, policy, verdict, timings, record)
         if mode == "train_step":  # as torchbench: a model whose eager step is not repeatable cannot be judged
-            with _stage("eager", timings):
-                again = execute(program.fn, inputs, mode, device, seed)
-            observed.nondeterministic = [c.name for c in _compare_all(again, expected, case, {}) if not c.passed]
+            with _stage(R.Stage.EAGER, timings):
+                again = eager.run()
+            observed.nondeterministic = [c.name for c in compare_results(again, expected, None, verdict) if not c.passed]
         return observed
 
     @property
     def reference(self) -> str:
         return "eager" if self.references is None else "eager+fp64"
 
-    def run(self, wrap: Wrap) -> dict[str, torch.Tensor]:
-        return execute(self.program.fn, self.inputs, self.mode, self.device, self.seed, wrap=wrap)
-
-    def judge(self, actual: dict[str, torch.Tensor]) -> list[R.OutputComparison]:
-        with _stage("compare", self.timings):
-            comparisons = _compare_all(actual, self.expected, self.case, self.references or {})
+    def judge(self, actual: Results) -> list[R.OutputComparison]:
+        with _stage(R.Stage.COMPARE, self.timings):
+            comparisons = compare_results(actual, self.expected, self.references, self.verdict)
         wanted = self.reference_policy == "fp64" or (
-            self.reference_policy == "auto" and any(not c.passed and c.rule == "tolerance" for c in comparisons))
+            self.reference_policy == "auto" and any(self.verdict.wants_reference(c) for c in comparisons))
         if not wanted or self.references is not None:
             return comparisons
-        with _stage("reference", self.timings):
-            self.references = execute(self.program.fn, self.inputs, self.mode, self.device, self.seed, float64=True)
-        with _stage("compare", self.timings):
-            return _compare_all(actual, self.expected, self.case, self.references)
+        if not self._make_references():
+            return comparisons
+        with _stage(R.Stage.COMPARE, self.timings):
+            return compare_results(actual, self.expected, self.references, self.verdict)
 
-    def compiler(self, backend: str, **compile_kwargs: Any) -> Wrap:
+    def _make_references(self) -> bool:
+        started = time.perf_counter()
+        try:
+            self.references = Session(self.program.fn, self.inputs, self.mode, self.device, self.seed,
+                                      float64=True).run()
+            return True
+        except Exception as exc:  # an op without a float64 kernel, a dtype the program fixes: tolerance decides
+            self.references = Results()
+            self.record.warnings.append(f"the float64 reference failed ({type(exc).__name__}: {_first_line(exc)}); "
+                                        "float outputs were judged by tolerance alone")
+            return False
+        finally:
+            self.timings["reference"] = round(self.timings.get("reference", 0.0) + time.perf_counter() - started, 3)
+
+    def compiler(self, backend: str, **compile_kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         return lambda fn: torch.compile(fn, backend=backend, dynamic=self.case.dynamic, **compile_kwargs)
 
 
-def _compiled_run(observed: _Observation, config: RunConfig, record: R.CaseResult) -> None:
-    """The compiled run, through the injection and the bisector when asked for; counts graphs."""
-    from torch._dynamo.utils import counters
+def compare_results(actual: Results, expected: Results, references: Results | None,
+                    verdict: Verdict) -> list[R.OutputComparison]:
+    """Every result of either side, judged: outputs, gradients, parameters, and state changed by either side."""
+    references = references or Results()
+    comparisons = []
+    names = list(expected.values) + [n for n in actual.values if n not in expected.values]
+    for name in names:
+        if name not in actual.values:
+            comparison = missing_result(name, "eager", expected.values[name])
+        elif name not in expected.values:
+            comparison = missing_result(name, "compiled", actual.values[name])
+        else:
+            comparison = verdict.values(name, actual.values[name], expected.values[name], references.values.get(name))
+        comparison.path = expected.paths.get(name, actual.paths.get(name))
+        comparisons.append(comparison)
+    # Judged by value: an input one side changed in place and the other did not is a divergence.
+    for name in [n for n in expected.state if n in expected.changed | actual.changed]:
+        if name in actual.state:
+            comparisons.append(verdict.tensors(name, actual.state[name], expected.state[name],
+                                               references.state.get(name)))
+    return comparisons
 
-    handler = make_handler(config.inject) if config.inject else None
-    bisector = KernelBisector(inner=handler, tolerances=observed.case.tolerances,
-                              use_fp64_reference=observed.reference_policy != "none") if config.bisect else None
-    counters.clear()
-    with _stage("compile", observed.timings), observed_launches(handler, bisector):
-        observed.actual = observed.run(observed.compiler(config.backend, **_compile_kwargs(config, record.compile_options)))
-    record.graphs = {"graphs": int(counters["stats"]["unique_graphs"]),
-                     "graph_breaks": int(sum(counters["graph_break"].values()))}
+
+@dataclass
+class _Compiled:
+    """The compiled side: its session (run again by localization without recompiling) and first results."""
+
+    session: Session
+    results: Results
+    comparisons: list[R.OutputComparison]
+    handler_factory: Callable[[], Any]
+
+
+def _compiled_run(observed: _Observation, config: RunConfig, record: R.CaseResult) -> _Compiled:
+    """The compiled run, through the injection when asked for; counts graphs; judges."""
+    from .inductor_compat import dynamo_graph_counts, install_lowering_hook, reset_dynamo_counters
+
+    def handler_factory() -> Any:
+        return make_handler(config.inject) if config.inject else None
+
+    handler = handler_factory()
+    kwargs = _compile_kwargs(config, record.compile_options)
+    # Lowering facts are kept beside Inductor's cache entries, so a later --bisect on a warm cache finds them.
+    install_lowering_hook()
+    reset_dynamo_counters()
+    with _stage(R.Stage.COMPILE, observed.timings), _launches_through(handler):
+        session = Session(observed.program.fn, observed.inputs, observed.mode, observed.device, observed.seed,
+                          wrap=observed.compiler(config.backend, **kwargs))
+        results = session.run()
+    record.graphs = dynamo_graph_counts()
     if handler is not None:
         record.injection_stats = dict(handler.stats)
-    if bisector is not None:
-        record.first_divergent_kernel = bisector.result()
-    observed.comparisons = observed.judge(observed.actual)
+    return _Compiled(session, results, observed.judge(results), handler_factory)
 
 
-def _conclude(observed: _Observation, config: RunConfig, record: R.CaseResult) -> None:
+class NothingCompiled(Exception):
+    pass
+
+
+class NothingCompared(Exception):
+    pass
+
+
+def _conclude(observed: _Observation, compiled: _Compiled, config: RunConfig, record: R.CaseResult) -> None:
     """Status, stage, symptom, and the follow-up analyses a divergence calls for."""
-    record.outputs = observed.comparisons
+    record.outputs = compiled.comparisons
+    if not any(not (o.rule == "equal" and o.dtype == "NoneType") for o in record.outputs):
+        raise CaseFailure(R.Stage.COMPARE, NothingCompared(
+            "nothing was compared: the program returned no tensor and no value, changed no input or buffer, "
+            "and has no gradient"), R.Symptom.NOTHING_COMPARED)
+    if record.graphs and record.graphs["graphs"] == 0 and observed.case.compiles:
+        raise CaseFailure(R.Stage.COMPILE, NothingCompiled(
+            "Dynamo produced no graph: the compiled run ran eagerly (every frame fell back, e.g. through "
+            "suppress_errors, or the case compiles nothing; declare compiles=False if that is intended)"),
+            R.Symptom.NOTHING_COMPILED)
     diverged = not all(o.passed for o in record.outputs)
     record.status = R.FAIL if diverged else R.PASS
     if diverged:
-        record.stage, record.symptom = "compare", "divergence"
+        record.stage, record.symptom = R.Stage.COMPARE, R.Symptom.DIVERGENCE
     if observed.nondeterministic:
-        record.status, record.stage, record.symptom = R.NONDETERMINISTIC, "eager", "nondeterminism"
+        record.status, record.stage, record.symptom = R.NONDETERMINISTIC, R.Stage.EAGER, R.Symptom.NONDETERMINISM
         record.diagnosis = f"two eager runs differ ({', '.join(observed.nondeterministic[:5])}): no verdict on compiled"
-    if config.bisect and record.first_divergent_kernel is not None:
-        with _stage("stage", record.timings):
-            record.first_divergent_kernel["stage"] = coarse_stage(observed) if diverged else None
+    if config.bisect and (record.status == R.FAIL or (config.bisect == "always" and record.status == R.PASS)):
+        with _stage("localize", record.timings, wrap=False):
+            record.first_divergent_kernel = _localize(observed, compiled, config, record)
     record.reference = observed.reference
     stats = record.injection_stats or {}
     if "hits" in stats and not stats["hits"]:
         record.diagnosis = f"the injected fault selected none of the {stats['launches']} kernel launches"
     narrows = config.inject is not None and parse_injection(config.inject)[0].narrows
-    if narrows and stats.get("converted_args") and _narrowing_visible(record):
-        with _stage("reference", record.timings):
-            record.diagnosis = narrowing_diagnosis(observed)
+    if narrows and stats.get("converted_args") and record.status == R.FAIL:
+        with _stage(R.Stage.REFERENCE, record.timings):
+            record.diagnosis = narrowing_diagnosis(observed, compiled)
+
+
+def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig, record: R.CaseResult) -> R.Localization:
+    from .probe import CompiledProgram, localize
+
+    def passes(results: Results) -> bool:
+        return all(c.passed for c in observed.judge(results))
+
+    def moved(results: Results) -> bool:
+        return not all(c.passed for c in compare_results(results, compiled.results, None, observed.verdict))
+
+    program = CompiledProgram(rerun=lambda probe: _probe_run(observed, compiled, config, record, probe),
+                              passes=passes, moved=moved, stage=lambda: coarse_stage(observed),
+                              injection=compiled.handler_factory)
+    failing = record.status == R.FAIL
+    try:
+        found = localize(program, observed.verdict, failing)
+        found.check(record.status)
+        return found
+    except Exception as exc:  # the probe's own failure must never cost the run its verdict
+        answer = R.Answer.UNLOCALIZED if failing else R.Answer.NONE
+        return R.Localization(answer=answer, diverged=failing, reason=f"the probe itself failed ({type(exc).__name__}: "
+                              f"{_first_line(exc)})", problems=["".join(traceback.format_exception(exc))[-2000:]])
+
+
+def _probe_run(observed: _Observation, compiled: _Compiled, config: RunConfig, record: R.CaseResult,
+               probe: Any) -> Results:
+    """One more run of the compiled program with `probe` installed."""
+    from .inductor_compat import adopt_facts, capture_graphs, intercept_launches
+
+    with capture_graphs(probe.observe_graph) as capture, intercept_launches(probe.on_launch):
+        results = compiled.session.run()
+    if capture.missing:
+        # A cache entry made without lowering facts: lower every graph again, caches off, probe that,
+        # and leave the facts beside the cached entries for the next run.
+        torch._dynamo.reset()
+        kwargs = _compile_kwargs(config, record.compile_options)
+        compiled.session = Session(observed.program.fn, observed.inputs, observed.mode, observed.device,
+                                   observed.seed, wrap=observed.compiler(config.backend, **kwargs))
+        probe.restart()
+        with capture_graphs(probe.observe_graph, cold=True) as lowered, intercept_launches(probe.on_launch):
+            results = compiled.session.run()
+        adopted = adopt_facts(capture, lowered)
+        probe.problems.append(f"{len(capture.missing)} compiled graph(s) came from a cache entry without lowering "
+                              f"facts: lowered again with caches off (facts kept for {adopted} of them)")
+    return results
 
 
 def coarse_stage(observed: _Observation) -> str:
@@ -234,19 +370,17 @@ def coarse_stage(observed: _Observation) -> str:
     Each stage's compiled run is judged against the same eager results.
     Injections act on generated kernels, so these runs have none.
     """
+    from .probe import COARSE_STAGES
+
     for backend in COARSE_STAGES:
-        torch._dynamo.reset()
-        if not all(c.passed for c in observed.judge(observed.run(observed.compiler(backend)))):
+        session = Session(observed.program.fn, observed.inputs, observed.mode, observed.device, observed.seed,
+                          wrap=observed.compiler(backend))
+        if not all(c.passed for c in observed.judge(session.run())):
             return backend
     return "inductor"
 
 
-def _narrowing_visible(record: R.CaseResult) -> bool:
-    """Something for narrowing to explain: a failure, or an inexact 64-bit result."""
-    return any(not o.passed or (o.dtype in ("int64", "float64") and (o.max_abs > 0 or o.bad)) for o in record.outputs)
-
-
-def narrowing_diagnosis(observed: _Observation) -> str:
+def narrowing_diagnosis(observed: _Observation, compiled: _Compiled) -> str:
     """Tell precision narrowing from misaddressing: compare compiled with eager on narrowed inputs.
 
     If every compiled value equals eager computed from int32/float32-rounded
@@ -258,25 +392,16 @@ def narrowing_diagnosis(observed: _Observation) -> str:
     narrowed_inputs = observed.inputs.map_tensors(
         lambda t: clone_exact(clone_exact(t, NARROWED_DTYPES[t.dtype]), t.dtype) if t.dtype in NARROWED_DTYPES
         else clone_exact(t))
-    narrowed = execute(observed.program.fn, narrowed_inputs, observed.mode, observed.device, observed.seed)
-    float32_tolerance = {torch.float64: DEFAULT_TOLERANCES[torch.float32]}
-    wrong = {name: bad for name in narrowed if name in observed.actual
-             if (bad := compare_tensors(name, observed.actual[name], narrowed[name], tolerances=float32_tolerance).bad)}
+    narrowed = Session(observed.program.fn, narrowed_inputs, observed.mode, observed.device, observed.seed).run().tensors()
+    verdict = Verdict({torch.float64: DEFAULT_TOLERANCES[torch.float32]})
+    actual = compiled.results.tensors()
+    wrong = {name: bad for name in narrowed if name in actual
+             if (bad := verdict.tensors(name, actual[name], narrowed[name]).bad)}
     if not wrong:
         return ("precision narrowing, not layout: every compiled value equals eager on int32/float32-narrowed "
                 "inputs (float64 within float32 tolerance)")
     details = ", ".join(f"{name}: {bad} elements" for name, bad in wrong.items())
     return f"layout: values differ from eager even on narrowed inputs, so they were read or written at wrong addresses ({details})"
-
-
-def _compare_all(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], case: Case,
-                 references: dict[str, torch.Tensor]) -> list[R.OutputComparison]:
-    missing = sorted(set(expected) ^ set(actual))
-    if missing:
-        raise RuntimeError(f"compiled and eager differ in which outputs, gradients or input mutations they produce: {missing}")
-    return [compare_tensors(name, actual[name], expected[name], tolerances=case.tolerances,
-                            reference=references.get(name), cosine_fallback=case.cosine_fallback)
-            for name in expected]
 
 
 def _as_program(built: Program | tuple) -> Program:
@@ -291,47 +416,58 @@ def _compile_kwargs(config: RunConfig, options: dict[str, Any]) -> dict[str, Any
     if config.backend != "inductor":
         return {"mode": config.compile_mode} if config.compile_mode else {}
     if config.compile_mode:
-        from torch._inductor import list_mode_options
+        from .inductor_compat import mode_options
 
-        options = {**list_mode_options(config.compile_mode), **options}
+        options = {**mode_options(config.compile_mode), **options}
     return {"options": options} if options else {}
 
 
 @contextlib.contextmanager
-def observed_launches(handler: Callable[[Any], Any] | None, bisector: KernelBisector | None) -> Iterator[None]:
-    """Route the compiled run's launches through the injection and/or the bisector."""
-    from .inductor_compat import capture_graphs, intercept_launches
+def _launches_through(handler: Callable[[Any], Any] | None) -> Iterator[None]:
+    """Route the compiled run's launches through the injection, when there is one."""
+    from .inductor_compat import intercept_launches
 
-    with contextlib.ExitStack() as stack:
-        if bisector is not None:
-            stack.enter_context(capture_graphs(bisector.observe_graph))
-        top = bisector.on_launch if bisector is not None else handler
-        if top is not None:
-            stack.enter_context(intercept_launches(top))
+    with intercept_launches(handler) if handler is not None else contextlib.nullcontext():
         yield
 
 
 @contextlib.contextmanager
-def _stage(stage: str, timings: dict[str, float]) -> Iterator[None]:
+def _stage(stage: str, timings: dict[str, float], wrap: bool = True) -> Iterator[None]:
     started = time.perf_counter()
     try:
         yield
     except CaseFailure:
         raise
     except Exception as exc:
+        if not wrap:
+            raise
         raise CaseFailure(stage, exc) from exc
     finally:
-        timings[stage] = round(timings.get(stage, 0.0) + time.perf_counter() - started, 3)
+        timings[str(stage)] = round(timings.get(str(stage), 0.0) + time.perf_counter() - started, 3)
 
 
 def _is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+    text = _text(exc).lower()
+    return (isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in text
+            or "can't allocate memory" in text or "cannot allocate memory" in text)
+
+
+def _text(exc: BaseException) -> str:
+    """An exception's message, even when its __str__ raises."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<{type(exc).__name__} whose message could not be read>"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = _text(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 def _release(device: Device) -> None:
     gc.collect()
-    if device.name == "cuda" and torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    device.release()
 
 
 def runs_of(case: Case, dtypes: list[str] | None, modes: list[str] | None) -> list[tuple[torch.dtype, str]]:

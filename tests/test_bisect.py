@@ -1,4 +1,4 @@
-"""Bisection to the first diverging kernel, on CPU Inductor (C++ and extern kernels)."""
+"""Localization to the first diverging kernel, on CPU Inductor (C++ and extern kernels)."""
 
 import random
 
@@ -14,69 +14,79 @@ CASES = load_registry().cases
 RELU_BUG = {"cpp.inject_relu_bug_TESTING_ONLY": "accuracy"}  # Inductor's own codegen fault
 
 
-def bisect(name, dtype, mode, **config):
-    record = run_case(CASES[name], dtype, mode, RunConfig(bisect=True, **config))
+def bisect(name, dtype, mode, bisect=True, **config):
+    record = run_case(CASES[name], dtype, mode, RunConfig(bisect=bisect, **config))
     return record, record.first_divergent_kernel
 
 
 @pytest.fixture(scope="module")
 def clean_training_run():
-    return bisect("relu_mlp", torch.float32, "training")
+    return bisect("relu_mlp", torch.float32, "training", bisect="always")
 
 
 def test_clean_run_reports_no_divergent_kernel(clean_training_run):
     record, kernel = clean_training_run
     assert record.status == R.PASS
-    assert kernel["diverged"] is False
-    assert kernel["graphs"] == ["forward 0", "backward 0"]
-    assert kernel["compared_buffers"] > 10 and kernel["launches"] > 10
+    assert kernel.diverged is False and kernel.answer == R.Answer.NONE and not kernel.absorbed
+    assert kernel.graphs == ["forward 0", "backward 0"]
+    assert kernel.compared_buffers > 10 and kernel.launches > 10 and kernel.unmapped_buffers == 0
     assert "bisect: no kernel output diverged" in record.summary()
+
+
+def test_a_passing_run_is_not_probed_unless_asked():
+    record, kernel = bisect("relu_mlp", torch.float32, "training")
+    assert record.status == R.PASS and kernel is None
 
 
 @pytest.mark.parametrize("mode", ["inference", "training"])
 def test_inductor_relu_codegen_fault_is_found_in_the_relu_kernel(mode):
     record, kernel = bisect("relu_mlp", torch.float32, mode, compile_options=RELU_BUG)
     assert record.status == R.FAIL
-    assert kernel["diverged"] and "relu" in kernel["name"] and "relu" in kernel["nodes"]
-    assert "aten.relu.default" in kernel["aten_ops"]
-    assert kernel["graph"] == ("inference 0" if mode == "inference" else "forward 0")
-    assert kernel["isolated"].startswith("kernel is wrong")
-    assert kernel["stage"] == "inductor"
-    assert kernel["source"] and kernel["buffers"][0] in kernel["source"]
+    assert kernel.answer == R.Answer.KERNEL and "relu" in kernel.name and "relu" in kernel.nodes
+    assert "aten.relu.default" in kernel.aten_ops
+    assert kernel.graph == ("inference 0" if mode == "inference" else "forward 0")
+    assert kernel.isolated.startswith("kernel is wrong")
+    assert kernel.stage == "inductor"
+    assert kernel.source and kernel.buffers[0] in kernel.source
+    assert kernel.reason.startswith("making its outputs eager")  # both ReLU kernels are wrong: the first is named
 
 
 def _launch_indices():
-    record, kernel = bisect("relu_mlp", torch.float32, "training")
-    total = kernel["launches"]
+    record, kernel = bisect("relu_mlp", torch.float32, "training", bisect="always")
+    total = kernel.launches
     chosen = random.Random(20261130).sample(range(1, total - 1), 4)
     return [0, *chosen, total - 1]
 
 
-@pytest.mark.parametrize("fault", ["offset", "scale", "nan"])
+@pytest.mark.parametrize("fault", ["offset", "scale", "nan", "ulp"])
 @pytest.mark.parametrize("index", _launch_indices())
-def test_fault_at_launch_k_is_reported_at_k(index, fault):
-    """A fault at launch k (forward or backward, generated or extern) is found at exactly k."""
+def test_fault_at_launch_k_is_answered_at_k(index, fault):
+    """A fault at launch k (forward or backward, generated or extern) makes a failing run that names k."""
     record, kernel = bisect("relu_mlp", torch.float32, "training", inject=f"fault-{fault}@{index}")
     assert record.injection_stats["hits"] and record.injection_stats["hits"][0].startswith(f"{index}:")
-    assert kernel["diverged"] and kernel["launch_index"] == index
-    assert kernel["name"] == record.injection_stats["hits"][0].split(":", 1)[1]
-    assert kernel["isolated"].startswith("kernel is wrong")
+    if record.status == R.PASS:  # a fault the outputs absorb (a zero buffer scaled, one ulp): nothing to localize
+        assert kernel is None
+        return
+    assert kernel.launch_index == index and kernel.answer in (R.Answer.KERNEL, R.Answer.DRIFT)
+    assert kernel.name == record.injection_stats["hits"][0].split(":", 1)[1]
+    if fault != "ulp":
+        assert kernel.answer == R.Answer.KERNEL and kernel.isolated.startswith("kernel is wrong")
 
 
 @pytest.mark.parametrize("dtype, mode", [(torch.int64, "inference"), (torch.bfloat16, "inference")])
 def test_faults_in_seed_cases_are_found(dtype, mode):
     name = "seed_index_as_strided_view" if dtype == torch.int64 else "seed_rmsnorm_weight_grad_small"
     record, kernel = bisect(name, dtype, mode, inject="fault-offset@0")
-    assert kernel["diverged"] and kernel["launch_index"] == 0
+    assert kernel.answer == R.Answer.KERNEL and kernel.launch_index == 0
 
 
 def test_boundary_downcast_names_the_kernel_that_reads_the_view():
     record, kernel = bisect("seed_index_as_strided_view", torch.int64, "inference", inject="boundary-downcast")
-    assert kernel["diverged"] and kernel["nodes"] == ["clone"]
-    view_args = [a for a in kernel["args"] if a["role"] == "in"]
-    assert view_args and view_args[0]["stride"] == [98304, 16384, 64, 1] and view_args[0]["buffer"] == "arg0_1"
-    assert (kernel["metrics"]["bad"], kernel["metrics"]["max_abs"]) == (2260992, 589824)
-    assert "98304" in kernel["source"]  # the compile-time strides the kernel indexes with
+    assert kernel.answer == R.Answer.KERNEL and kernel.nodes == ["clone"]
+    view_args = [a for a in kernel.args if a.role == "in"]
+    assert view_args and view_args[0].stride == [98304, 16384, 64, 1] and view_args[0].buffer == "arg0_1"
+    assert (kernel.metrics.bad, kernel.metrics.max_abs) == (2260992, 589824)
+    assert "98304" in kernel.source  # the compile-time strides the kernel indexes with
 
 
 def amplify(x, w):
@@ -89,14 +99,15 @@ DRIFT = Case(name="drift", build=lambda d: Program(amplify, [contiguous((16, 32)
              reference="none")
 
 
-def test_upstream_drift_is_told_from_a_wrong_kernel():
+def test_a_drift_is_traced_to_the_kernel_where_it_starts():
     record = run_case(DRIFT, torch.float32, "inference", RunConfig(bisect=True, inject="fault-ulp@0",
                                                                      compile_options={"max_autotune_gemm": False}))
     kernel = record.first_divergent_kernel
     assert record.status == R.FAIL
-    # The mm's one-ulp error is within tolerance; the next kernel, computing right, amplifies it.
-    assert kernel["launch_index"] == 1
-    assert kernel["isolated"].startswith("upstream drift amplified here")
+    # The mm's one-ulp error is within tolerance; the next kernel, computing right, amplifies it beyond.
+    assert (kernel.answer, kernel.launch_index, kernel.name) == (R.Answer.DRIFT, 0, "extern_kernels.mm")
+    assert kernel.visible_at.launch_index == 1 and "upstream drift amplified here" in kernel.visible_at.isolated
+    assert "no single kernel is wrong beyond tolerance" in kernel.reason and record.summary().count("drift:") == 1
 
 
 def two_matmuls_concatenated(x, w1, w2):
@@ -109,11 +120,11 @@ SLICED = Case(name="sliced", build=lambda d: Program(two_matmuls_concatenated, [
 
 
 def test_a_buffer_written_a_slice_at_a_time_is_compared_slice_by_slice():
-    clean = run_case(SLICED, torch.float32, "inference", RunConfig(bisect=True))
+    clean = run_case(SLICED, torch.float32, "inference", RunConfig(bisect="always"))
     kernel = clean.first_divergent_kernel
-    assert kernel["diverged"] is False and kernel["unmapped_buffers"] == 0
-    assert [k["compared"] for k in kernel["kernels"]] == [1, 1, 1]
+    assert kernel.diverged is False and kernel.unmapped_buffers == 0
+    assert [k.compared for k in kernel.kernels] == [1, 1, 1]
     faulted = run_case(SLICED, torch.float32, "inference", RunConfig(bisect=True, inject="fault-offset@1"))
     kernel = faulted.first_divergent_kernel
-    assert (kernel["launch_index"], kernel["name"]) == (1, "extern_kernels.mm")
-    assert kernel["metrics"]["shape"] == [16, 8] and kernel["metrics"]["bad"] == 128
+    assert (kernel.launch_index, kernel.name) == (1, "extern_kernels.mm")
+    assert kernel.metrics.shape == [16, 8] and kernel.metrics.bad == 128

@@ -42,14 +42,16 @@ def test_metrics_on_a_known_tensor():
     assert sum(result.error_histogram.counts) == 2 and result.error_histogram.zero == 4
 
 
-def test_nan_and_inf_mismatches_are_counted_apart():
+def test_nan_and_inf_mismatches_are_counted_apart_and_shown():
     expected = torch.tensor([1.0, float("nan"), float("inf"), 4.0, float("nan")])
     actual = torch.tensor([1.0, float("nan"), 5.0, float("nan"), 2.0])
     result = compare_tensors("out0", actual, expected)
     assert result.bad == 3
     assert result.nan_mismatch == 2
     assert result.inf_mismatch == 1
-    assert math.isfinite(result.max_abs)
+    # A NaN or inf where the other side has something else is infinitely off, at its first position.
+    assert result.max_abs == math.inf and result.max_abs_index == [2]
+    assert "nan_mismatch=2 inf_mismatch=1 max_abs=inf" in result.summary()
 
 
 # At 1.0 the allowed error is atol + rtol; `inside` and `outside` are representable steps on either side.

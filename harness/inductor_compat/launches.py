@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from ..inputs import extent
+from ..layout import span
 
 ROLE_IN, ROLE_OUT, ROLE_INOUT, ROLE_SCALAR = "in", "out", "inout", "scalar"
 
@@ -68,8 +68,18 @@ class Launch:
 
     def written(self) -> list[tuple[str, Any]]:
         """(parameter name, tensor) of every argument this launch writes."""
-        return [(key if isinstance(key, str) else self.kernel.arg_name(key), value)
-                for key, value in self.tensor_args() if self.role(key) in (ROLE_OUT, ROLE_INOUT)]
+        return [(self.param_name(key), value) for key, value in self.written_args()]
+
+    def written_args(self) -> list[tuple[int | str, Any]]:
+        """(position or keyword, tensor) of every argument this launch writes."""
+        return [(key, value) for key, value in self.tensor_args() if self.role(key) in (ROLE_OUT, ROLE_INOUT)]
+
+    def param_name(self, key: int | str) -> str:
+        return key if isinstance(key, str) else self.kernel.arg_name(key)
+
+    def local_name(self, tensor: Any) -> str | None:
+        """The wrapper's local that is this very tensor (`buf3`, `arg0_1`), if any."""
+        return next((name for name, value in self.caller_locals.items() if value is tensor), None)
 
     def read(self) -> list[tuple[int | str, Any]]:
         """(position or keyword, tensor) of every tensor argument this launch only reads."""
@@ -90,16 +100,11 @@ class Launch:
         for name, value in self.caller_locals.items():
             if value is tensor:
                 return name, value
-        pointer, start, end = tensor.untyped_storage().data_ptr(), *_span(tensor)
+        pointer, start, end = tensor.untyped_storage().data_ptr(), *span(tensor)
         owners = [(name, value) for name, value in self.caller_locals.items()
                   if hasattr(value, "untyped_storage") and value.untyped_storage().data_ptr() == pointer
-                  and _span(value)[0] <= start and end <= _span(value)[1]]
+                  and span(value)[0] <= start and end <= span(value)[1]]
         return min(owners, key=lambda item: item[1].numel()) if owners else None
-
-
-def _span(t: Any) -> tuple[int, int]:
-    """[first, last + 1) element offsets a strided tensor touches in its storage."""
-    return t.storage_offset(), t.storage_offset() + extent(t.shape, t.stride())
 
 
 LaunchHandler = Callable[[Launch], Any]
@@ -115,6 +120,8 @@ class _State:
 
 
 _state = _State()
+# Wrapper module path -> the names of the generated kernels it defines.
+MODULE_KERNELS: dict[str, list[str]] = {}
 _install_lock = threading.Lock()
 _installed_original: Any = None
 
@@ -161,9 +168,11 @@ def _wrap_module(module: Any) -> None:
     source = _module_source(module)
     cpp_params = _cpp_kernel_params(source)
     path = getattr(module, "__file__", "")
+    MODULE_KERNELS[path] = kernels = []
     for name, value in list(vars(module).items()):
         info = _kernel_info(name, value, cpp_params, path)
         if info is not None:
+            kernels.append(name)
             setattr(module, name, _TritonProxy(value, info) if info.kind == "triton" else _CppProxy(value, info))
     if "extern_kernels" in vars(module):
         module.extern_kernels = _ExternKernelsProxy(module.extern_kernels, path)

@@ -11,13 +11,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.records import ERROR, FAIL, PASS, SKIP, STATUSES, XFAIL, XPASS, CaseResult, OutputComparison
+from harness.records import (ERROR, SKIP, STATUSES, Answer, CaseResult, Localization, OutputComparison, Status,
+                             is_failing)
 
 from . import svg
 from .baseline import MOVE_FACTOR, BaselineDiff, diff_against_baseline
 
-# Failures first: what needs a human comes before what only needs a glance.
-STATUS_ORDER = (FAIL, ERROR, XPASS, XFAIL, SKIP, PASS)
+# Failures first: what needs a human comes before what only needs a glance (the order `Status` declares).
+STATUS_ORDER = tuple(Status)
 SAMPLES_SHOWN = 8
 
 
@@ -31,21 +32,32 @@ class SourceLine:
 
 @dataclass
 class KernelView:
-    data: dict[str, Any]
+    """Localization's answer for one run, ready for the kernel panel."""
+
+    data: Localization
     diverged: bool
     buffers: list[str]
     source_lines: list[SourceLine]
     hit_lines: int
 
     @property
+    def answer(self) -> str:
+        return str(self.data.answer)
+
+    @property
+    def names_kernel(self) -> bool:
+        return self.data.launch_index is not None and self.data.answer in (Answer.KERNEL, Answer.DRIFT)
+
+    @property
     def label(self) -> str:
-        name = self.data.get("name") or "kernel"
-        where = []
-        if self.data.get("graph"):
-            where.append(str(self.data["graph"]))
-        if self.data.get("launch_index") is not None:
-            where.append(f"#{self.data['launch_index']}")
-        return f"{name} ({' '.join(where)})" if where else str(name)
+        """The answer in a table cell: the kernel, or the stage, or why none."""
+        if self.names_kernel:
+            name = self.data.name or "kernel"
+            where = " ".join(x for x in (self.data.graph, f"#{self.data.launch_index}") if x)
+            return f"{self.answer}: {name} ({where})"
+        if self.data.answer == Answer.STAGE:
+            return f"stage: {self.data.stage}"
+        return self.answer
 
 
 @dataclass
@@ -152,18 +164,13 @@ def _sample_row(index: list[int], actual: Any, expected: Any) -> dict[str, Any]:
     return {"index": index, "actual": actual, "expected": expected, "diff": diff}
 
 
-def _kernel_view(data: dict[str, Any] | None) -> KernelView | None:
-    if not data:
+def _kernel_view(data: Localization | None) -> KernelView | None:
+    if data is None:
         return None
-    buffers = [str(b) for b in data.get("buffers") or []]
-    lines = highlight_source(str(data.get("source") or ""), buffers)
-    return KernelView(
-        data=data,
-        diverged=bool(data.get("diverged", True)),
-        buffers=buffers,
-        source_lines=lines,
-        hit_lines=sum(line.hit for line in lines),
-    )
+    buffers = [str(b) for b in data.buffers]
+    lines = highlight_source(data.source or "", buffers)
+    return KernelView(data=data, diverged=data.diverged, buffers=buffers, source_lines=lines,
+                      hit_lines=sum(line.hit for line in lines))
 
 
 def highlight_source(source: str, names: list[str]) -> list[SourceLine]:
@@ -205,7 +212,7 @@ def summarize(records: list[CaseResult], run_meta: dict[str, Any]) -> dict[str, 
     return {
         "total": len(records),
         "statuses": statuses,
-        "failing": sum(counts.get(s, 0) for s in (FAIL, ERROR, XPASS)),
+        "failing": sum(n for s, n in counts.items() if is_failing(s)),
         "devices": _union(run_meta.get("device"), [_device_label(r) for r in records]),
         "backends": _union(run_meta.get("backend"), [r.backend for r in records]),
         "dtypes": _union(None, [r.dtype for r in records]),

@@ -1,0 +1,93 @@
+"""Process-wide torch state a case can change, saved before it and restored after it.
+
+A worker runs many cases one after another. A case that sets, say,
+`torch._dynamo.config.suppress_errors = True` in its build would otherwise turn
+the next case's compile failure into a silent eager fallback: a verdict would
+depend on which cases ran before. `preserved()` snapshots Dynamo's, Inductor's
+and functorch's config modules (`get_config_copy()`, torch >= 2.1) and the
+global flags below, restores them after the block, and returns what changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+import torch
+
+
+def _config_modules() -> dict[str, Any]:
+    import torch._dynamo.config as dynamo_config
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
+    return {"torch._dynamo.config": dynamo_config, "torch._inductor.config": inductor_config,
+            "torch._functorch.config": functorch_config}
+
+
+# name -> (read, write) of a process-wide flag.
+_FLAGS: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {
+    "torch.get_default_dtype()": (torch.get_default_dtype, torch.set_default_dtype),
+    "torch.is_grad_enabled()": (torch.is_grad_enabled, torch.set_grad_enabled),
+    "torch.are_deterministic_algorithms_enabled()": (
+        lambda: (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()),
+        lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1])),
+    "torch.get_float32_matmul_precision()": (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
+    "torch.backends.cudnn.allow_tf32": (lambda: torch.backends.cudnn.allow_tf32,
+                                        lambda v: setattr(torch.backends.cudnn, "allow_tf32", v)),
+    "torch.backends.cudnn.deterministic": (lambda: torch.backends.cudnn.deterministic,
+                                           lambda v: setattr(torch.backends.cudnn, "deterministic", v)),
+    "torch.backends.cudnn.benchmark": (lambda: torch.backends.cudnn.benchmark,
+                                       lambda v: setattr(torch.backends.cudnn, "benchmark", v)),
+    "torch.backends.cuda.matmul.allow_tf32": (lambda: torch.backends.cuda.matmul.allow_tf32,
+                                              lambda v: setattr(torch.backends.cuda.matmul, "allow_tf32", v)),
+    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": (
+        lambda: torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        lambda v: setattr(torch.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction", v)),
+    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": (
+        lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        lambda v: setattr(torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction", v)),
+}
+
+
+def _snapshot() -> dict[str, Any]:
+    saved: dict[str, Any] = {}
+    for module_name, module in _config_modules().items():
+        for key, value in module.get_config_copy().items():
+            saved[f"{module_name}.{key}"] = value
+    for name, (read, _) in _FLAGS.items():
+        try:
+            saved[name] = read()
+        except Exception:  # a backend flag this build does not have
+            pass
+    return saved
+
+
+def _restore(saved: dict[str, Any], changed: list[str]) -> None:
+    modules = _config_modules()
+    for name in changed:
+        if name in _FLAGS:
+            _FLAGS[name][1](saved[name])
+            continue
+        module_name, _, key = name.rpartition(".")
+        setattr(modules[module_name], key, saved[name])
+
+
+def _differs(a: Any, b: Any) -> bool:
+    try:
+        return bool(a != b)
+    except Exception:  # values whose comparison is not a truth value
+        return a is not b
+
+
+@contextlib.contextmanager
+def preserved(changed: list[str]) -> Iterator[None]:
+    """Restore torch's global config and flags after the block; `changed` receives what the block changed."""
+    saved = _snapshot()
+    try:
+        yield
+    finally:
+        now = _snapshot()
+        found = [name for name in saved if name in now and _differs(now[name], saved[name])]
+        _restore(saved, found)
+        changed.extend(found)

@@ -1,0 +1,80 @@
+"""Strided geometry: how a view lies in its storage, and exact copies that keep it.
+
+A leaf module (torch only): inputs, the probe, emulations and the launch
+layer all reason about size, stride and offset the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+
+def contiguous_stride(size: Sequence[int]) -> tuple[int, ...]:
+    stride, running = [], 1
+    for dim in reversed(size):
+        stride.append(running)
+        running *= max(dim, 1)
+    return tuple(reversed(stride))
+
+
+def extent(size: Sequence[int], stride: Sequence[int]) -> int:
+    """Elements from the first to one past the last address a view reads."""
+    if any(s == 0 for s in size):
+        return 0
+    return 1 + sum((n - 1) * st for n, st in zip(size, stride))
+
+
+def span(t: torch.Tensor) -> tuple[int, int]:
+    """[first, last + 1) element offsets a strided tensor touches in its storage."""
+    return t.storage_offset(), t.storage_offset() + extent(t.shape, t.stride())
+
+
+def overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors touch a common stretch of one storage (a conservative test: spans, not elements)."""
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr() or not a.numel() or not b.numel():
+        return False
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
+
+
+def is_non_overlapping(t: torch.Tensor) -> bool:
+    """Whether no two elements share an address (gaps allowed): a layout `copy_` can write."""
+    dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size != 1)
+    reach = 0  # elements spanned by the dims so far, minus one
+    for stride, size in dims:
+        if stride <= reach:
+            return False
+        reach += (size - 1) * stride
+    return True
+
+
+def is_non_overlapping_and_dense(t: torch.Tensor) -> bool:
+    """Whether the elements tile a storage span exactly: some permutation of a contiguous tensor.
+
+    The layouts `Tensor.to()` and `empty_like` keep; every other one they make contiguous.
+    """
+    dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size != 1)
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def clone_exact(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Copy a tensor with its size, stride, offset and whole storage kept.
+
+    `Tensor.clone()` gives an overlapping or gapped view a dense layout of its
+    own; kernels compiled for the original strides must see the original ones.
+    The copy is a leaf that requires grad when `t` does.
+    """
+    itemsize = t.element_size()
+    storage_numel = t.untyped_storage().nbytes() // itemsize
+    base = t.detach().as_strided((storage_numel,), (1,), 0).clone()
+    if dtype is not None:
+        base = base.to(dtype)
+    view = base.as_strided(t.size(), t.stride(), t.storage_offset())
+    return view.requires_grad_(t.requires_grad and view.dtype.is_floating_point)

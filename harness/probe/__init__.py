@@ -1,0 +1,13 @@
+"""Localization: from a failing run to the kernel, stage or drift that explains it.
+
+- `values`: eager (and float64) values of a compiled graph's FX nodes for one call;
+- `regions`: which of those values each kernel argument holds, at each launch;
+- `isolation`: a diverging kernel run again on eager inputs (wrong, aliasing, or drift);
+- `probe`: the linear probe over launches, in launch order;
+- `localize`: the answer (kernel, stage, drift, unlocalized) for a run.
+"""
+
+from .localize import COARSE_STAGES, CompiledProgram, localize
+from .probe import KernelProbe
+
+__all__ = ["COARSE_STAGES", "CompiledProgram", "KernelProbe", "localize"]

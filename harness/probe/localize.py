@@ -1,0 +1,229 @@
+"""From a failing run to one answer: a kernel, a stage, a drift, or why none.
+
+Runs after the compiled run was judged, on the same compiled program (no
+recompilation; see `execution.Session`):
+
+1. A probe run compares every launch with eager in launch order; a buffer
+   that misses the verdict policy is isolated (`isolation.isolate`). The
+   first kernel that is wrong on exact inputs, or reads what it writes, is
+   the answer if its difference matters: one more run with its outputs made
+   eager must change the outputs beyond tolerance (a reordered float32 sum
+   is wrong on exact inputs by the letter of the policy, and changes
+   nothing). Otherwise the next such kernel is tried.
+2. Otherwise the divergence may predate Inductor: the program is compiled
+   with `aot_eager`, then `aot_eager_decomp_partition` (CompilerBisector's
+   backend stages); the first that already diverges is the answer.
+3. Otherwise the error is a drift that grows across kernels: the runs are
+   repeated with the outputs of launches 0..m made eager, and a binary
+   search finds the smallest m that makes every output pass. Launch m is
+   where the difference that matters starts.
+4. If even making every compared output eager leaves the outputs failing,
+   the answer is `unlocalized`, with what the probe could not see.
+
+A passing run (probed with `--bisect always`) gets answer `none`; the
+differences its outputs absorbed are listed as information.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .. import records as R
+from ..compare import Verdict
+from .isolation import ALIASING, WRONG
+from ..execution import Results
+from .probe import Divergence, KernelProbe
+
+COARSE_STAGES = ("aot_eager", "aot_eager_decomp_partition")
+# Kernels wrong on exact inputs tried one by one before a drift search, at most.
+MAX_CANDIDATES = 4
+# Not a backend: the post-grad graph Inductor lowers, run eagerly in place of every kernel, already diverges.
+GRAPH_PASSES = "inductor_graph_passes"
+STAGE_MEANING = {
+    "aot_eager": "functionalization/AOT autograd, not an Inductor kernel",
+    "aot_eager_decomp_partition": "Inductor's decompositions or the joint-graph partition, not an Inductor kernel",
+    GRAPH_PASSES: ("with every kernel output made eager the outputs still diverge: the post-grad graph Inductor "
+                   "lowers is already wrong (Inductor's FX graph passes or the wrapper's glue), not a kernel"),
+}
+
+
+@dataclass
+class CompiledProgram:
+    """What localization needs from the runner: the compiled program run again, and the stage check."""
+
+    # Runs the compiled program once with `probe` installed; its results.
+    rerun: Callable[[KernelProbe], Results]
+    # Whether every output of a run passes the verdict against eager.
+    passes: Callable[[Results], bool]
+    # Whether a run's outputs differ, beyond the verdict policy, from those of the first compiled run.
+    moved: Callable[[Results], bool]
+    # The first backend of COARSE_STAGES whose compiled run diverges, or "inductor".
+    stage: Callable[[], str]
+    # The injection's launch handler for a run (a fresh one each time), or None.
+    injection: Callable[[], Callable | None]
+
+    def run(self, probe: KernelProbe) -> bool:
+        return self.passes(self.rerun(probe))
+
+
+def localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Localization:
+    probe = _probe(program, verdict, stop_at_wrong=failing)
+    outputs_pass = program.run(probe)
+    found = _evidence(probe)
+    if failing and outputs_pass:
+        found.problems.append("the probe run passed where the first compiled run failed: the compiled program "
+                              "is not deterministic, so launch-level evidence may not match the failure")
+    if not failing:
+        found.answer, found.diverged = R.Answer.NONE, False
+        found.absorbed = [_absorbed(d) for d in probe.divergences]
+        return found
+    first = probe.divergences[0] if probe.divergences else None
+    last = found.launches - 1
+    for _ in range(MAX_CANDIDATES):
+        wrong = next((d for d in probe.divergences if d.isolation.kind in (WRONG, ALIASING)), None)
+        if wrong is None:
+            break
+        # Does its difference matter? Make its outputs alone eager and see whether the outputs move.
+        results = program.rerun(_probe(program, verdict, substitute=frozenset({wrong.launch_index})))
+        if program.moved(results):
+            _name(found, wrong, R.Answer.KERNEL, stage="inductor")
+            found.reason = ("making its outputs eager makes every output pass" if program.passes(results) else
+                            "making its outputs eager changes the outputs beyond tolerance; later kernels add "
+                            "more differences")
+            return found
+        found.problems.append(f"{wrong.graph} launch {wrong.launch_index} {wrong.kernel['name']} differs on exact "
+                              "inputs, but making its outputs eager changes no output beyond tolerance "
+                              "(a numerical difference the outputs absorb)")
+        probe = _probe(program, verdict, stop_at_wrong=True, compare_after=wrong.launch_index)
+        program.rerun(probe)
+    culprit = _first_that_matters(program, verdict, last, None)
+    if culprit is None:
+        return _before_inductor(program, found, first) or _after_aot(found, first)
+    described = _described(program, verdict, culprit)
+    if described is not None and described.isolation.kind in (WRONG, ALIASING):
+        _name(found, described, R.Answer.KERNEL, stage="inductor")
+        found.reason = _causal(culprit)
+        return found
+    return _before_inductor(program, found, first) or _drift(found, culprit, described, first)
+
+
+def _first_that_matters(program: CompiledProgram, verdict: Verdict, last: int, hint: int | None) -> int | None:
+    """The smallest m such that making the outputs of launches 0..m eager makes every output pass.
+
+    `hint` (the first launch that missed the verdict policy) is tried first:
+    a wrong kernel is then confirmed in two runs instead of a whole search.
+    None when no m does (or there are no launches).
+    """
+    def passes(m: int) -> bool:
+        return program.run(_probe(program, verdict, substitute=frozenset(range(m + 1))))
+
+    if last < 0:
+        return None
+    low, high = -1, None  # passes(low) is False (the run failed), passes(high) is True
+    if hint is not None:
+        if passes(hint):
+            if hint == 0 or not passes(hint - 1):
+                return hint
+            high = hint - 1
+        else:
+            low = hint
+    if high is None:
+        if not passes(last):
+            return None
+        high = last
+    while high - low > 1:
+        middle = (low + high) // 2
+        if passes(middle):
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def _described(program: CompiledProgram, verdict: Verdict, index: int) -> Divergence | None:
+    """Launch `index` compared and isolated, with every launch before it made eager."""
+    probe = _probe(program, verdict, substitute=frozenset(range(index)), describe=frozenset({index}))
+    program.run(probe)
+    return probe.described.get(index)
+
+
+def _before_inductor(program: CompiledProgram, found: R.Localization, first: Divergence | None) -> R.Localization | None:
+    stage = program.stage()
+    if stage == "inductor":
+        return None
+    found.answer, found.diverged, found.stage = R.Answer.STAGE, True, stage
+    found.reason = f"diverges already under {stage}: {STAGE_MEANING[stage]}"
+    found.visible_at = first.as_buffer_divergence() if first is not None else None
+    return found
+
+
+def _after_aot(found: R.Localization, first: Divergence | None) -> R.Localization:
+    """Every compared kernel output made eager still fails, and the stages before Inductor pass."""
+    if found.launches and not found.unmapped_buffers and not any("failed" in p for p in found.problems):
+        found.answer, found.diverged, found.stage = R.Answer.STAGE, True, GRAPH_PASSES
+        found.reason = f"diverges in {GRAPH_PASSES}: {STAGE_MEANING[GRAPH_PASSES]}"
+        found.visible_at = first.as_buffer_divergence() if first is not None else None
+        return found
+    found.answer, found.diverged, found.stage = R.Answer.UNLOCALIZED, True, "inductor"
+    reasons = "; ".join(f"{len(names)}x {reason}" for reason, names in list(found.unmapped.items())[:3])
+    found.reason = ("the outputs still diverge with every compared kernel output made eager: the difference "
+                    f"comes from work the probe does not compare ({found.unmapped_buffers} unmapped buffers"
+                    f"{': ' + reasons if reasons else ''}; ATen fallback ops and graph glue are not probed)")
+    return found
+
+
+def _drift(found: R.Localization, culprit: int, described: Divergence | None, first: Divergence | None) -> R.Localization:
+    found.answer, found.diverged, found.stage = R.Answer.DRIFT, True, "inductor"
+    found.visible_at = first.as_buffer_divergence() if first is not None else None
+    if described is not None:
+        _name(found, described, R.Answer.DRIFT, stage="inductor")
+        metrics = described.kernel["metrics"]
+        found.isolated = ("on eager values of its inputs its output stays within the verdict policy "
+                          f"(bad={metrics.bad}/{metrics.numel}, max_abs={metrics.max_abs:.3g})")
+    else:  # its outputs could not be compared (unmapped): named from the launch log
+        entry = next((e for e in found.kernels if e.index == culprit), None)
+        found.launch_index, found.name = culprit, entry.name if entry else None
+        found.graph = entry.graph if entry else None
+        found.isolated = "not isolated: none of its outputs has an eager twin"
+    found.reason = (f"the first kernel whose difference from eager the outputs do not absorb ({_causal(culprit)}); "
+                    "no single kernel is wrong beyond tolerance on exact inputs")
+    return found
+
+
+def _causal(culprit: int) -> str:
+    if culprit == 0:
+        return "making its outputs eager makes every output pass"
+    return f"making the outputs of launches 0..{culprit} eager makes every output pass, 0..{culprit - 1} does not"
+
+
+def _absorbed(divergence: Divergence) -> R.BufferDivergence:
+    """A passing run's difference, worded as information: the outputs absorb it."""
+    entry = divergence.as_buffer_divergence()
+    if divergence.isolation.kind in (WRONG, ALIASING):
+        entry.isolated = "differs from eager beyond the verdict policy even on exact inputs; the outputs absorb it"
+    else:
+        entry.isolated = "matches eager on exact inputs: a drift from upstream, absorbed by the outputs"
+    return entry
+
+
+def _probe(program: CompiledProgram, verdict: Verdict, **mode) -> KernelProbe:
+    return KernelProbe(verdict, inner=program.injection(), **mode)
+
+
+def _evidence(probe: KernelProbe) -> R.Localization:
+    return R.Localization(
+        answer=R.Answer.UNLOCALIZED, diverged=True, launches=probe.launches, graphs=probe.graphs,
+        graph_launches=probe.graph_launches, compared_buffers=probe.compared, unmapped_buffers=probe.unmapped_count,
+        unmapped=probe.unmapped, kernels=probe.log, problems=probe.problems,
+    )
+
+
+def _name(found: R.Localization, divergence: Divergence, answer: R.Answer, stage: str) -> None:
+    kernel = divergence.kernel
+    found.answer, found.diverged, found.stage = answer, True, stage
+    found.graph, found.launch_index = divergence.graph, divergence.launch_index
+    found.name, found.kind, found.source = kernel["name"], kernel["kind"], kernel["source"]
+    found.buffers, found.buffer, found.nodes = kernel["buffers"], kernel["buffer"], kernel["nodes"]
+    found.aten_ops, found.args, found.metrics = kernel["aten_ops"], kernel["args"], kernel["metrics"]
+    found.module_path, found.isolated = kernel["module_path"], divergence.isolation.text

@@ -1,0 +1,229 @@
+"""The linear probe: every kernel launch's written buffers against eager, in launch order.
+
+A `KernelProbe` is a graph observer and a launch handler in one. For each call
+of a compiled graph it runs the post-grad graph eagerly on copies of the
+call's inputs (`GraphValues`), then lets the compiled graph run unchanged;
+after each launch (C++, Triton, extern) it resolves what every written
+argument holds (`RegionMap`) and judges it with the verdict policy. It only
+reads, except in substitution mode, where launches up to a threshold have
+their outputs replaced by their eager values (to find where a drift starts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from .. import records as R
+from ..compare import Verdict
+from ..inductor_compat import GraphInfo, Launch
+from ..layout import clone_exact
+from .isolation import ALIASING, WRONG, Isolation, isolate
+from .regions import Region, RegionMap, describe_reason
+from .values import GraphValues
+
+MAX_SOURCE_CHARS = 20_000
+MAX_UNMAPPED_NAMES = 20
+
+
+@dataclass
+class Divergence:
+    """A launch whose written buffer missed the verdict policy, described for the record."""
+
+    launch_index: int
+    graph: str
+    kernel: dict[str, Any]  # Localization fields: name, kind, source, buffers, buffer, nodes, aten_ops, args, metrics, module_path
+    isolation: Isolation
+
+    def as_buffer_divergence(self) -> R.BufferDivergence:
+        metrics: R.OutputComparison = self.kernel["metrics"]
+        return R.BufferDivergence(self.graph, self.launch_index, self.kernel["name"], self.kernel["buffer"],
+                                  self.kernel["nodes"], metrics.bad, metrics.numel, metrics.max_abs, self.isolation.text)
+
+
+@dataclass
+class _GraphCall:
+    info: GraphInfo
+    label: str
+    values: GraphValues
+    regions: RegionMap
+
+
+@dataclass
+class KernelProbe:
+    """Graph observer (`observe_graph`) and launch handler (`on_launch`) for one compiled run."""
+
+    verdict: Verdict
+    # The injection's launch handler, if any: the probe sees the program the user runs.
+    inner: Callable[[Launch], Any] | None = None
+    # Stop comparing after the first divergence whose kernel is wrong on exact inputs (a failing run),
+    # or go on and absorb them all (a passing run).
+    stop_at_wrong: bool = True
+    # Compare only launches after this index (launches up to it were judged by an earlier run).
+    compare_after: int = -1
+    # Substitution mode: these launches get their mapped outputs replaced by eager values.
+    substitute: frozenset[int] | None = None
+    # Substitution mode compares nothing, except the launches named here (described for the answer).
+    describe: frozenset[int] = frozenset()
+    launches: int = 0
+    graphs: list[str] = field(default_factory=list)
+    graph_launches: dict[str, list[int]] = field(default_factory=dict)
+    log: list[R.LaunchEntry] = field(default_factory=list)
+    compared: int = 0
+    unmapped: dict[str, list[str]] = field(default_factory=dict)
+    unmapped_count: int = 0
+    problems: list[str] = field(default_factory=list)
+    divergences: list[Divergence] = field(default_factory=list)
+    described: dict[int, Divergence] = field(default_factory=dict)
+    substituted: int = 0
+    _current: _GraphCall | None = None
+    _labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def comparing(self) -> bool:
+        stopped = self.stop_at_wrong and any(d.isolation.kind in (WRONG, ALIASING) for d in self.divergences)
+        return self.substitute is None and not stopped
+
+    def _needs_values(self) -> bool:
+        if self.substitute is None:
+            return self.comparing
+        return any(i >= self.launches for i in self.substitute | self.describe)
+
+    # Graph observer: capture_graphs(probe.observe_graph)
+    def observe_graph(self, info: GraphInfo, args: list, call: Callable[[list], Any]) -> Any:
+        label = self._labels.get(info.module_path)
+        if label is None:  # one label per compiled graph, "forward 0", "backward 0", "forward 1", ...
+            label = self._labels[info.module_path] = f"{info.kind} {sum(l.startswith(info.kind + ' ') for l in self.graphs)}"
+            self.graphs.append(label)
+        first = self.launches
+        try:
+            if not self._needs_values():
+                return call(args)
+            inputs = [clone_exact(a) if isinstance(a, torch.Tensor) else a for a in args]
+            wanted = {b.value_node for b in info.buffers.values() if b.value_node is not None}
+            values = GraphValues(info, inputs, wanted)
+            if not values.run():
+                self.problems.extend(f"{label}: {p}" for p in values.problems)
+                return call(args)
+            self._current = _GraphCall(info, label, values, RegionMap(info, values))
+            try:
+                return call(args)
+            finally:
+                self.problems.extend(f"{label}: {p}" for p in values.problems if f"{label}: {p}" not in self.problems)
+                self._current = None
+        finally:
+            self.graph_launches.setdefault(label, [first, self.launches - first])
+
+    # Launch handler: intercept_launches(probe.on_launch)
+    def on_launch(self, launch: Launch) -> Any:
+        call = self._current
+        result = self._run(launch)
+        self.launches += 1
+        if call is not None and not launch.replay:
+            self._after(launch, call)
+        return result
+
+    def _run(self, launch: Launch) -> Any:
+        return self.inner(launch) if self.inner is not None else launch.run()
+
+    def _after(self, launch: Launch, call: _GraphCall) -> None:
+        index = launch.index
+        entry = R.LaunchEntry(index, call.label, launch.kernel.name)
+        self.log.append(entry)
+        judging = (self.comparing and index > self.compare_after) or index in self.describe
+        substituting = self.substitute is not None and index in self.substitute
+        mapped: list[tuple[torch.Tensor, Region]] = []
+        for key, tensor in launch.written_args():
+            region = call.regions.written(launch, tensor)
+            if not region.mapped:
+                entry.unmapped += 1
+                self._unmapped(call.label, region)
+            elif judging:
+                entry.compared += 1
+                self.compared += 1
+                described = index in self.describe
+                divergence = self._judge(launch, call, key, tensor, region, always=described)
+                if divergence is not None and described:
+                    self._keep_described(divergence)
+                elif divergence is not None:
+                    self.divergences.append(divergence)
+            mapped.append((tensor, region))
+        for tensor, region in mapped:
+            if substituting and region.mapped:
+                value = region.eager(call.values)
+                if value is not None:
+                    tensor.copy_(value)
+                    self.substituted += 1
+            call.regions.record_write(tensor, region)
+
+    def _judge(self, launch: Launch, call: _GraphCall, key: int | str, tensor: torch.Tensor,
+               region: Region, always: bool = False) -> Divergence | None:
+        """The launch described, when this buffer misses the verdict policy (or `always`)."""
+        expected = region.eager(call.values)
+        if expected is None or (not always and self.verdict.quick_match(tensor, expected)):
+            return None
+        name = launch.local_name(tensor) or region.buffer or launch.param_name(key)
+        comparison = self.verdict.tensors(name, tensor, expected)
+        if self.verdict.wants_reference(comparison) and (reference := region.float64(call.values)) is not None:
+            comparison = self.verdict.tensors(name, tensor, expected, reference)
+        if comparison.passed and not always:
+            return None
+        isolation = isolate(launch, call.regions, call.values, self.verdict, self._run)
+        return Divergence(launch.index, call.label, _describe(launch, call.info, key, name, region, comparison), isolation)
+
+    def _keep_described(self, divergence: Divergence) -> None:
+        """Of a described launch's buffers, keep the one furthest from eager."""
+        kept = self.described.get(divergence.launch_index)
+        if kept is None or _severity(divergence) > _severity(kept):
+            self.described[divergence.launch_index] = divergence
+
+    def _unmapped(self, label: str, region: Region) -> None:
+        self.unmapped_count += 1
+        names = self.unmapped.setdefault(describe_reason(region.reason), [])
+        if len(names) < MAX_UNMAPPED_NAMES:
+            names.append(f"{label}:{region.buffer or '?'}")
+
+    def restart(self) -> None:
+        """Forget everything seen (a run that has to be made again), keeping the mode and the problems."""
+        problems = self.problems
+        fresh = KernelProbe(self.verdict, self.inner, self.stop_at_wrong, self.compare_after, self.substitute,
+                            self.describe)
+        self.__dict__.update(fresh.__dict__)
+        self.problems = problems
+
+
+def _severity(divergence: Divergence) -> tuple[bool, int, float]:
+    metrics = divergence.kernel["metrics"]
+    return (not metrics.passed, metrics.bad, metrics.max_abs)
+
+
+def _describe(launch: Launch, info: GraphInfo, key: int | str, name: str, region: Region,
+              comparison: R.OutputComparison) -> dict[str, Any]:
+    buffer = region.buffer
+    fact = info.buffers.get(buffer or "")
+    nodes = fact.origins if fact is not None and fact.origins else ([region.node] if region.node else [])
+    targets = {n.name: n.target for n in info.gm.graph.nodes}
+    param = launch.param_name(key)
+    return {
+        "name": launch.kernel.name,
+        "kind": launch.kernel.kind,
+        "source": launch.kernel.source[:MAX_SOURCE_CHARS],
+        "buffers": [param, name] if name != param else [param],
+        "buffer": name,
+        "nodes": nodes,
+        "aten_ops": sorted({str(targets[n]) for n in nodes if n in targets}),
+        "args": describe_args(launch),
+        "metrics": comparison,
+        "module_path": info.module_path,
+    }
+
+
+def describe_args(launch: Launch) -> list[R.KernelArgument]:
+    return [R.KernelArgument(
+        name=launch.param_name(key), buffer=launch.local_name(value) or (launch.owning_buffer(value) or (None,))[0],
+        role=launch.role(key), dtype=str(value.dtype).removeprefix("torch."), size=list(value.shape),
+        stride=list(value.stride()), storage_offset=value.storage_offset(),
+    ) for key, value in launch.tensor_args()]
+

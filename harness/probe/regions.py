@@ -1,0 +1,252 @@
+"""Which eager value a kernel argument holds: the buffer-to-value map of one graph call.
+
+A kernel writes Inductor buffers; a buffer holds, once its kernel ran, the
+value of one FX node (`BufferFact.value_node`). The map below turns a launch's
+tensor argument into that node, at that launch:
+
+- an argument that *is* a wrapper local (`buf3`, `arg0_1`, an alias local
+  such as `buf0 = reinterpret_tensor(buf2, ...)`) writes the buffers that the
+  kernel computes into that local's storage; when several do (a zeros buffer
+  and the `index_put_` that mutates it, in one fused kernel), the storage ends
+  up holding the last of them in graph order;
+- an argument that is an unnamed view of a local takes the computed buffer
+  laid out exactly there, else the local's own value, viewed the same way;
+- without codegen's kernel map, the k-th write to a storage in a graph call
+  takes the k-th of its writers in graph order.
+
+Reads resolve through the writes seen so far in the call (the node last
+stored in that region), then through the local's own node, then the graph
+input's value on entry. Whatever cannot be resolved is `unmapped`, with the
+reason, and counted as such.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ..inductor_compat import GraphInfo, Launch
+from ..layout import clone_exact, is_non_overlapping, span
+from .values import GraphValues
+
+Layout = Callable[[torch.Tensor], "torch.Tensor | None"]
+
+
+def _same(value: torch.Tensor) -> torch.Tensor:
+    return value
+
+
+@dataclass
+class Region:
+    """What one kernel argument holds, in eager terms."""
+
+    buffer: str | None  # the Inductor buffer (or graph input) it is or lies in
+    node: str | None = None  # the FX node whose value it holds
+    input: str | None = None  # ... or the graph input whose value on entry it holds
+    reason: str | None = None  # why neither, when unmapped
+    # Lays the node's value out as the argument is (a view of a larger buffer, say).
+    layout: Layout = field(default=_same, repr=False)
+    # A write of part of a storage: the storage's state before it, and where the part lies
+    # ((size, stride, offset) relative to the argument, which is the whole buffer).
+    before: "Region | None" = None
+    part: tuple[list[int], list[int], int] | None = None
+
+    @property
+    def mapped(self) -> bool:
+        return (self.node is not None or self.input is not None) and (self.before is None or self.before.mapped)
+
+    def eager(self, values: GraphValues) -> torch.Tensor | None:
+        return self._value(values, float64=False)
+
+    def float64(self, values: GraphValues) -> torch.Tensor | None:
+        return self._value(values, float64=True)
+
+    def _value(self, values: GraphValues, float64: bool) -> torch.Tensor | None:
+        if self.input is not None:
+            value = values.input(self.input)
+            if float64 and value is not None and value.is_floating_point():
+                value = value.to(torch.float64)
+        else:
+            value = values.float64(self.node or "") if float64 else values.value(self.node or "")
+        if value is None:
+            return None
+        if self.before is None:
+            return self.layout(value)
+        whole = self.before._value(values, float64)
+        if whole is None or self.part is None:
+            return None
+        result = clone_exact(whole, value.dtype)
+        size, stride, offset = self.part
+        result.as_strided(size, stride, result.storage_offset() + offset).copy_(value)
+        return result
+
+
+@dataclass
+class RegionMap:
+    """The buffer-to-value map of one call of one compiled graph."""
+
+    info: GraphInfo
+    values: GraphValues
+    # (storage pointer, offset, shape, stride) -> the region last written there.
+    _writes: dict[tuple, Region] = field(default_factory=dict)
+    _written_storages: Counter = field(default_factory=Counter)
+    _storage_writes: Counter = field(default_factory=Counter)
+
+    def written(self, launch: Launch, tensor: torch.Tensor) -> Region:
+        """The node a written argument holds once this launch ran."""
+        local = launch.local_name(tensor)
+        if local is not None:
+            return self._check(self._written_local(launch, local, tensor), tensor)
+        owner = launch.owning_buffer(tensor)
+        if owner is None:
+            return Region(None, reason="not a wrapper buffer nor a view of one")
+        owner_name, owner_tensor = owner
+        for name in self._computed(launch) or ():
+            fact = self.info.buffers.get(name)
+            if fact is not None and fact.view is not None and fact.storage == owner_name and \
+                    fact.view == _view_of(tensor, owner_tensor):
+                return self._check(self._region_of(name), tensor)
+        region = self._written_local(launch, owner_name, owner_tensor)
+        return self._check(_viewed(region, owner_tensor, tensor), tensor)
+
+    def read(self, launch: Launch, tensor: torch.Tensor) -> Region:
+        """The node a read argument holds before this launch runs."""
+        key = _key(tensor)
+        if key in self._writes:
+            return self._check(self._writes[key], tensor)
+        local = launch.local_name(tensor)
+        if local is not None:
+            return self._check(self._known(local, tensor), tensor)
+        owner = launch.owning_buffer(tensor)
+        if owner is None:
+            return Region(None, reason="not a wrapper buffer nor a view of one")
+        owner_name, owner_tensor = owner
+        region = self._writes.get(_key(owner_tensor)) or self._known(owner_name, owner_tensor)
+        return self._check(_viewed(region, owner_tensor, tensor), tensor)
+
+    def record_write(self, tensor: torch.Tensor, region: Region) -> None:
+        """What the launch just stored; an overlapping region stored before is no longer known."""
+        pointer = tensor.untyped_storage().data_ptr()
+        start, end = span(tensor)
+        for key in [k for k in self._writes if k[0] == pointer and k != _key(tensor)]:
+            other_start, other_end = key[4]
+            if other_start < end and start < other_end:
+                del self._writes[key]
+        self._writes[_key(tensor)] = region
+        self._written_storages[pointer] += 1
+
+    def _known(self, local: str, tensor: torch.Tensor, before_writes: bool = False) -> Region:
+        """A local read before any probed launch wrote it: a graph input, or a buffer an unprobed op made."""
+        if not before_writes and self._written_storages[tensor.untyped_storage().data_ptr()]:
+            return Region(local, reason=f"{local} is read after a write to part of its storage")
+        if local in self.info.input_names:
+            return Region(local, input=local)
+        if local in self.info.buffers:
+            return self._region_of(local)
+        return Region(local, reason=f"{local} is not a buffer of this graph")
+
+    def _written_local(self, launch: Launch, local: str, tensor: torch.Tensor) -> Region:
+        fact = self.info.buffers.get(local)
+        storage = fact.storage if fact is not None else local
+        computed = self._computed(launch)
+        if fact is not None and fact.view is not None and (computed is None or local in computed):
+            return self._region_of(local)  # an alias local: the slice of a larger buffer this kernel computes
+        if computed is not None:
+            writers = [b for b in computed if b in self.info.buffers and self.info.buffers[b].storage == storage
+                       and self.info.buffers[b].view is None]
+            writers.sort(key=lambda b: self.info.node_order.get(self.info.buffers[b].value_node or "", -1))
+        else:
+            # No kernel map: the k-th write to a storage in this call is its k-th writer in graph order.
+            order = ([storage] if storage in self.info.buffers else []) + self.info.mutations_of(storage)
+            writes = self._storage_writes[storage]
+            self._storage_writes[storage] += 1
+            writers = [order[min(writes, len(order) - 1)]] if order else []
+        if not writers:
+            return Region(local, reason=f"the kernel computes no buffer stored in {local}")
+        # In graph order: a whole write replaces the storage's state, a partial one updates part of it.
+        state: Region | None = None
+        for writer in writers:
+            region = self._region_of(writer)
+            fact = self.info.buffers[writer]
+            if fact.part_of is None or not region.mapped:
+                state = region
+                continue
+            before = state or self._writes.get(_key(tensor)) or self._known(local, tensor, before_writes=True)
+            offset = fact.part_view[2] - tensor.storage_offset()
+            state = Region(writer, node=region.node, before=before, part=(fact.part_view[0], fact.part_view[1], offset))
+        return state
+
+    def _region_of(self, buffer: str) -> Region:
+        fact = self.info.buffers[buffer]
+        if fact.value_node is None:
+            return Region(buffer, reason=f"{buffer} {fact.unmapped_reason}")
+        if fact.value_node in self.values.random:
+            return Region(buffer, reason=f"{buffer} depends on random numbers (an eager rerun draws others)")
+        if fact.reshaped:
+            shape = fact.size
+            return Region(buffer, node=fact.value_node, layout=lambda value: value.reshape(shape) if shape else None)
+        return Region(buffer, node=fact.value_node)
+
+    def _computed(self, launch: Launch) -> list[str] | None:
+        if launch.kernel.kind == "extern":
+            found = self.info.extern_buffers(launch.kernel.name)
+            return found or None
+        return self.info.computed_by(launch.kernel.name)
+
+    def _check(self, region: Region, tensor: torch.Tensor) -> Region:
+        """A mapped region whose eager value does not fit the argument is unmapped, with the reason."""
+        if not region.mapped:
+            return region
+        value = region.eager(self.values)
+        if value is None:
+            return Region(region.buffer, reason=f"no eager value for {region.node or region.input}")
+        if value.shape != tensor.shape:
+            return Region(region.buffer, reason=f"{region.buffer}: eager value of {region.node or region.input} "
+                          f"has shape {tuple(value.shape)}, the argument {tuple(tensor.shape)}")
+        return region
+
+
+def _key(tensor: torch.Tensor) -> tuple:
+    return (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()),
+            span(tensor))
+
+
+def _view_of(tensor: torch.Tensor, owner: torch.Tensor) -> tuple[list[int], list[int], int]:
+    return (list(tensor.shape), list(tensor.stride()), tensor.storage_offset() - owner.storage_offset())
+
+
+def _viewed(region: Region, owner: torch.Tensor, tensor: torch.Tensor) -> Region:
+    """`region` (the whole of `owner`) narrowed to the view `tensor` takes of it.
+
+    The owner's value is laid out with the owner's own strides, then the same
+    view is taken, so each element is compared with its own twin.
+    """
+    if not region.mapped:
+        return region
+    if not is_non_overlapping(owner):
+        return Region(region.buffer, reason=f"{region.buffer} overlaps itself: a view of it cannot be laid out")
+    inner = region.layout
+
+    def layout(value: torch.Tensor) -> torch.Tensor | None:
+        value = inner(value)
+        if value is None or value.numel() != owner.numel():
+            return None
+        laid_out = torch.empty_strided(owner.shape, owner.stride(), dtype=value.dtype, device=value.device)
+        laid_out.copy_(value.reshape(owner.shape))
+        return laid_out.as_strided(tensor.shape, tensor.stride(), tensor.storage_offset() - owner.storage_offset())
+
+    return Region(region.buffer, region.node, region.input, None, layout)
+
+
+def describe_reason(reason: str | None) -> str:
+    """A reason without the buffer it starts with and the particulars it ends with, so that reasons group."""
+    if not reason:
+        return "unknown"
+    first, _, rest = reason.partition(" ")
+    if first.rstrip(":").startswith(("buf", "arg")) and rest:
+        reason = rest
+    return reason.split(" (")[0] if reason.endswith(")") else reason
+

@@ -301,8 +301,11 @@ def _compile_kwargs(config: RunConfig, options: dict[str, Any]) -> dict[str, Any
 def observed_launches(handler: Callable[[Any], Any] | None, bisector: KernelBisector | None) -> Iterator[None]:
     """Route the compiled run's launches through the injection and/or the bisector."""
     from .inductor_compat import capture_graphs, intercept_launches
+    from .inductor_compat.kernel_variants import rewriting
 
     with contextlib.ExitStack() as stack:
+        # Rewritten-kernel emulations (reduction-partial, ...): variants compile as wrapper modules load.
+        stack.enter_context(rewriting(getattr(handler, "rewriters", ())))
         if bisector is not None:
             stack.enter_context(capture_graphs(bisector.observe_graph))
         top = bisector.on_launch if bisector is not None else handler

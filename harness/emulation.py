@@ -18,6 +18,8 @@ Every record made under one of these carries its name in `emulation`.
   argument's size, stride and offset (the whole storage span is converted).
 - `fault-<corruption>@<selector>`: corrupt the outputs of the launches chosen
   by launch index (`@3`) or kernel-name glob (`@*relu*`), for testing localization.
+- `reduction-partial`, `reduction-axis-order` (optionally `@<selector>`):
+  seed 002's NPU codegen bugs, run as rewritten kernels (`rewritten_kernels.py`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Injection:
     # Emulations that narrow precision: the runner then tells narrowing from misaddressing.
     narrows: bool = False
     needs_selector: bool = False
+    takes_selector: bool = False  # an optional @selector (rewritten kernels)
 
 
 @dataclass
@@ -219,7 +222,7 @@ def parse_injection(text: str) -> tuple[Injection, str | None]:
     injection = INJECTIONS[name]
     if injection.needs_selector and not selector:
         raise ValueError(f"{name} needs a kernel: {name}@LAUNCH_INDEX or {name}@NAME_GLOB")
-    if selector and not injection.needs_selector:
+    if selector and not (injection.needs_selector or injection.takes_selector):
         raise ValueError(f"{name} applies to every launch and takes no @selector")
     return injection, selector or None
 
@@ -229,3 +232,11 @@ def make_handler(text: str) -> Callable[[Launch], Any]:
     injection, selector = parse_injection(text)
     return injection.make_handler(selector)
 
+
+# --- Rewritten kernels (seed 002's reduction bugs): harness/rewritten_kernels.py -----------------
+from .rewritten_kernels import REWRITE_INJECTIONS, RewrittenKernels  # noqa: E402
+
+INJECTIONS.update({
+    name: Injection(name, summary, lambda selector, name=name: RewrittenKernels(name, selector), takes_selector=True)
+    for name, summary in REWRITE_INJECTIONS.items()
+})

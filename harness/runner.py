@@ -356,7 +356,8 @@ def _probe_run(observed: _Observation, compiled: _Compiled, config: RunConfig, r
         compiled.session = Session(observed.program.fn, observed.inputs, observed.mode, observed.device,
                                    observed.seed, wrap=observed.compiler(config.backend, **kwargs))
         probe.restart()
-        with capture_graphs(probe.observe_graph, cold=True) as lowered, intercept_launches(probe.on_launch):
+        with _rewriting_for(probe.inner), capture_graphs(probe.observe_graph, cold=True) as lowered, \
+                intercept_launches(probe.on_launch):
             results = compiled.session.run()
         adopted = adopt_facts(capture, lowered)
         probe.problems.append(f"{len(capture.missing)} compiled graph(s) came from a cache entry without lowering "
@@ -427,8 +428,15 @@ def _launches_through(handler: Callable[[Any], Any] | None) -> Iterator[None]:
     """Route the compiled run's launches through the injection, when there is one."""
     from .inductor_compat import intercept_launches
 
-    with intercept_launches(handler) if handler is not None else contextlib.nullcontext():
+    with _rewriting_for(handler), intercept_launches(handler) if handler is not None else contextlib.nullcontext():
         yield
+
+
+def _rewriting_for(handler: Any) -> contextlib.AbstractContextManager:
+    """Rewritten-kernel emulations (reduction-partial, ...) compile their variants as wrapper modules load."""
+    from .inductor_compat.kernel_variants import rewriting
+
+    return rewriting(getattr(handler, "rewriters", ()))
 
 
 @contextlib.contextmanager

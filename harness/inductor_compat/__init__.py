@@ -27,6 +27,9 @@ What is relied on, and why there is no public API for it:
   `origins`); `capture_graphs` records them for every graph compiled while it
   is active (FX graph and AOT autograd caches off, since a cache hit skips
   lowering; the generated code is the same).
+- `kernel_variants.py`: the text of generated reduction kernels (C++ and
+  Triton), rewritten for the rewritten-kernel emulations; its docstring names
+  the patterns and torch versions it relies on.
 """
 
 from . import torch_state

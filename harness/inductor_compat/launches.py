@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from ..layout import span
+from .kernel_variants import attach_variants
 
 ROLE_IN, ROLE_OUT, ROLE_INOUT, ROLE_SCALAR = "in", "out", "inout", "scalar"
 
@@ -23,6 +24,8 @@ class KernelInfo:
     mutated: frozenset[str] = frozenset()
     source: str = ""
     module_path: str = ""
+    # Variants compiled from rewritten source, by rewriter (None: not affected); see kernel_variants.py.
+    variants: dict[str, Any] = field(default_factory=dict)
 
     def role(self, position: int) -> str:
         if position >= len(self.arg_names):
@@ -155,6 +158,7 @@ def _install() -> None:
         def load_by_key_path(cls: Any, *args: Any, **kwargs: Any) -> Any:
             module = original(cls, *args, **kwargs)
             _wrap_module(module)
+            attach_variants(module)  # source-rewriting emulations only (kernel_variants.py)
             return module
 
         PyCodeCache.load_by_key_path = classmethod(load_by_key_path)

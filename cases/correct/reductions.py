@@ -35,7 +35,8 @@ def sum_mean_several_dims(x):
     return x.sum(dim=(0, 2)), x.mean(dim=(1, 2)), x.sum()
 
 
-@case(tags=("correct", "reduction", "sum", "multi-dim", "bf16", "fp16"), dtypes=HALF_AND_FLOAT, modes=BOTH_MODES)
+@case(tags=("correct", "reduction", "sum", "multi-dim", "bf16", "fp16"), dtypes=HALF_AND_FLOAT, modes=BOTH_MODES,
+      tolerances=FP32_REORDERED_SUM)
 def correct_sum_mean_several_dims(dtype):
     """sum over dims (0, 2), mean over (1, 2) and a full sum of a 3-d tensor (1k-4k elements per reduction)."""
     return Program(sum_mean_several_dims, [contiguous((16, 48, 96), requires_grad=True)])

@@ -255,6 +255,8 @@ class BufferDivergence:
     numel: int
     max_abs: float
     isolated: str | None = None
+    # The isolation verdict's kind: "wrong", "aliasing", "drift" or "not-isolated".
+    kind: str | None = None
 
 
 @dataclass
@@ -304,6 +306,10 @@ class Localization:
     kernels: list[LaunchEntry] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Localization":
+        return _decode(cls, data)
+
     def check(self, status: str) -> None:
         """Enforce the invariants between a run's status and its answer."""
         failing = status_of(status) == Status.FAIL
@@ -311,6 +317,15 @@ class Localization:
             raise AssertionError(f"a {status} run cannot have localization answer {self.answer!r} (diverged={self.diverged})")
         if failing and self.answer == Answer.NONE:
             raise AssertionError("a failing run needs a localization answer")
+
+    def names(self, culprit: str) -> bool:
+        """Whether this answer names a declared culprit: "stage:<stage>", or an ATen op pattern of the kernel."""
+        if culprit.startswith("stage:"):
+            return self.answer == Answer.STAGE and self.stage == culprit.removeprefix("stage:")
+        if self.answer not in (Answer.KERNEL, Answer.DRIFT):
+            return False
+        ops = " ".join(self.aten_ops + self.nodes)
+        return any(pattern.strip() and pattern.strip() in ops for pattern in culprit.split("|"))
 
     def line(self) -> str:
         """The answer in one console line."""
@@ -387,6 +402,9 @@ class CaseResult:
     # Filled by localization (`--bisect`): the answer and its evidence.
     first_divergent_kernel: Localization | None = None
     command: str | None = None
+    # The case's declared culprit, and whether localization named it (None: not localized).
+    culprit: str | None = None
+    culprit_found: bool | None = None
     # Things the run did that a reader should know, e.g. global config a case changed (restored after it).
     warnings: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -410,7 +428,8 @@ class CaseResult:
         if self.first_divergent_kernel is not None:
             lines.append(self.first_divergent_kernel.line())
         if self.diagnosis:
-            lines.append(f"diagnosis: {self.diagnosis}")
+            # On a passing run a diagnosis explains, it does not accuse.
+            lines.append(f"{'diagnosis' if self.status != PASS else 'note'}: {self.diagnosis}")
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n    ".join([head, *lines])
 
@@ -444,7 +463,8 @@ def _decode(cls: type, data: dict[str, Any]) -> Any:
     below the top level.
     """
     if cls is Localization and "answer" not in data:  # written before answers existed
-        data = {**data, "answer": Answer.KERNEL if data.get("diverged") else Answer.NONE}
+        diverged = data.get("diverged", True)
+        data = {**data, "diverged": diverged, "answer": Answer.KERNEL if diverged else Answer.NONE}
     nested = _NESTED.get(cls, {})
     values = {}
     for f in dataclasses.fields(cls):

@@ -113,6 +113,9 @@ class Case:
     strict_eager: bool = False
     # Whether Dynamo must produce a graph: a compiled run that compiled nothing is an error, not a pass.
     compiles: bool = True
+    # Where the bug is known to be, for judging localization: an ATen op pattern the blamed kernel
+    # computes ("aten.mul", alternatives with "|"), or "stage:<stage>" (aot_eager, ...).
+    culprit: str | None = None
     requires: tuple[str, ...] = ()
     description: str = ""
     source: str = ""

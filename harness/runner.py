@@ -9,6 +9,7 @@ restored after every case, so no verdict depends on the cases run before it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import time
 import traceback
@@ -93,7 +94,7 @@ def new_record(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> 
     """A record with the run's identity filled in and nothing measured yet."""
     return R.CaseResult(
         case=case.name, device=config.device, backend=config.backend, dtype=dtype_name(dtype), mode=mode,
-        status=R.PASS, tags=list(case.tags), issue=case.issue, size=case.size,
+        status=R.PASS, tags=list(case.tags), issue=case.issue, size=case.size, culprit=case.culprit,
         npu_backend=config.npu_backend if config.device == "npu" else None,
         emulation=config.inject, command=config.command_for(case.name, dtype_name(dtype), mode),
     )
@@ -258,7 +259,8 @@ class _Compiled:
 
 def _compiled_run(observed: _Observation, config: RunConfig, record: R.CaseResult) -> _Compiled:
     """The compiled run, through the injection when asked for; counts graphs; judges."""
-    from .inductor_compat import dynamo_graph_counts, install_lowering_hook, reset_dynamo_counters
+    from .inductor_compat import capture_graphs, dynamo_graph_counts, install_lowering_hook, program_accumulates, \
+        reset_dynamo_counters
 
     def handler_factory() -> Any:
         return make_handler(config.inject) if config.inject else None
@@ -268,11 +270,13 @@ def _compiled_run(observed: _Observation, config: RunConfig, record: R.CaseResul
     # Lowering facts are kept beside Inductor's cache entries, so a later --bisect on a warm cache finds them.
     install_lowering_hook()
     reset_dynamo_counters()
-    with _stage(R.Stage.COMPILE, observed.timings), _launches_through(handler):
+    with _stage(R.Stage.COMPILE, observed.timings), _launches_through(handler), capture_graphs() as capture:
         session = Session(observed.program.fn, observed.inputs, observed.mode, observed.device, observed.seed,
                           wrap=observed.compiler(config.backend, **kwargs))
         results = session.run()
     record.graphs = dynamo_graph_counts()
+    # Summation noise is allowed only where the compiled program sums (no compiled graph: allowed).
+    observed.verdict = dataclasses.replace(observed.verdict, accumulated=program_accumulates(capture.called))
     if handler is not None:
         record.injection_stats = dict(handler.stats)
     return _Compiled(session, results, observed.judge(results), handler_factory)
@@ -308,14 +312,21 @@ def _conclude(observed: _Observation, compiled: _Compiled, config: RunConfig, re
     if config.bisect and (record.status == R.FAIL or (config.bisect == "always" and record.status == R.PASS)):
         with _stage("localize", record.timings, wrap=False):
             record.first_divergent_kernel = _localize(observed, compiled, config, record)
+        if observed.case.culprit and record.status == R.FAIL:
+            record.culprit_found = record.first_divergent_kernel.names(observed.case.culprit)
     record.reference = observed.reference
     stats = record.injection_stats or {}
     if "hits" in stats and not stats["hits"]:
         record.diagnosis = f"the injected fault selected none of the {stats['launches']} kernel launches"
     narrows = config.inject is not None and parse_injection(config.inject)[0].narrows
-    if narrows and stats.get("converted_args") and record.status == R.FAIL:
+    if narrows and stats.get("converted_args") and _narrowing_visible(record):
         with _stage(R.Stage.REFERENCE, record.timings):
             record.diagnosis = narrowing_diagnosis(observed, compiled)
+
+
+def _narrowing_visible(record: R.CaseResult) -> bool:
+    """Something for narrowing to explain: a failure, or an inexact 64-bit result."""
+    return any(not o.passed or (o.dtype in ("int64", "float64") and (o.max_abs > 0 or o.bad)) for o in record.outputs)
 
 
 def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig, record: R.CaseResult) -> R.Localization:

@@ -36,6 +36,14 @@ DEFAULT_TOLERANCES: Mapping[torch.dtype, Tolerance] = {
 RMSE_MULTIPLIER_HALF = 3.0
 RMSE_MULTIPLIER = 2.0
 RMSE_SMALL_TENSOR_NUMEL = 1000
+# Eager's reductions (cascade sums, float64 accumulation for some ops) can be far more accurate than a
+# plain float32 sum, so "within a multiple of eager's error" alone fails correct compiled reductions
+# (a 600-term gradient sum: 25x eager's error, 42 float32 ulps). A result also passes when its RMS
+# error against float64 is within this many units of float32 roundoff (float64's for float64),
+# relative to the RMS of the reference: the noise of summing thousands of terms one after another
+# (about sqrt(n) ulps). Half types accumulate in float32 as well; their own rounding dominates.
+# Elementwise programs get no such floor: an elementwise op 60 ulps off (erfinv) is a precision bug.
+RMSE_FLOOR_ULPS = 128
 
 
 def is_exact_dtype(dtype: torch.dtype) -> bool:
@@ -49,6 +57,12 @@ def tolerance_for(dtype: torch.dtype, overrides: Mapping[torch.dtype, Tolerance]
     if is_exact_dtype(dtype):
         return EXACT
     return DEFAULT_TOLERANCES[dtype]
+
+
+def rmse_floor(dtype: torch.dtype, reference_rms: float) -> float:
+    """The RMS error a correct float computation of this dtype may have whatever eager's own error."""
+    accumulation = torch.float64 if dtype in (torch.float64, torch.complex128) else torch.float32
+    return RMSE_FLOOR_ULPS * torch.finfo(accumulation).eps * reference_rms
 
 
 def rmse_multiplier(dtype: torch.dtype, numel: int) -> float:

@@ -33,20 +33,21 @@ def test_longformer_full_has_the_published_dimensions_and_torchbench_inputs():
 
 
 def test_a_fault_in_one_backward_kernel_of_longformer_is_named():
-    clean = run_case(CASES["longformer_ci"], torch.float32, "train_step", RunConfig(bisect=True))
-    assert clean.status == R.PASS and clean.first_divergent_kernel["diverged"] is False
-    ranges = clean.first_divergent_kernel["graph_launches"]
+    clean = run_case(CASES["longformer_ci"], torch.float32, "train_step", RunConfig(bisect="always"))
+    assert clean.status == R.PASS and clean.first_divergent_kernel.diverged is False
+    assert [a for a in clean.first_divergent_kernel.absorbed if a.kind != "drift"] == []
+    ranges = clean.first_divergent_kernel.graph_launches
     graph = max((g for g in ranges if g.startswith("backward")), key=lambda g: ranges[g][1])
     # The first generated kernel of the largest backward graph (later ones may compute indices,
     # which a fault turns into out-of-bounds reads, and some write gradients that are all zero).
-    target = next(k["index"] for k in clean.first_divergent_kernel["kernels"]
-                  if k["graph"] == graph and k["compared"] and k["name"].startswith("cpp_"))
+    target = next(k.index for k in clean.first_divergent_kernel.kernels
+                  if k.graph == graph and k.compared and k.name.startswith("cpp_"))
 
     faulted = run_case(CASES["longformer_ci"], torch.float32, "train_step",
                        RunConfig(bisect=True, inject=f"fault-offset@{target}"))
     kernel = faulted.first_divergent_kernel
     assert faulted.status == R.FAIL
-    assert (kernel["graph"], kernel["launch_index"]) == (graph, target)
-    assert kernel["name"] == faulted.injection_stats["hits"][0].split(":", 1)[1]
-    assert kernel["isolated"].startswith("kernel is wrong")
+    assert kernel.answer == R.Answer.KERNEL and (kernel.graph, kernel.launch_index) == (graph, target)
+    assert kernel.name == faulted.injection_stats["hits"][0].split(":", 1)[1]
+    assert kernel.isolated.startswith("kernel is wrong")
     assert faulted.graphs["graphs"] >= 2 and faulted.graphs["graph_breaks"] >= 1

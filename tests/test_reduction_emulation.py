@@ -303,19 +303,19 @@ def test_seed_passes_clean_and_fails_under_partial_in_the_weight_gradient_kernel
     assert record.status == R.FAIL and (out.bad, out.numel) == (128, 128)
     assert "(emulation: reduction-partial)" in record.summary()
     kernel = record.first_divergent_kernel
-    assert kernel["diverged"] and kernel["name"].startswith("cpp_fused_") and "sum" in kernel["name"]
-    assert "sum_1" in kernel["nodes"] and "aten.sum.dim_IntList" in kernel["aten_ops"]
-    assert kernel["buffer"] == "buf0" and kernel["metrics"]["bad"] == 128  # the float32 sum, before its bf16 cast
-    assert kernel["isolated"].startswith("kernel is wrong")
-    assert kernel["stage"] == "inductor"
-    assert record.injection_stats["hits"] == [f"0:{kernel['name']}"]
+    assert kernel.answer == R.Answer.KERNEL and kernel.name.startswith("cpp_fused_") and "sum" in kernel.name
+    assert "sum_1" in kernel.nodes and "aten.sum.dim_IntList" in kernel.aten_ops
+    assert kernel.buffer == "buf0" and kernel.metrics.bad == 128  # the float32 sum, before its bf16 cast
+    assert kernel.isolated.startswith("kernel is wrong")
+    assert kernel.stage == "inductor"
+    assert record.injection_stats["hits"] == [f"0:{kernel.name}"]
 
 
 def test_seed_fails_under_axis_order_in_the_same_kernel():
     record = run_case(CASES[SEED], torch.bfloat16, "inference", RunConfig(inject="reduction-axis-order", bisect=True))
     kernel = record.first_divergent_kernel
     assert record.status == R.FAIL and record.outputs[0].bad == 128
-    assert "sum_1" in kernel["nodes"] and kernel["isolated"].startswith("kernel is wrong")
+    assert "sum_1" in kernel.nodes and kernel.isolated.startswith("kernel is wrong")
 
 
 def test_a_selector_that_matches_no_launch_leaves_the_seed_correct():
@@ -331,15 +331,15 @@ def test_rmsnorm_training_fails_forward_and_backward(dtype):
     record = run_case(CASES[TRAINING], dtype, "training", RunConfig(inject="reduction-partial", bisect=True))
     kernel = record.first_divergent_kernel
     assert record.status == R.FAIL
-    assert kernel["graph"] == "forward 0" and "mean" in kernel["nodes"]
-    assert kernel["isolated"].startswith("kernel is wrong")
+    assert kernel.graph == "forward 0" and "mean" in kernel.nodes
+    assert kernel.isolated.startswith("kernel is wrong")
     # Only the backward kernel: the weight gradient's reduction is named.
     record = run_case(CASES[TRAINING], dtype, "training", RunConfig(inject="reduction-partial@*sum*", bisect=True))
     kernel = record.first_divergent_kernel
     failed = {o.name for o in record.outputs if not o.passed}
     assert record.status == R.FAIL and "grad.weight" in failed and "out0" not in failed
-    assert kernel["graph"] == "backward 0" and "sum_1" in kernel["nodes"]
-    assert kernel["isolated"].startswith("kernel is wrong")
+    assert kernel.graph == "backward 0" and "sum_1" in kernel.nodes
+    assert kernel.isolated.startswith("kernel is wrong")
 
 
 def test_rmsnorm_training_under_axis_order_breaks_only_the_weight_gradient():
@@ -347,5 +347,5 @@ def test_rmsnorm_training_under_axis_order_breaks_only_the_weight_gradient():
     failed = {o.name for o in record.outputs if not o.passed}
     kernel = record.first_divergent_kernel
     assert failed == {"grad.weight"}
-    assert kernel["graph"] == "backward 0" and "sum_1" in kernel["nodes"]
-    assert kernel["isolated"].startswith("kernel is wrong")
+    assert kernel.graph == "backward 0" and "sum_1" in kernel.nodes
+    assert kernel.isolated.startswith("kernel is wrong")

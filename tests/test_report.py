@@ -14,6 +14,7 @@ import pytest
 
 from harness.records import (
     CaseResult,
+    Localization,
     ErrorHistogram,
     ErrorInfo,
     MismatchMap,
@@ -71,8 +72,9 @@ def failing_output() -> OutputComparison:
     )
 
 
-def divergent_kernel() -> dict:
-    return {
+def divergent_kernel() -> Localization:
+    return Localization.from_dict({
+        "answer": "kernel", "diverged": True,
         "graph": "forward 0",
         "launch_index": 3,
         "launches": 7,
@@ -81,15 +83,17 @@ def divergent_kernel() -> dict:
         "nodes": ["sub_1", "exp_2"],
         "aten_ops": ["aten.sub.Tensor", "aten.exp.default"],
         "args": [
-            {"name": "in_ptr0", "dtype": "float16", "size": [2, 32, 64], "stride": [2048, 64, 1], "storage_offset": 0, "role": "input"},
-            {"name": "in_ptr1", "dtype": "float16", "size": [64], "stride": [1], "storage_offset": 0, "role": "input"},
-            {"name": "out_ptr0", "dtype": "float16", "size": [2, 32, 64], "stride": [2048, 1, 32], "storage_offset": 128, "role": "output"},
+            {"name": "in_ptr0", "buffer": "arg0_1", "dtype": "float16", "size": [2, 32, 64], "stride": [2048, 64, 1], "storage_offset": 0, "role": "in"},
+            {"name": "in_ptr1", "buffer": "arg1_1", "dtype": "float16", "size": [64], "stride": [1], "storage_offset": 0, "role": "in"},
+            {"name": "out_ptr0", "buffer": "buf3", "dtype": "float16", "size": [2, 32, 64], "stride": [2048, 1, 32], "storage_offset": 128, "role": "out"},
         ],
         "isolated": "kernel is wrong on reference inputs",
-        "metrics": {"numel": 4096, "bad": 499, "max_abs": 0.3125, "max_rel": 40.0, "cosine": 0.98801},
+        "metrics": {"name": "buf3", "dtype": "float16", "shape": [2, 32, 64], "numel": 4096, "bad": 499,
+                    "bad_pct": 12.2, "max_abs": 0.3125, "max_rel": 40.0, "passed": False, "rule": "tolerance",
+                    "cosine": 0.98801},
         "buffers": ["out_ptr0"],
         "stage": "inductor",
-    }
+    })
 
 
 def record(case: str, status: str, **fields) -> CaseResult:
@@ -154,7 +158,8 @@ def text_of(fragment: str) -> str:
 def test_summary_shows_counts_devices_versions_and_run_time(page):
     summary = section(page, "summary")
     tiles = dict(re.findall(r'data-status="(\w+)"><div class="n">(\d+)</div>', summary))
-    assert tiles == {"fail": "2", "error": "2", "xpass": "0", "xfail": "0", "skip": "1", "pass": "2"}
+    assert tiles == {"fail": "2", "error": "2", "xpass": "0", "nondeterministic": "0", "xfail": "0", "skip": "1",
+                     "pass": "2"}
     text = " ".join(text_of(summary).split())
     for expected in ("cpu", "inductor", "torch 2.13.0", "triton 3.6.0", "python 3.12.7", "12m 34s",
                      "2026-11-30T01:00:00+00:00", "python -m harness run cases/ --report-dir reports"):
@@ -171,7 +176,7 @@ def test_table_lists_every_run_failures_first(page):
     assert cells[0] == "fail"
     assert cells[3] == "513 / 4128"  # bad over both outputs
     assert cells[4:7] == ["0.3125", "41.5", "0.987654"]
-    assert cells[7] == "triton_poi_fused_softmax_0 (forward 0 #3)"
+    assert cells[7] == "kernel: triton_poi_fused_softmax_0 (forward 0 #3)"
     assert 'href="#case-2"' in softmax_row
 
 
@@ -282,10 +287,10 @@ def test_baseline_diff_finds_new_failure_fix_and_moved_metric():
 def test_nonfinite_and_missing_metrics_render():
     broken = failing_output()
     broken.max_abs, broken.cosine, broken.error_histogram = float("nan"), None, None
-    page = render_html([record("ops.nan", "fail", outputs=[broken], first_divergent_kernel={"diverged": False, "launches": 4})])
+    page = render_html([record("ops.nan", "fail", outputs=[broken], first_divergent_kernel=Localization(answer="none", diverged=False, launches=4))])
     row = re.search(r'<tr class="row-fail".*?</tr>', page, re.S).group(0)
     assert ">nan<" in row
-    assert "No kernel diverged across 4 launches" in page
+    assert "No kernel output diverged across 4 launches" in page
     assert 'class="error-histogram"' not in page
 
 

@@ -21,7 +21,7 @@ def upsample_nearest_x2(x):
     return torch.ops.aten.__upsample_nearest(x, size=None, scale_factor=2)
 
 
-@case(tags=("upstream", "inductor", "interpolate", "index", "cuda-only"), dtypes=(torch.bfloat16,), issue=ISSUE,
+@case(tags=("upstream", "inductor", "interpolate", "index", "cuda-only"), dtypes=(torch.bfloat16,), issue=ISSUE, culprit="upsample|_unsafe_index|aten.index",
       known_failures=(
           KnownFailure("bf16 __upsample_nearest (scale 2) picks other source pixels under Inductor (pytorch#170682)",
                        device="cuda", torch=">=2.10"),

@@ -22,7 +22,7 @@ def nearest_scale_1_3(x):
 
 
 @case(tags=("upstream", "inductor", "decomposition", "interpolate", "index"),
-      dtypes=(torch.float64, torch.float32), issue=ISSUE,
+      dtypes=(torch.float64, torch.float32), issue=ISSUE, culprit="stage:aot_eager",
       known_failures=(
           KnownFailure("upsample_nearest decomposition uses 1/scale, picks source index 0 for 1 (pytorch#175154)",
                        device="cpu", torch="2.13"),

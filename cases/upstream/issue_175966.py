@@ -24,7 +24,7 @@ def arange_times_tensor(x):
         [int(1e9)], dtype=torch.int64, device=x.device)
 
 
-@case(tags=("upstream", "inductor", "index", "dtype", "int-overflow"), dtypes=(torch.float32,), issue=ISSUE,
+@case(tags=("upstream", "inductor", "index", "dtype", "int-overflow"), dtypes=(torch.float32,), issue=ISSUE, culprit="aten.mul",
       known_failures=(
           KnownFailure("int64 arange * 1e9 wraps at 2**32: index_expr evaluated in int32 (pytorch#175966)",
                        device="cpu", torch="2.13"),

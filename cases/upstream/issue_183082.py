@@ -31,7 +31,7 @@ def argmax_after_sin_transpose(x):
 
 
 @case(tags=("upstream", "inductor", "reduction", "argmax", "inplace", "layout", "fixed"), dtypes=(torch.float32,),
-      issue=ISSUE,
+      issue=ISSUE, culprit="aten.argmax",
       known_failures=(
           KnownFailure("argmax of a transposed, sin_-mutated buffer indexed in the wrong order (pytorch#183082)",
                        device="cpu", torch=">=2.10,<2.13"),

@@ -7,7 +7,7 @@ so `remainder(3.140625, 3.14)` is 0 in eager and 6.25e-4 compiled; the other
 elements differ in the last fp16 bits. Same mechanism as #186875 (scalar kept
 at full precision in the compute type).
 
-reference="none" for the same reason as #186875.
+strict_eager=True for the same reason as #186875.
 """
 
 import torch
@@ -22,7 +22,7 @@ def remainder_pi(x):
 
 
 @case(tags=("upstream", "inductor", "pointwise", "dtype", "scalar-promotion"), dtypes=(torch.float16,),
-      issue=ISSUE, reference="none",
+      issue=ISSUE, culprit="aten.remainder", strict_eager=True,
       known_failures=(
           KnownFailure("remainder keeps the scalar 3.14 at fp32 instead of fp16 3.140625 (pytorch#183083)",
                        device="cpu", torch="2.13"),

@@ -20,7 +20,7 @@ def arange_times_int(x):
     return torch.arange(16, device=x.device, dtype=torch.int64) * 1500000000
 
 
-@case(tags=("upstream", "inductor", "index", "dtype", "int-overflow"), dtypes=(torch.float32,), issue=ISSUE,
+@case(tags=("upstream", "inductor", "index", "dtype", "int-overflow"), dtypes=(torch.float32,), issue=ISSUE, culprit="aten.mul",
       known_failures=(
           KnownFailure("int64 arange * 1.5e9 computed in int32 index arithmetic (pytorch#183901)",
                        device="cpu", torch="2.13"),

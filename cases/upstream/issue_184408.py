@@ -21,7 +21,7 @@ def div_trunc(a, b):
     return torch.div(a, b, rounding_mode="trunc")
 
 
-@case(tags=("upstream", "inductor", "pointwise", "division", "cuda-only"), dtypes=(torch.float32,), issue=ISSUE,
+@case(tags=("upstream", "inductor", "pointwise", "division", "cuda-only"), dtypes=(torch.float32,), issue=ISSUE, culprit="aten.div",
       known_failures=(
           KnownFailure("trunc division uses non-IEEE a/b in Triton: off by one (pytorch#184408)",
                        device="cuda", torch=">=2.11"),

@@ -9,9 +9,9 @@ float32 compute type. At the rounding boundary `fmod(1.703125, 1.7)` gives
 1.6953125 instead of -0. Fix PR #186942 threads the scalar rounding through the
 pointwise registration; torch 2.13.0 still diverges (seen).
 
-reference="none": an fp64 reference run keeps the scalar at 1.7 and so
-reproduces the compiled answer, not eager's semantics; the verdict must be
-compiled vs eager alone.
+strict_eager=True: a float64 reference keeps the scalar at 1.7 and so sides
+with the compiled answer, not with eager's dtype semantics; the verdict must be
+eager's tolerance alone.
 """
 
 import torch
@@ -26,7 +26,7 @@ def fmod_and_remainder(x):
 
 
 @case(tags=("upstream", "inductor", "pointwise", "dtype", "scalar-promotion"),
-      dtypes=(torch.bfloat16, torch.float16), issue=ISSUE, reference="none",
+      dtypes=(torch.bfloat16, torch.float16), issue=ISSUE, culprit="aten.fmod|aten.remainder", strict_eager=True,
       known_failures=(
           KnownFailure("fmod/remainder keep the Python scalar at fp32 instead of rounding to bf16/fp16 (pytorch#186875)",
                        device="cpu", torch="2.13"),

@@ -21,7 +21,7 @@ def bessel_i(x):
 
 
 @case(tags=("upstream", "inductor", "pointwise", "special", "nan-inf", "cuda-only"), dtypes=(torch.float32,),
-      issue=ISSUE,
+      issue=ISSUE, culprit="i0|i1|bessel",
       known_failures=(
           KnownFailure("libdevice cyl_bessel_i0/i1 return inf for +-inf, eager NaN (pytorch#187332)",
                        device="cuda", torch=">=2.11,<2.14"),

@@ -20,7 +20,7 @@ def floor_div_both_ways(a, b):
 
 
 @case(tags=("upstream", "inductor", "pointwise", "division", "nan-inf"), dtypes=(torch.float64, torch.float32),
-      issue=ISSUE,
+      issue=ISSUE, culprit="aten.div|floor_divide",
       known_failures=(
           KnownFailure("floor division by/of inf: NaN in eager, +-inf / -0.0 compiled (pytorch#188048)",
                        device="cpu", torch="2.13"),

@@ -22,7 +22,7 @@ def scatter_add_then_gather(x, idx):
     return torch.index_select(res, 0, idx)
 
 
-@case(tags=("upstream", "inductor", "scatter", "fusion", "cuda-only"), dtypes=(torch.float32,), issue=ISSUE,
+@case(tags=("upstream", "inductor", "scatter", "fusion", "cuda-only"), dtypes=(torch.float32,), issue=ISSUE, culprit="scatter_add|index_select|gather",
       known_failures=(
           KnownFailure("fused scatter_add + gather: load emitted before tl.atomic_add (pytorch#191571)",
                        device="cuda", torch=">=2.11"),

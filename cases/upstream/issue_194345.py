@@ -23,7 +23,7 @@ def remainder_and_fmod(a, b):
     return torch.remainder(a, b), torch.fmod(a, b)
 
 
-@case(tags=("upstream", "inductor", "pointwise", "division", "vectorization"), dtypes=(torch.float32,), issue=ISSUE,
+@case(tags=("upstream", "inductor", "pointwise", "division", "vectorization"), dtypes=(torch.float32,), issue=ISSUE, culprit="aten.remainder|aten.fmod",
       known_failures=(
           KnownFailure("vectorised remainder/fmod via a - floor(a/b)*b: -inf/NaN for huge |a/b| (pytorch#194345)",
                        device="cpu", torch="2.13"),

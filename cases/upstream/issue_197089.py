@@ -26,7 +26,7 @@ def variance_and_std(x, y):
     return torch.var(x), torch.std(y)
 
 
-@case(tags=("upstream", "inductor", "reduction", "precision", "welford"), dtypes=(torch.float32,), issue=ISSUE,
+@case(tags=("upstream", "inductor", "reduction", "precision", "welford"), dtypes=(torch.float32,), issue=ISSUE, culprit="aten.var|aten.std",
       known_failures=(
           KnownFailure("cpp var/std accumulate in float32, eager in double (pytorch#197089)",
                        device="cpu", torch="2.13"),

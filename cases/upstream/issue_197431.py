@@ -27,7 +27,7 @@ def as_strided_over_slice_of_repeat(x):
     return torch.as_strided(full[:, ::2], (3, 2), full.stride()) * 1.0
 
 
-@case(tags=("upstream", "inductor", "view", "layout", "as_strided"), dtypes=(torch.float32,), issue=ISSUE,
+@case(tags=("upstream", "inductor", "view", "layout", "as_strided"), dtypes=(torch.float32,), issue=ISSUE, culprit="aten.as_strided",
       known_failures=(
           KnownFailure("as_strided of a materialised slice reads past the 3-element buffer (pytorch#197431)",
                        device="cpu", torch="2.13"),

@@ -25,7 +25,7 @@ def dtype_view_then_mutate(x):
     return y.view(torch.int64)
 
 
-@case(tags=("upstream", "inductor", "view", "inplace", "dtype", "aliasing"), dtypes=(torch.int64,), issue=ISSUE,
+@case(tags=("upstream", "inductor", "view", "inplace", "dtype", "aliasing"), dtypes=(torch.int64,), issue=ISSUE, culprit="aten.mul",
       known_failures=(
           KnownFailure("user of an int32 view of x scheduled after x[:, 2:5] = 2 (pytorch#198101)",
                        device="cpu", torch="2.13"),

@@ -21,7 +21,7 @@ NEAR_ONE = {
 
 
 @case(tags=("upstream", "inductor", "pointwise", "special", "precision"), dtypes=(torch.float32, torch.float64),
-      issue=ISSUE,
+      issue=ISSUE, culprit="aten.erfinv",
       known_failures=(
           KnownFailure("cpp erfinv (calc_erfinv, Newton correction cancels near +-1) (pytorch#198133)",
                        device="cpu", torch="2.13"),

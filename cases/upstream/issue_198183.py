@@ -27,7 +27,7 @@ def erf_and_atanh(x):
 
 
 @case(tags=("upstream", "inductor", "pointwise", "special", "precision", "vectorization"),
-      dtypes=(torch.float32,), issue=ISSUE, tolerances={torch.float32: Tolerance(rtol=1.3e-6, atol=1e-30)},
+      dtypes=(torch.float32,), issue=ISSUE, culprit="aten.erf|aten.atanh", tolerances={torch.float32: Tolerance(rtol=1.3e-6, atol=1e-30)},
       known_failures=(
           KnownFailure("Vectorized<float>::erf/atanh have absolute, not relative, accuracy near 0 (pytorch#198183)",
                        device="cpu", torch="2.13"),

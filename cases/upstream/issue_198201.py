@@ -20,7 +20,7 @@ def nearest_mixed_scale(z):
     return F.interpolate(z, scale_factor=(1.3, 1.5), mode="nearest")
 
 
-@case(tags=("upstream", "inductor", "decomposition", "interpolate", "index"), dtypes=(torch.float32,), issue=ISSUE,
+@case(tags=("upstream", "inductor", "decomposition", "interpolate", "index"), dtypes=(torch.float32,), issue=ISSUE, culprit="stage:aot_eager",
       known_failures=(
           KnownFailure("upsample_nearest resamples an unchanged dim with scale 1/1.3 (pytorch#198201)",
                        device="cpu", torch="2.13"),

@@ -23,7 +23,7 @@ def transpose_in_place(x):
 
 
 @case(tags=("upstream", "inductor", "inplace", "layout", "fusion", "cuda-only"), dtypes=(torch.float32,),
-      issue=ISSUE,
+      issue=ISSUE, culprit="aten.copy",
       known_failures=(
           KnownFailure("copy_ into x fused with the transposed read of x after loop reordering (pytorch#198280)",
                        device="cuda", torch=">=2.10"),

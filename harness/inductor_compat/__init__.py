@@ -35,6 +35,6 @@ What is relied on, and why there is no public API for it:
 from . import torch_state
 from .dynamo import dynamo_graph_counts, mode_options, reset_dynamo_counters
 from .graphs import (BufferFact, Capture, GraphInfo, GraphObserver, adopt_facts, capture_graphs, float64_copy,
-                     install_lowering_hook)
+                     graph_info, install_lowering_hook, program_accumulates)
 from .launches import (ROLE_IN, ROLE_INOUT, ROLE_OUT, ROLE_SCALAR, KernelInfo, Launch, LaunchHandler,
                        intercept_launches)

@@ -31,7 +31,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from .launches import MODULE_KERNELS, _install, _install_lock, _state
+from .launches import MODULE_ACCUMULATES, MODULE_KERNELS, _install, _install_lock, _state
 
 # Sidecar files beside the wrapper module Inductor loads; the wrapper's path is the hash of its source.
 SIDECAR_SUFFIX = ".harness-graph"
@@ -56,6 +56,9 @@ class BufferFact:
     # (var_mean's keepdim mean over a flat buffer): compare it reshaped.
     reshaped: bool = False
     size: list[int] | None = None
+    # Computed by summing many terms (a reduction, a matmul or other library kernel, an accumulating
+    # scatter): its rounding depends on the order, so the verdict allows float32 summation noise.
+    accumulates: bool = False
     # A mutation of part of its storage (an in-place op on a view): the storage's node (or graph input)
     # whose value it updates, and where the part lies: (size, stride, offset) in the storage.
     part_of: str | None = None
@@ -75,6 +78,10 @@ class GraphInfo:
     # (kernel name, buffers it computes) in codegen order, which is the wrapper's launch order.
     kernels: list[tuple[str, list[str]]]
     node_order: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def accumulates(self) -> bool:
+        return any(fact.accumulates for fact in self.buffers.values())
 
     def computed_by(self, kernel_name: str) -> list[str] | None:
         """Buffers a generated kernel computes (None when codegen did not say)."""
@@ -110,10 +117,28 @@ def _graph_info(lowering: Any, module: Any, kernels: list[tuple[str, list[str]]]
     gm = lowering.orig_gm
     order = {node.name: i for i, node in enumerate(gm.graph.nodes)}
     values = {node.name: node.meta.get("val") for node in gm.graph.nodes}
-    produced = _produced_by(lowered)
-    buffers = {name: _buffer_fact(name, buffer, order, values, produced.get(name))
+    produced, unrealized = _produced_by(lowered), _unrealized(lowered)
+    mutated = {target for name, buffer in lowering.name_to_buffer.items()
+               for target in _mutated_names(buffer, BufferFact(name, None, _storage_of(buffer, name)))}
+    # Several nodes ending in one buffer: it holds the first when later writes are buffers of their own
+    # (a mutation of it), else the last (updates made while computing it).
+    chosen = {name: (nodes[0] if name in mutated else nodes[-1]) for name, nodes in produced.items()}
+    nodes = {node.name: node for node in gm.graph.nodes}
+    buffers = {name: _buffer_fact(name, buffer, order, values, chosen.get(name), bool(lowered), unrealized, nodes)
                for name, buffer in lowering.name_to_buffer.items()}
+    for name, buffer in lowering.name_to_buffer.items():
+        # A lowering that copies, then updates in place (scatter_add: a clone, then a scatter kernel or an
+        # ATen fallback that mutates it): the copy is reported as the node's result, but holds that value
+        # only after the update.
+        fact = buffers[name]
+        for target in _mutated_names(buffer, fact):
+            owner = buffers.get(target)
+            if owner is not None and owner.value_node is not None and owner.value_node in (
+                    fact.origins + ([fact.value_node] if fact.value_node else [])):
+                owner.value_node = None
+                owner.unmapped_reason = "holds the state before the in-place part of its lowering"
     for name, fact in buffers.items():
+        fact.accumulates = _accumulates(lowering.name_to_buffer[name])
         try:
             fact.size = _static(list(lowering.name_to_buffer[name].get_size()))
         except Exception:  # a multi-output buffer has no single size
@@ -129,17 +154,60 @@ def _graph_info(lowering: Any, module: Any, kernels: list[tuple[str, list[str]]]
                      list(lowering.graph_input_names), buffers, kernels, order)
 
 
-def _produced_by(lowered: list[tuple[str, Any]]) -> dict[str, tuple[str, bool]]:
-    """Buffer name -> (the first FX node whose lowered result became that buffer, whether through a reshape).
+def _accumulates(buffer: Any) -> bool:
+    from torch._inductor import ir
+
+    data = getattr(buffer, "data", None)
+    return (isinstance(buffer, ir.ExternKernel) or isinstance(data, ir.Reduction)
+            or (isinstance(data, ir.Scatter) and data.scatter_mode is not None))
+
+
+def _storage_of(buffer: Any, name: str) -> str:
+    from torch._inductor.ir import MutationLayoutSHOULDREMOVE
+
+    layout = getattr(buffer, "layout", None)
+    return layout.get_buffer().get_name() if isinstance(layout, MutationLayoutSHOULDREMOVE) else name
+
+
+def _mutated_names(buffer: Any, fact: BufferFact) -> list[str]:
+    """Buffers this one writes in place, other than itself (mutation layouts and mutating fallbacks)."""
+    names = [fact.storage] if fact.storage != fact.name and fact.view is None else []
+    try:
+        names += [n for n in buffer.get_mutation_names() if n != fact.name and n not in names]
+    except Exception:
+        pass
+    return names
+
+
+def _unrealized(lowered: list[tuple[str, Any]]) -> dict[str, type]:
+    """FX node -> the IR class of its lowered result, for results never realized into a buffer of their own
+    (inlined into consumers, or copied into one when a library call needed them as an input)."""
+    from torch._inductor import ir
+
+    found: dict[str, type] = {}
+    for node_name, value in lowered:
+        while isinstance(value, ir.MutableBox):
+            value = value.data
+        if isinstance(value, ir.ComputedBuffer) and getattr(value, "name", None) is None:
+            value = value.data  # made but never registered: a buffer it was copied into holds its value
+        if isinstance(value, ir.Loops):
+            found[node_name] = type(value)
+    return found
+
+
+def _produced_by(lowered: list[tuple[str, Any]]) -> dict[str, list[tuple[str, bool]]]:
+    """Buffer name -> the FX nodes (in lowering order) whose lowered result became that buffer, each
+    with whether through a reshape.
 
     `GraphLowering.run_node` returns each node's IR value; once realized it is a
     named buffer, or a contiguous reshape of one. This is how a multi-output
     reduction's buffers (var_mean's mean) are told apart: each `getitem` lowers
-    to its own buffer.
+    to its own buffer. Several nodes can end in one buffer (a zeros buffer that
+    `slice_scatter`s then fill in place).
     """
     from torch._inductor import ir
 
-    found: dict[str, tuple[str, bool]] = {}
+    found: dict[str, list[tuple[str, bool]]] = {}
     for node_name, value in lowered:
         while isinstance(value, ir.MutableBox):
             value = value.data
@@ -150,7 +218,7 @@ def _produced_by(lowered: list[tuple[str, Any]]) -> dict[str, tuple[str, bool]]:
                 value = value.data
         if isinstance(value, ir.Buffer) and not isinstance(value, ir.InputBuffer):
             try:
-                found.setdefault(value.get_name(), (node_name, reshaped))
+                found.setdefault(value.get_name(), []).append((node_name, reshaped))
             except Exception:  # an unnamed buffer
                 continue
     return found
@@ -183,13 +251,19 @@ def _dense_strides(size: list[int], stride: list[int], contiguous_stride: Any) -
 
 
 def _buffer_fact(name: str, buffer: Any, order: dict[str, int], values: dict[str, Any],
-                 produced_by: tuple[str, bool] | None = None) -> BufferFact:
+                 produced_by: tuple[str, bool] | None, lowering_known: bool,
+                 unrealized: dict[str, type] | None = None, nodes: dict[str, Any] | None = None) -> BufferFact:
+    """What one buffer holds. With the lowering's own record (`lowering_known`), a buffer is the value of
+    the FX node whose lowered result it is; else of an origin whose unrealized result it copies (the same
+    kind of loop: an elementwise value copied for a library call); else it is an intermediate of some
+    lowering (the sum inside a `mean`) that no FX node has. Without the record, the last origin of the
+    buffer's shape and dtype is taken."""
     from torch._inductor.ir import MutationLayoutSHOULDREMOVE, NonOwningLayout
 
     origins = sorted((n.name for n in getattr(buffer, "origins", ()) if n.name in order), key=order.get)
     layout = getattr(buffer, "layout", None)
-    storage, view, partial = name, None, False
-    if isinstance(layout, MutationLayoutSHOULDREMOVE):
+    storage, view, partial, mutation = name, None, False, isinstance(layout, MutationLayoutSHOULDREMOVE)
+    if mutation:
         real = layout.get_buffer()
         storage = real.get_name()
         try:
@@ -212,12 +286,26 @@ def _buffer_fact(name: str, buffer: Any, order: dict[str, int], values: dict[str
         return BufferFact(name, None, storage, origins, "has a symbolic size", view)
     origin_node = getattr(buffer, "origin_node", None)
     candidates = origins or ([origin_node.name] if origin_node is not None and origin_node.name in order else [])
-    if produced_by is not None and not partial and storage == name and produced_by[0] in order:
+    if not mutation and lowering_known:
+        if produced_by is None or produced_by[0] not in order:
+            # A library call or a cat needs its input in a buffer: lowering it copies an unrealized input
+            # value there. Taken only when exactly one input of the op being lowered fits.
+            loop = type(getattr(buffer, "data", None))
+            lowered_op = origin_node if origin_node is not None else ((nodes or {}).get(origins[-1]) if origins else None)
+            inputs = lowered_op.all_input_nodes if lowered_op is not None else []
+            copied = [n.name for n in inputs if (unrealized or {}).get(n.name) is loop
+                      and hasattr(values.get(n.name), "shape") and list(values[n.name].shape) == size
+                      and values[n.name].dtype == dtype]
+            if len(copied) == 1:
+                return BufferFact(name, copied[0], storage, origins, None, view)
+            made_in = f" ({candidates[-1]})" if candidates else ""
+            return BufferFact(name, None, storage, origins, f"holds an intermediate made inside a lowering{made_in}", view)
         node, reshaped = produced_by  # the lowering said so: no guessing from origins
         value = values.get(node)
         if hasattr(value, "shape") and value.dtype == dtype and (
                 list(value.shape) == size or (reshaped and value.numel() == _numel(size))):
             return BufferFact(name, node, storage, origins, None, view, reshaped=list(value.shape) != size)
+        candidates = [node]
     for candidate in reversed(candidates):
         value = values.get(candidate)
         if hasattr(value, "shape") and list(value.shape) == size and value.dtype == dtype:
@@ -299,6 +387,17 @@ def capture_graphs(observer: GraphObserver | None = None, cold: bool = False) ->
             yield capture
     finally:
         _state.graph_observer = previous
+
+
+def program_accumulates(paths: list[str]) -> bool:
+    """Whether any of these compiled graphs sums many terms; from lowering facts, else from the wrapper."""
+    if not paths:
+        return True
+    for path in paths:
+        info = graph_info(path)
+        if (info.accumulates if info is not None else MODULE_ACCUMULATES.get(path, True)):
+            return True
+    return False
 
 
 def adopt_facts(cached: Capture, lowered: Capture) -> int:

@@ -82,7 +82,11 @@ class Launch:
 
     def local_name(self, tensor: Any) -> str | None:
         """The wrapper's local that is this very tensor (`buf3`, `arg0_1`), if any."""
-        return next((name for name, value in self.caller_locals.items() if value is tensor), None)
+        return next(iter(self.local_names(tensor)), None)
+
+    def local_names(self, tensor: Any) -> list[str]:
+        """Every wrapper local bound to this very tensor (`buf1 = buf0` binds two)."""
+        return [name for name, value in self.caller_locals.items() if value is tensor]
 
     def read(self) -> list[tuple[int | str, Any]]:
         """(position or keyword, tensor) of every tensor argument this launch only reads."""
@@ -125,6 +129,17 @@ class _State:
 _state = _State()
 # Wrapper module path -> the names of the generated kernels it defines.
 MODULE_KERNELS: dict[str, list[str]] = {}
+# Wrapper module path -> whether its program sums many terms (what lowering facts say better, when kept).
+MODULE_ACCUMULATES: dict[str, bool] = {}
+
+
+def _accumulates(source: str, kernels: list[str]) -> bool:
+    """Read off the wrapper when lowering facts are missing: Inductor names Triton reductions
+    `triton_red_*`/`triton_per_*`, C++ reductions keep `tmp_acc*` accumulators, and library and
+    fallback calls go through `extern_kernels.` and `aten.`/`torch.ops.`."""
+    call = source[source.find("def call("):]
+    return (any(k.startswith(("triton_red_", "triton_per_")) for k in kernels) or "tmp_acc" in source
+            or re.search(r"\b(extern_kernels|aten|torch\.ops\.\w+)\.\w+(\.\w+)?\(", call) is not None)
 _install_lock = threading.Lock()
 _installed_original: Any = None
 
@@ -178,6 +193,7 @@ def _wrap_module(module: Any) -> None:
         if info is not None:
             kernels.append(name)
             setattr(module, name, _TritonProxy(value, info) if info.kind == "triton" else _CppProxy(value, info))
+    MODULE_ACCUMULATES[path] = _accumulates(source, kernels)
     if "extern_kernels" in vars(module):
         module.extern_kernels = _ExternKernelsProxy(module.extern_kernels, path)
     if callable(getattr(module, "call", None)):

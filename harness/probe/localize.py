@@ -31,7 +31,7 @@ from typing import Callable
 
 from .. import records as R
 from ..compare import Verdict
-from .isolation import ALIASING, WRONG
+from .isolation import ALIASING, NOT_ISOLATED, WRONG
 from ..execution import Results
 from .probe import Divergence, KernelProbe
 
@@ -176,18 +176,23 @@ def _after_aot(found: R.Localization, first: Divergence | None) -> R.Localizatio
 def _drift(found: R.Localization, culprit: int, described: Divergence | None, first: Divergence | None) -> R.Localization:
     found.answer, found.diverged, found.stage = R.Answer.DRIFT, True, "inductor"
     found.visible_at = first.as_buffer_divergence() if first is not None else None
+    why = "no single kernel is wrong beyond tolerance on exact inputs"
     if described is not None:
         _name(found, described, R.Answer.DRIFT, stage="inductor")
         metrics = described.kernel["metrics"]
-        found.isolated = ("on eager values of its inputs its output stays within the verdict policy "
-                          f"(bad={metrics.bad}/{metrics.numel}, max_abs={metrics.max_abs:.3g})")
+        if described.isolation.kind == NOT_ISOLATED:
+            found.isolated = described.isolation.text
+            why = "it reads inputs the probe cannot compare, which may carry the difference"
+        else:
+            found.isolated = ("on eager values of its inputs its output stays within the verdict policy "
+                              f"(bad={metrics.bad}/{metrics.numel}, max_abs={metrics.max_abs:.3g})")
     else:  # its outputs could not be compared (unmapped): named from the launch log
         entry = next((e for e in found.kernels if e.index == culprit), None)
         found.launch_index, found.name = culprit, entry.name if entry else None
         found.graph = entry.graph if entry else None
         found.isolated = "not isolated: none of its outputs has an eager twin"
-    found.reason = (f"the first kernel whose difference from eager the outputs do not absorb ({_causal(culprit)}); "
-                    "no single kernel is wrong beyond tolerance on exact inputs")
+        why = "its outputs cannot be compared with eager"
+    found.reason = f"the first kernel whose difference from eager the outputs do not absorb ({_causal(culprit)}); {why}"
     return found
 
 

@@ -11,6 +11,7 @@ their outputs replaced by their eager values (to find where a drift starts).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -40,7 +41,8 @@ class Divergence:
     def as_buffer_divergence(self) -> R.BufferDivergence:
         metrics: R.OutputComparison = self.kernel["metrics"]
         return R.BufferDivergence(self.graph, self.launch_index, self.kernel["name"], self.kernel["buffer"],
-                                  self.kernel["nodes"], metrics.bad, metrics.numel, metrics.max_abs, self.isolation.text)
+                                  self.kernel["nodes"], metrics.bad, metrics.numel, metrics.max_abs, self.isolation.text,
+                                  self.isolation.kind)
 
 
 @dataclass
@@ -156,7 +158,7 @@ class KernelProbe:
                 if value is not None:
                     tensor.copy_(value)
                     self.substituted += 1
-            call.regions.record_write(tensor, region)
+            call.regions.record_write(tensor, region, index)
 
     def _judge(self, launch: Launch, call: _GraphCall, key: int | str, tensor: torch.Tensor,
                region: Region, always: bool = False) -> Divergence | None:
@@ -164,13 +166,15 @@ class KernelProbe:
         expected = region.eager(call.values)
         if expected is None or (not always and self.verdict.quick_match(tensor, expected)):
             return None
+        # Summation noise is allowed where this buffer's own kernel sums, not where it only reads a sum.
+        verdict = dataclasses.replace(self.verdict, accumulated=_kernel_accumulates(launch, call.info, region))
         name = launch.local_name(tensor) or region.buffer or launch.param_name(key)
-        comparison = self.verdict.tensors(name, tensor, expected)
-        if self.verdict.wants_reference(comparison) and (reference := region.float64(call.values)) is not None:
-            comparison = self.verdict.tensors(name, tensor, expected, reference)
+        comparison = verdict.tensors(name, tensor, expected)
+        if verdict.wants_reference(comparison) and (reference := region.float64(call.values)) is not None:
+            comparison = verdict.tensors(name, tensor, expected, reference)
         if comparison.passed and not always:
             return None
-        isolation = isolate(launch, call.regions, call.values, self.verdict, self._run)
+        isolation = isolate(launch, call.regions, call.values, verdict, self._run)
         return Divergence(launch.index, call.label, _describe(launch, call.info, key, name, region, comparison), isolation)
 
     def _keep_described(self, divergence: Divergence) -> None:
@@ -192,6 +196,14 @@ class KernelProbe:
                             self.describe)
         self.__dict__.update(fresh.__dict__)
         self.problems = problems
+
+
+def _kernel_accumulates(launch: Launch, info: GraphInfo, region: Region) -> bool:
+    if launch.kernel.kind == "extern":
+        return True
+    computed = info.computed_by(launch.kernel.name)
+    facts = [info.buffers[b] for b in computed or [region.buffer or ""] if b in info.buffers]
+    return not facts or any(fact.accumulates for fact in facts)
 
 
 def _severity(divergence: Divergence) -> tuple[bool, int, float]:

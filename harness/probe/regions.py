@@ -22,6 +22,7 @@ reason, and counted as such.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable
@@ -53,6 +54,8 @@ class Region:
     # ((size, stride, offset) relative to the argument, which is the whole buffer).
     before: "Region | None" = None
     part: tuple[list[int], list[int], int] | None = None
+    # The launch that stored this region (set when the write is recorded).
+    written_by: int | None = None
 
     @property
     def mapped(self) -> bool:
@@ -95,9 +98,16 @@ class RegionMap:
     _written_storages: Counter = field(default_factory=Counter)
     _storage_writes: Counter = field(default_factory=Counter)
 
+    def local_of(self, launch: Launch, tensor: torch.Tensor) -> str | None:
+        """The wrapper local this tensor is; of several (`buf1 = buf0`), one whose value is known."""
+        names = launch.local_names(tensor)
+        known = [n for n in names if n in self.info.input_names
+                 or (n in self.info.buffers and self.info.buffers[n].value_node is not None)]
+        return (known or names or [None])[0]
+
     def written(self, launch: Launch, tensor: torch.Tensor) -> Region:
         """The node a written argument holds once this launch ran."""
-        local = launch.local_name(tensor)
+        local = self.local_of(launch, tensor)
         if local is not None:
             return self._check(self._written_local(launch, local, tensor), tensor)
         owner = launch.owning_buffer(tensor)
@@ -117,7 +127,7 @@ class RegionMap:
         key = _key(tensor)
         if key in self._writes:
             return self._check(self._writes[key], tensor)
-        local = launch.local_name(tensor)
+        local = self.local_of(launch, tensor)
         if local is not None:
             return self._check(self._known(local, tensor), tensor)
         owner = launch.owning_buffer(tensor)
@@ -127,8 +137,9 @@ class RegionMap:
         region = self._writes.get(_key(owner_tensor)) or self._known(owner_name, owner_tensor)
         return self._check(_viewed(region, owner_tensor, tensor), tensor)
 
-    def record_write(self, tensor: torch.Tensor, region: Region) -> None:
-        """What the launch just stored; an overlapping region stored before is no longer known."""
+    def record_write(self, tensor: torch.Tensor, region: Region, launch_index: int) -> None:
+        """What launch `launch_index` just stored; an overlapping region stored before is no longer known."""
+        region = dataclasses.replace(region, written_by=launch_index)
         pointer = tensor.untyped_storage().data_ptr()
         start, end = span(tensor)
         for key in [k for k in self._writes if k[0] == pointer and k != _key(tensor)]:

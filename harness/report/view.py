@@ -46,15 +46,16 @@ class KernelView:
 
     @property
     def names_kernel(self) -> bool:
-        return self.data.launch_index is not None and self.data.answer in (Answer.KERNEL, Answer.DRIFT)
+        return self.data.name is not None and self.data.answer in (Answer.KERNEL, Answer.DRIFT)
 
     @property
     def label(self) -> str:
         """The answer in a table cell: the kernel, or the stage, or why none."""
         if self.names_kernel:
             name = self.data.name or "kernel"
-            where = " ".join(x for x in (self.data.graph, f"#{self.data.launch_index}") if x)
-            return f"{self.answer}: {name} ({where})"
+            launch = f"#{self.data.launch_index}" if self.data.launch_index is not None else None
+            where = " ".join(x for x in (self.data.graph, launch) if x)
+            return f"{self.answer}: {name} ({where})" if where else f"{self.answer}: {name}"
         if self.data.answer == Answer.STAGE:
             return f"stage: {self.data.stage}"
         return self.answer

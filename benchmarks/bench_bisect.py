@@ -3,7 +3,8 @@
     python benchmarks/bench_bisect.py [--device cpu|cuda] [--case relu_mlp] [--mode training] [--json out.json]
 
 Inductor's own codegen fault (`inject_relu_bug_TESTING_ONLY = "accuracy"`)
-makes every generated ReLU wrong. Each measurement runs in a fresh process,
+makes every generated ReLU wrong (or `--inject fault-offset@K`, for models
+without ReLU). Each measurement runs in a fresh process,
 one after another in this one run, all sharing one fresh Inductor cache
 directory, so peak memory is per measurement and "warm" means what a second
 nightly run sees:
@@ -39,7 +40,7 @@ def relu_bug(device: str) -> dict[str, str]:
     return {("cpp" if device == "cpu" else "triton") + ".inject_relu_bug_TESTING_ONLY": "accuracy"}
 
 
-def measure(kind: str, device: str, case_name: str, mode: str) -> dict:
+def measure(kind: str, device: str, case_name: str, mode: str, inject: str | None) -> dict:
     import torch
 
     from harness.devices import get_device
@@ -59,16 +60,16 @@ def measure(kind: str, device: str, case_name: str, mode: str) -> dict:
         def accurate() -> bool:
             torch._dynamo.reset()
             # CompilerBisector picks the backend and subsystem through its own state; the fault is a config.
-            with inductor_config.patch(relu_bug(device)):
-                return run_case(case, dtype, mode, RunConfig(device=device)).status == "pass"
+            with inductor_config.patch({} if inject else relu_bug(device)):
+                return run_case(case, dtype, mode, RunConfig(device=device, inject=inject)).status == "pass"
 
         found = CompilerBisector.do_bisect(accurate)
         result["answer"] = None if found is None else {
             "backend": found.backend, "subsystem": found.subsystem, "bisect_number": found.bisect_number}
         result["right_stage"] = found is not None and found.backend == "inductor"
     else:
-        config = RunConfig(device=device, bisect="on-failure" if kind == "bisect" else None,
-                           compile_options=relu_bug(device))
+        config = RunConfig(device=device, bisect="on-failure" if kind == "bisect" else None, inject=inject,
+                           compile_options={} if inject else relu_bug(device))
         record = run_case(case, dtype, mode, config)
         result["status"] = str(record.status)
         found = record.first_divergent_kernel
@@ -76,7 +77,9 @@ def measure(kind: str, device: str, case_name: str, mode: str) -> dict:
             result["answer"] = {"answer": str(found.answer), "graph": found.graph, "launch_index": found.launch_index,
                                 "launches": found.launches, "name": found.name, "isolated": found.isolated,
                                 "stage": found.stage}
-            result["right_stage"] = found.stage == "inductor" and "relu" in (found.name or "")
+            hits = (record.injection_stats or {}).get("hits") or []
+            expected = hits[0].split(":", 1)[1] if hits else "relu"
+            result["right_stage"] = found.stage == "inductor" and expected in (found.name or "")
         result["timings"] = record.timings
     result["seconds"] = round(time.perf_counter() - started, 2)
     peak = adapter.peak_memory_bytes()
@@ -90,6 +93,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--case", default="relu_mlp")
     parser.add_argument("--mode", default="training")
+    parser.add_argument("--inject", help="a fault instead of Inductor's ReLU bug, e.g. fault-offset@600 (models without ReLU)")
     parser.add_argument("--skip-compiler-bisector", action="store_true")
     parser.add_argument("--compiler-bisector-timeout", type=float, default=600.0,
                         help="stop CompilerBisector after this many seconds (its time is then a lower bound)")
@@ -97,7 +101,7 @@ def main() -> None:
     parser.add_argument("--measure", choices=MEASUREMENTS, help=argparse.SUPPRESS)  # one child process
     args = parser.parse_args()
     if args.measure:
-        print(json.dumps(measure(args.measure, args.device, args.case, args.mode)))
+        print(json.dumps(measure(args.measure, args.device, args.case, args.mode, args.inject)))
         return
 
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="bench-bisect-"))
@@ -106,7 +110,7 @@ def main() -> None:
         if kind == "compiler-bisector" and args.skip_compiler_bisector:
             continue
         command = [sys.executable, __file__, "--measure", kind, "--device", args.device, "--case", args.case,
-                   "--mode", args.mode]
+                   "--mode", args.mode] + (["--inject", args.inject] if args.inject else [])
         limit = args.compiler_bisector_timeout if kind == "compiler-bisector" else None
         started = time.perf_counter()
         try:
@@ -138,6 +142,7 @@ def main() -> None:
 
         with open(args.json, "w") as handle:
             json.dump({"date": time.strftime("%Y-%m-%d"), "device": args.device, "case": args.case, "mode": args.mode,
+                       "fault": args.inject or "inject_relu_bug_TESTING_ONLY=accuracy",
                        "machine": platform.node(), "torch": torch.__version__, "figures": figures, "ratios": ratios},
                       handle, indent=1)
 

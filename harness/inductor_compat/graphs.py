@@ -79,6 +79,10 @@ class GraphInfo:
     kernels: list[tuple[str, list[str]]]
     node_order: dict[str, int] = field(default_factory=dict)
 
+    def order_of(self, value_node: str | None) -> int:
+        """Graph position of the node whose value this is ("X@N": after N ran)."""
+        return self.node_order.get((value_node or "").rpartition(AFTER)[2], -1)
+
     @property
     def accumulates(self) -> bool:
         return any(fact.accumulates for fact in self.buffers.values())
@@ -95,7 +99,7 @@ class GraphInfo:
     def mutations_of(self, storage: str) -> list[str]:
         """Buffers that write `storage` other than its own, in graph order of their values."""
         found = [b for b in self.buffers.values() if b.storage == storage and b.name != storage and b.view is None]
-        return sorted((b.name for b in found), key=lambda n: self.node_order.get(self.buffers[n].value_node or "", -1))
+        return sorted((b.name for b in found), key=lambda n: self.order_of(self.buffers[n].value_node))
 
 
 _GRAPHS: dict[str, GraphInfo] = {}
@@ -313,6 +317,13 @@ def _buffer_fact(name: str, buffer: Any, order: dict[str, int], values: dict[str
                 return BufferFact(name, None, storage, origins, f"mutates a part of {storage} at a symbolic place", view)
             return BufferFact(name, candidate, storage, origins, None, view, part_of=storage if partial else None,
                               part_view=part_view if partial else None)
+    if mutation and not partial and nodes is not None:
+        # An in-place op with several outputs (`_foreach_add_` of an optimizer step) leaves no node holding
+        # the new value: the probe keeps the mutated input's state right after that op ("<input>@<op>").
+        for candidate in reversed(candidates):
+            node = nodes.get(candidate)
+            if node is not None and storage in {n.name for n in written_nodes(node)}:
+                return BufferFact(name, f"{storage}{AFTER}{candidate}", storage, origins, None, view)
     multi = [c for c in candidates if isinstance(values.get(c), (tuple, list))]
     if multi:
         reason = f"holds an intermediate of a multi-output op that no FX node has ({multi[-1]})"
@@ -321,6 +332,28 @@ def _buffer_fact(name: str, buffer: Any, order: dict[str, int], values: dict[str
     else:
         reason = "has no FX origin"
     return BufferFact(name, None, storage, origins, reason, view)
+
+
+# A value node "X@N": the value of node (or graph input) X right after node N ran (N updated X in place).
+AFTER = "@"
+
+
+def written_nodes(node: Any) -> list[Any]:
+    """The argument nodes an FX op writes in place, from its schema (`Tensor(a!)`)."""
+    import torch.fx
+
+    schema = getattr(node.target, "_schema", None)
+    if node.op != "call_function" or schema is None or not schema.is_mutable:
+        return []
+    written = []
+    for position, argument in enumerate(schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        value = node.args[position] if position < len(node.args) else node.kwargs.get(argument.name)
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(item, torch.fx.Node):
+                written.append(item)
+    return written
 
 
 def _numel(size: list[int]) -> int:
@@ -543,10 +576,14 @@ def _load_sidecar(module_path: str) -> GraphInfo | None:
             payload = pickle.load(handle)
         if payload.get("version") != _sidecar_version():
             return None
+        import torch.fx
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx._graph_pickler import GraphPickler
 
         gm = GraphPickler.loads(payload["graph"], FakeTensorMode())
+        for module in gm.modules():  # pickled without code: subgraphs (higher-order ops) need theirs again
+            if isinstance(module, torch.fx.GraphModule):
+                module.recompile()
         facts = payload["info"]
         return GraphInfo(module_path, facts["kind"], None, gm, facts["input_names"], facts["buffers"],
                          facts["kernels"], facts["node_order"])

@@ -15,7 +15,7 @@ by the same verdict policy:
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -23,7 +23,7 @@ import torch
 from ..compare import Verdict
 from ..inductor_compat import Launch
 from ..layout import clone_exact, is_non_overlapping_and_dense, overlap
-from .regions import RegionMap
+from .regions import Region, RegionMap
 from .values import GraphValues
 
 WRONG, ALIASING, DRIFT, NOT_ISOLATED = "wrong", "aliasing", "drift", "not-isolated"
@@ -33,25 +33,46 @@ WRONG, ALIASING, DRIFT, NOT_ISOLATED = "wrong", "aliasing", "drift", "not-isolat
 class Isolation:
     kind: str  # WRONG, ALIASING, DRIFT or NOT_ISOLATED
     text: str  # the record's `isolated` sentence
+    # Launches whose outputs (no eager twin: a split reduction's partial sums) were recomputed on eager
+    # inputs for this replay: the verdict is on them and this kernel together.
+    group: list[int] = field(default_factory=list)
 
 
-def isolate(launch: Launch, regions: RegionMap, values: GraphValues, verdict: Verdict,
-            run: Callable[[Launch], Any]) -> Isolation:
-    """Replay `launch` on eager values of its inputs (call before `regions` records this launch's writes)."""
+@dataclass
+class Replay:
+    """A launch run again on eager values of its inputs, into fresh tensors laid out as its arguments."""
+
+    outputs: list[tuple[str, Region, torch.Tensor]]  # (name, what it should hold, what it holds now)
+    kept: list[str]  # inputs left as computed (no eager twin, no recomputation)
+    group: list[int]  # earlier launches whose recomputed outputs it read
+    error: str | None = None
+
+
+# Looks up an unmapped input recomputed on eager inputs by the launch that wrote it: (launch, tensor).
+Recomputed = Callable[[torch.Tensor], "tuple[int, torch.Tensor] | None"]
+
+
+def replay(launch: Launch, regions: RegionMap, values: GraphValues, run: Callable[[Launch], Any],
+           recomputed: Recomputed | None = None) -> Replay:
+    """Run `launch` again on eager values of its inputs (call before `regions` records this launch's writes)."""
     args, kwargs = list(launch.args), dict(launch.kwargs)
-    kept: list[str] = []  # inputs left as computed: no eager twin, or a layout that cannot be filled
+    kept: list[str] = []
+    group: list[int] = []
     for key, tensor in launch.read():
-        name = launch.local_name(tensor) or launch.param_name(key)
+        name = regions.local_of(launch, tensor) or launch.param_name(key)
         region = regions.read(launch, tensor)
         if region.input is not None:
             continue  # a graph input is the same for eager and compiled, unless written before (then a write region)
-        value = region.eager(values) if region.mapped else None
-        fresh = _filled(tensor, value)
+        fresh = _filled(tensor, region.eager(values) if region.mapped else None)
+        if fresh is None and recomputed is not None and (found := recomputed(tensor)) is not None:
+            producer, value = found
+            fresh = _filled(tensor, value)
+            if fresh is not None and producer not in group:
+                group.append(producer)
         if fresh is None:
             kept.append(name + (f" (written by launch {region.written_by})" if region.written_by is not None else ""))
             continue
         _put(args, kwargs, key, fresh)
-    replayed: dict[int | str, torch.Tensor] = {}
     outputs = []
     for key, tensor in launch.written_args():
         written = regions.written(launch, tensor)
@@ -60,14 +81,22 @@ def isolate(launch: Launch, regions: RegionMap, values: GraphValues, verdict: Ve
         if fresh is None:
             fresh = clone_exact(tensor)  # what the launch wrote: its prior state is not known
         _put(args, kwargs, key, fresh)
-        replayed[key] = fresh
-        outputs.append((launch.local_name(tensor) or launch.param_name(key), written, fresh))
+        outputs.append((regions.local_of(launch, tensor) or launch.param_name(key), written, fresh))
     try:
         run(dataclasses.replace(launch, args=args, kwargs=kwargs, caller_locals={}, replay=True))
     except Exception as exc:
-        return Isolation(NOT_ISOLATED, f"not isolated: the kernel could not be run again ({type(exc).__name__}: {exc})")
+        return Replay(outputs, kept, group, f"{type(exc).__name__}: {exc}")
+    return Replay(outputs, kept, group)
+
+
+def isolate(launch: Launch, regions: RegionMap, values: GraphValues, verdict: Verdict,
+            run: Callable[[Launch], Any], recomputed: Recomputed | None = None) -> Isolation:
+    """Is the kernel wrong on exact inputs, does it read what it writes, or did it amplify upstream drift?"""
+    again = replay(launch, regions, values, run, recomputed)
+    if again.error is not None:
+        return Isolation(NOT_ISOLATED, f"not isolated: the kernel could not be run again ({again.error})")
     still_wrong = []
-    for name, region, fresh in outputs:
+    for name, region, fresh in again.outputs:
         expected = region.eager(values) if region.mapped else None
         if expected is None:
             continue
@@ -76,24 +105,98 @@ def isolate(launch: Launch, regions: RegionMap, values: GraphValues, verdict: Ve
             comparison = verdict.tensors(name, fresh, expected, reference)
         if not comparison.passed:
             still_wrong.append(f"{name} bad={comparison.bad}/{comparison.numel}")
+    kept, group = again.kept, again.group
     on = "eager values of its inputs" + (f" (kept as computed: {', '.join(kept)})" if kept else "")
+    if group:
+        on += f" (with the outputs of launch {', '.join(map(str, group))} recomputed on eager inputs: they have no eager twin)"
     if still_wrong and kept:
         # An input without an eager twin may carry the difference: the kernel cannot be called wrong.
         return Isolation(NOT_ISOLATED, f"not isolated: on {on} it still diverges ({', '.join(still_wrong)}); "
-                                       f"the inputs kept as computed may carry the difference")
+                                       f"the inputs kept as computed may carry the difference", group)
+    if still_wrong and reads_what_it_writes(launch, regions):
+        return Isolation(ALIASING, f"reads what it writes (aliasing inside the kernel): it updates "
+                                   f"{', '.join(reads_what_it_writes(launch, regions))} in place and reads it through "
+                                   f"another view; on {on} it still diverges ({', '.join(still_wrong)})", group)
     if still_wrong:
-        return Isolation(WRONG, f"kernel is wrong: on {on} it still diverges ({', '.join(still_wrong)})")
+        return Isolation(WRONG, f"kernel is wrong: on {on} it still diverges ({', '.join(still_wrong)})", group)
     aliased = sorted({regions.local_of(launch, r) or launch.param_name(k) for k, r in launch.read()
                       for _, w in launch.written_args() if overlap(r, w)})
-    if aliased and _diverges_when_aliased(launch, regions, values, verdict, run, outputs):
+    if aliased and _diverges_when_aliased(launch, regions, values, verdict, run, again.outputs):
         return Isolation(ALIASING, f"reads what it writes (aliasing inside the kernel): {', '.join(aliased)} is read "
                                    f"and written by the same launch; on {on} it diverges when they share memory "
-                                   "as in the compiled call, and matches eager when they are apart")
-    return Isolation(DRIFT, f"upstream drift amplified here: on {on} this kernel matches eager")
+                                   "as in the compiled call, and matches eager when they are apart", group)
+    return Isolation(DRIFT, f"upstream drift amplified here: on {on} this kernel matches eager", group)
+
+
+def reads_what_it_writes(launch: Launch, regions: RegionMap) -> list[str]:
+    """Storages this kernel updates in place while its FX nodes also read them through a view.
+
+    A kernel computing `x.copy_(x.t() * 1.0)` in one pass reads elements it has already overwritten;
+    on a GPU the order of its blocks decides the result. Seen in the FX graph: among the nodes fused
+    into the kernel, a view (permute, slice, as_strided, ...) of the very node or input the kernel
+    mutates.
+    """
+    info = regions.info
+    computed = info.computed_by(launch.kernel.name) or []
+    mutated: dict[str, str] = {}  # storage -> its own node or graph input
+    for buffer in computed:
+        fact = info.buffers.get(buffer)
+        if fact is not None and fact.storage != fact.name and fact.view is None:
+            owner = info.buffers.get(fact.storage)
+            mutated[fact.storage] = owner.value_node if owner is not None and owner.value_node else fact.storage
+    if not mutated:
+        return []
+    nodes = {n.name: n for n in info.gm.graph.nodes}
+    fused = {o for buffer in computed for o in (info.buffers[buffer].origins if buffer in info.buffers else [])}
+    found = []
+    for storage, base in mutated.items():
+        for name in fused:
+            node = nodes.get(name)
+            if node is not None and _is_view(node) and _base_of(node) == base and _read_as_data(node):
+                found.append(storage)
+                break
+    return found
+
+
+def _read_as_data(view: Any) -> bool:
+    """Whether some user reads this view's values (not only writes through it, or takes its layout)."""
+    for user in view.users:
+        name = str(getattr(user.target, "__name__", user.target)).split(".")[0]
+        if name in _VIEW_OPS:
+            if _read_as_data(user):
+                return True
+            continue
+        destination = user.args[0] is view if user.args else False
+        schema = getattr(user.target, "_schema", None)
+        writes_it = destination and schema is not None and schema.arguments and \
+            schema.arguments[0].alias_info is not None and schema.arguments[0].alias_info.is_write
+        if not (writes_it or (destination and name == "copy")):
+            return True
+    return False
+
+
+_VIEW_OPS = ("permute", "transpose", "t", "as_strided", "slice", "select", "expand", "diagonal", "unfold", "view",
+             "reshape", "_reshape_alias", "alias", "squeeze", "unsqueeze")
+
+
+def _is_view(node: Any) -> bool:
+    name = str(getattr(node.target, "__name__", node.target)).split(".")[0]
+    return node.op == "call_function" and name in _VIEW_OPS and name not in ("view", "reshape", "alias", "squeeze",
+                                                                               "unsqueeze", "_reshape_alias")
+
+
+def _base_of(node: Any) -> str | None:
+    """The node a chain of views starts from."""
+    while node is not None and node.op == "call_function" and node.args and hasattr(node.args[0], "name"):
+        name = str(getattr(node.target, "__name__", node.target)).split(".")[0]
+        if name not in _VIEW_OPS:
+            break
+        node = node.args[0]
+    return getattr(node, "name", None)
 
 
 def _diverges_when_aliased(launch: Launch, regions: RegionMap, values: GraphValues, verdict: Verdict,
-                           run: Callable[[Launch], Any], outputs: list) -> bool:
+                           run: Callable[[Launch], Any], outputs: list[tuple[str, Region, torch.Tensor]]) -> bool:
     """Replay with read and written arguments sharing one storage again, as in the compiled call."""
     storages: dict[int, torch.Tensor] = {}
     for _, tensor in launch.tensor_args():

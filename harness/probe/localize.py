@@ -232,3 +232,14 @@ def _name(found: R.Localization, divergence: Divergence, answer: R.Answer, stage
     found.buffers, found.buffer, found.nodes = kernel["buffers"], kernel["buffer"], kernel["nodes"]
     found.aten_ops, found.args, found.metrics = kernel["aten_ops"], kernel["args"], kernel["metrics"]
     found.module_path, found.isolated = kernel["module_path"], divergence.isolation.text
+    if divergence.producers:
+        # Judged together with the kernels whose outputs it read without an eager twin (a split reduction's
+        # first half): the answer starts where the computation starts.
+        first = min(divergence.producers)
+        producer = divergence.producers[first]
+        found.launch_index, found.name, found.kind = first, producer["name"], producer["kind"]
+        found.source, found.args, found.module_path = producer["source"], producer["args"], producer["module_path"]
+        found.nodes = list(dict.fromkeys(producer["nodes"] + kernel["nodes"]))
+        found.aten_ops = sorted(set(producer["aten_ops"]) | set(kernel["aten_ops"]))
+        found.isolated = (f"{divergence.isolation.text}; judged together with launch {divergence.launch_index} "
+                          f"{kernel['name']}, which reads its output")

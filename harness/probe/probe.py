@@ -21,8 +21,8 @@ from .. import records as R
 from ..compare import Verdict
 from ..inductor_compat import GraphInfo, Launch
 from ..layout import clone_exact
-from .isolation import ALIASING, WRONG, Isolation, isolate
-from .regions import Region, RegionMap, describe_reason
+from .isolation import ALIASING, WRONG, Isolation, isolate, replay
+from .regions import Region, RegionMap, describe_reason, region_key
 from .values import GraphValues
 
 MAX_SOURCE_CHARS = 20_000
@@ -37,6 +37,8 @@ class Divergence:
     graph: str
     kernel: dict[str, Any]  # Localization fields: name, kind, source, buffers, buffer, nodes, aten_ops, args, metrics, module_path
     isolation: Isolation
+    # Launches in `isolation.group` (producers of intermediates with no eager twin), described like `kernel`.
+    producers: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def as_buffer_divergence(self) -> R.BufferDivergence:
         metrics: R.OutputComparison = self.kernel["metrics"]
@@ -51,6 +53,13 @@ class _GraphCall:
     label: str
     values: GraphValues
     regions: RegionMap
+    # Outputs without an eager twin (a split reduction's partial sums), recomputed on eager inputs by
+    # the launch that wrote them: region key -> (launch, tensor); and those launches, described.
+    recomputed: dict[tuple, tuple[int, torch.Tensor]] = field(default_factory=dict)
+    producers: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def lookup(self, tensor: torch.Tensor) -> tuple[int, torch.Tensor] | None:
+        return self.recomputed.get(region_key(tensor))
 
 
 @dataclass
@@ -137,11 +146,13 @@ class KernelProbe:
         judging = (self.comparing and index > self.compare_after) or index in self.describe
         substituting = self.substitute is not None and index in self.substitute
         mapped: list[tuple[torch.Tensor, Region]] = []
+        unmapped = []
         for key, tensor in launch.written_args():
             region = call.regions.written(launch, tensor)
             if not region.mapped:
                 entry.unmapped += 1
                 self._unmapped(call.label, region)
+                unmapped.append(tensor)
             elif judging:
                 entry.compared += 1
                 self.compared += 1
@@ -152,6 +163,8 @@ class KernelProbe:
                 elif divergence is not None:
                     self.divergences.append(divergence)
             mapped.append((tensor, region))
+        if unmapped and judging:
+            self._recompute(launch, call, unmapped)
         for tensor, region in mapped:
             if substituting and region.mapped:
                 value = region.eager(call.values)
@@ -174,8 +187,21 @@ class KernelProbe:
             comparison = verdict.tensors(name, tensor, expected, reference)
         if comparison.passed and not always:
             return None
-        isolation = isolate(launch, call.regions, call.values, verdict, self._run)
-        return Divergence(launch.index, call.label, _describe(launch, call.info, key, name, region, comparison), isolation)
+        isolation = isolate(launch, call.regions, call.values, verdict, self._run, call.lookup)
+        producers = {i: call.producers[i] for i in isolation.group if i in call.producers}
+        return Divergence(launch.index, call.label, _describe(launch, call.info, key, name, region, comparison),
+                          isolation, producers)
+
+    def _recompute(self, launch: Launch, call: _GraphCall, unmapped: list[torch.Tensor]) -> None:
+        """Run a launch whose outputs have no eager twin again on eager inputs, keeping those outputs: a
+        later kernel reading them can then be judged together with it (a split reduction's two halves)."""
+        again = replay(launch, call.regions, call.values, self._run, call.lookup)
+        if again.error is not None:
+            return
+        for (_, tensor), (_, _, fresh) in zip(launch.written_args(), again.outputs):
+            if any(tensor is t for t in unmapped):
+                call.recomputed[region_key(tensor)] = (launch.index, fresh)
+        call.producers[launch.index] = _describe_launch(launch, call.info)
 
     def _keep_described(self, divergence: Divergence) -> None:
         """Of a described launch's buffers, keep the one furthest from eager."""
@@ -230,6 +256,16 @@ def _describe(launch: Launch, info: GraphInfo, key: int | str, name: str, region
         "metrics": comparison,
         "module_path": info.module_path,
     }
+
+
+def _describe_launch(launch: Launch, info: GraphInfo) -> dict[str, Any]:
+    """What a kernel is, without a comparison: for a producer named together with its consumer."""
+    computed = info.computed_by(launch.kernel.name) or []
+    nodes = [o for b in computed if b in info.buffers for o in info.buffers[b].origins]
+    targets = {n.name: n.target for n in info.gm.graph.nodes}
+    return {"name": launch.kernel.name, "kind": launch.kernel.kind, "source": launch.kernel.source[:MAX_SOURCE_CHARS],
+            "nodes": list(dict.fromkeys(nodes)), "aten_ops": sorted({str(targets[n]) for n in nodes if n in targets}),
+            "args": describe_args(launch), "module_path": info.module_path}
 
 
 def describe_args(launch: Launch) -> list[R.KernelArgument]:

@@ -124,7 +124,7 @@ class RegionMap:
 
     def read(self, launch: Launch, tensor: torch.Tensor) -> Region:
         """The node a read argument holds before this launch runs."""
-        key = _key(tensor)
+        key = region_key(tensor)
         if key in self._writes:
             return self._check(self._writes[key], tensor)
         local = self.local_of(launch, tensor)
@@ -134,7 +134,7 @@ class RegionMap:
         if owner is None:
             return Region(None, reason="not a wrapper buffer nor a view of one")
         owner_name, owner_tensor = owner
-        region = self._writes.get(_key(owner_tensor)) or self._known(owner_name, owner_tensor)
+        region = self._writes.get(region_key(owner_tensor)) or self._known(owner_name, owner_tensor)
         return self._check(_viewed(region, owner_tensor, tensor), tensor)
 
     def record_write(self, tensor: torch.Tensor, region: Region, launch_index: int) -> None:
@@ -142,11 +142,11 @@ class RegionMap:
         region = dataclasses.replace(region, written_by=launch_index)
         pointer = tensor.untyped_storage().data_ptr()
         start, end = span(tensor)
-        for key in [k for k in self._writes if k[0] == pointer and k != _key(tensor)]:
+        for key in [k for k in self._writes if k[0] == pointer and k != region_key(tensor)]:
             other_start, other_end = key[4]
             if other_start < end and start < other_end:
                 del self._writes[key]
-        self._writes[_key(tensor)] = region
+        self._writes[region_key(tensor)] = region
         self._written_storages[pointer] += 1
 
     def _known(self, local: str, tensor: torch.Tensor, before_writes: bool = False) -> Region:
@@ -168,7 +168,7 @@ class RegionMap:
         if computed is not None:
             writers = [b for b in computed if b in self.info.buffers and self.info.buffers[b].storage == storage
                        and self.info.buffers[b].view is None]
-            writers.sort(key=lambda b: self.info.node_order.get(self.info.buffers[b].value_node or "", -1))
+            writers.sort(key=lambda b: self.info.order_of(self.info.buffers[b].value_node))
         else:
             # No kernel map: the k-th write to a storage in this call is its k-th writer in graph order.
             order = ([storage] if storage in self.info.buffers else []) + self.info.mutations_of(storage)
@@ -185,7 +185,7 @@ class RegionMap:
             if fact.part_of is None or not region.mapped:
                 state = region
                 continue
-            before = state or self._writes.get(_key(tensor)) or self._known(local, tensor, before_writes=True)
+            before = state or self._writes.get(region_key(tensor)) or self._known(local, tensor, before_writes=True)
             offset = fact.part_view[2] - tensor.storage_offset()
             state = Region(writer, node=region.node, before=before, part=(fact.part_view[0], fact.part_view[1], offset))
         return state
@@ -220,7 +220,8 @@ class RegionMap:
         return region
 
 
-def _key(tensor: torch.Tensor) -> tuple:
+def region_key(tensor: torch.Tensor) -> tuple:
+    """Where a tensor lies: storage, offset, shape, stride (and its span, for overlap tests)."""
     return (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()),
             span(tensor))
 

@@ -18,7 +18,7 @@ from typing import Any, Iterable
 import torch
 import torch.fx
 
-from ..inductor_compat.graphs import GraphInfo, float64_copy
+from ..inductor_compat.graphs import AFTER, GraphInfo, written_nodes, float64_copy
 from ..layout import clone_exact, is_non_overlapping
 
 # Ops whose results an eager rerun cannot reproduce.
@@ -35,6 +35,13 @@ class _KeepingInterpreter(torch.fx.Interpreter):
         self.keep = keep
         self.kept: dict[str, torch.Tensor] = {}
         self._by_storage: dict[int, list[str]] = {}
+        # "X@N": keep X's state right after N runs (N updates X in place).
+        self._after: dict[str, list[tuple[str, str]]] = {}
+        for key in keep:
+            if AFTER in key:
+                target, _, node = key.partition(AFTER)
+                self._after.setdefault(node, []).append((target, key))
+        self._nodes = {node.name: node for node in gm.graph.nodes}
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
         # Post-grad passes re-inplace ops (`_foreach_add_` returns None) and leave dead getitems behind.
@@ -53,6 +60,10 @@ class _KeepingInterpreter(torch.fx.Interpreter):
             value = value.detach()
             self.kept[node.name] = value
             self._by_storage.setdefault(_storage_key(value), []).append(node.name)
+        for target, key in self._after.get(node.name, ()):
+            state = self.env.get(self._nodes.get(target))
+            if isinstance(state, torch.Tensor):
+                self.kept[key] = clone_exact(state.detach())
         return value
 
     def _protect(self, tensor: torch.Tensor) -> None:
@@ -62,7 +73,7 @@ class _KeepingInterpreter(torch.fx.Interpreter):
 
     def _densify_written(self, node: torch.fx.Node) -> None:
         """An in-place op on an expanded or overlapping tensor cannot run eagerly: give it a dense copy."""
-        for argument in _written_nodes(node):
+        for argument in written_nodes(node):
             value = self.env.get(argument)
             if isinstance(value, torch.Tensor) and not is_non_overlapping(value):
                 self.env[argument] = value.contiguous()
@@ -120,24 +131,8 @@ def _interpret(gm: torch.fx.GraphModule, inputs: list[Any], keep: set[str]) -> d
     return interpreter.kept
 
 
-def _written_nodes(node: torch.fx.Node) -> list[torch.fx.Node]:
-    """The argument nodes an op writes in place, from its schema (`Tensor(a!)`)."""
-    schema = getattr(node.target, "_schema", None)
-    if node.op != "call_function" or schema is None or not schema.is_mutable:
-        return []
-    written = []
-    for position, argument in enumerate(schema.arguments):
-        if argument.alias_info is None or not argument.alias_info.is_write:
-            continue
-        value = node.args[position] if position < len(node.args) else node.kwargs.get(argument.name)
-        for item in value if isinstance(value, (list, tuple)) else [value]:
-            if isinstance(item, torch.fx.Node):
-                written.append(item)
-    return written
-
-
 def _written_arguments(node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> list[torch.Tensor]:
-    return [env[n] for n in _written_nodes(node) if isinstance(env.get(n), torch.Tensor)]
+    return [env[n] for n in written_nodes(node) if isinstance(env.get(n), torch.Tensor)]
 
 
 def _storage_key(tensor: torch.Tensor) -> int:

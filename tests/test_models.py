@@ -35,7 +35,7 @@ def test_longformer_full_has_the_published_dimensions_and_torchbench_inputs():
 def test_a_fault_in_one_backward_kernel_of_longformer_is_named():
     clean = run_case(CASES["longformer_ci"], torch.float32, "train_step", RunConfig(bisect="always"))
     assert clean.status == R.PASS and clean.first_divergent_kernel.diverged is False
-    assert [a for a in clean.first_divergent_kernel.absorbed if a.kind != "drift"] == []
+    assert [a for a in clean.first_divergent_kernel.absorbed if a.kind not in ("drift", "immaterial")] == []
     ranges = clean.first_divergent_kernel.graph_launches
     graph = max((g for g in ranges if g.startswith("backward")), key=lambda g: ranges[g][1])
     # The first generated kernel of the largest backward graph (later ones may compute indices,

@@ -38,6 +38,8 @@ from .probe import Divergence, KernelProbe
 COARSE_STAGES = ("aot_eager", "aot_eager_decomp_partition")
 # Kernels wrong on exact inputs tried one by one before a drift search, at most.
 MAX_CANDIDATES = 4
+# An absorbed difference whose kernel's outputs, made eager, move no output.
+IMMATERIAL = "immaterial"
 # Not a backend: the post-grad graph Inductor lowers, run eagerly in place of every kernel, already diverges.
 GRAPH_PASSES = "inductor_graph_passes"
 STAGE_MEANING = {
@@ -77,9 +79,11 @@ def localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Loc
     if not failing:
         found.answer, found.diverged = R.Answer.NONE, False
         found.absorbed = [_absorbed(d) for d in probe.divergences]
+        _mark_immaterial(program, verdict, probe.divergences, found.absorbed)
         return found
     first = probe.divergences[0] if probe.divergences else None
     last = found.launches - 1
+    immaterial: set[str] = set()
     for _ in range(MAX_CANDIDATES):
         wrong = next((d for d in probe.divergences if d.isolation.kind in (WRONG, ALIASING)), None)
         if wrong is None:
@@ -94,8 +98,11 @@ def localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Loc
             return found
         found.problems.append(f"{wrong.graph} launch {wrong.launch_index} {wrong.kernel['name']} differs on exact "
                               "inputs, but making its outputs eager changes no output beyond tolerance "
-                              "(a numerical difference the outputs absorb)")
-        probe = _probe(program, verdict, stop_at_wrong=True, compare_after=wrong.launch_index)
+                              "(a numerical difference the outputs absorb; its other launches are not tried)")
+        # The same kernel launched again (the next layer) differs the same way: not a candidate either.
+        immaterial.add(wrong.kernel["name"])
+        probe = _probe(program, verdict, stop_at_wrong=True, compare_after=wrong.launch_index,
+                       immaterial=frozenset(immaterial))
         program.rerun(probe)
     culprit = _first_that_matters(program, verdict, last, None)
     if culprit is None:
@@ -200,6 +207,23 @@ def _causal(culprit: int) -> str:
     if culprit == 0:
         return "making its outputs eager makes every output pass"
     return f"making the outputs of launches 0..{culprit} eager makes every output pass, 0..{culprit - 1} does not"
+
+
+def _mark_immaterial(program: CompiledProgram, verdict: Verdict, divergences: list[Divergence],
+                     absorbed: list[R.BufferDivergence]) -> None:
+    """A kernel that differs on exact inputs yet moves no output when made eager: say so (one run per kernel)."""
+    judged: dict[str, bool] = {}
+    for divergence, entry in zip(divergences, absorbed):
+        if entry.kind not in (WRONG, ALIASING):
+            continue
+        name = divergence.kernel["name"]
+        if name not in judged and len(judged) < MAX_CANDIDATES:
+            results = program.rerun(_probe(program, verdict, substitute=frozenset({divergence.launch_index})))
+            judged[name] = not program.moved(results)
+        if judged.get(name):
+            entry.kind = IMMATERIAL
+            entry.isolated = ("differs from eager on exact inputs, but making its outputs eager moves no output "
+                              "beyond tolerance: a difference the outputs do not depend on")
 
 
 def _absorbed(divergence: Divergence) -> R.BufferDivergence:

@@ -12,6 +12,7 @@ their outputs replaced by their eager values (to find where a drift starts).
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -21,7 +22,7 @@ from .. import records as R
 from ..compare import Verdict
 from ..inductor_compat import GraphInfo, Launch
 from ..layout import clone_exact
-from .isolation import ALIASING, WRONG, Isolation, isolate, replay
+from .isolation import ALIASING, DRIFT, WRONG, Isolation, isolate, replay
 from .regions import Region, RegionMap, describe_reason, region_key
 from .values import GraphValues
 
@@ -76,6 +77,8 @@ class KernelProbe:
     compare_after: int = -1
     # Substitution mode: these launches get their mapped outputs replaced by eager values.
     substitute: frozenset[int] | None = None
+    # Kernels whose differences were shown not to matter: not isolated again (their other launches).
+    immaterial: frozenset[str] = frozenset()
     # Substitution mode compares nothing, except the launches named here (described for the answer).
     describe: frozenset[int] = frozenset()
     launches: int = 0
@@ -113,11 +116,8 @@ class KernelProbe:
             if not self._needs_values():
                 return call(args)
             inputs = [clone_exact(a) if isinstance(a, torch.Tensor) else a for a in args]
-            wanted = {b.value_node for b in info.buffers.values() if b.value_node is not None}
-            values = GraphValues(info, inputs, wanted)
-            if not values.run():
-                self.problems.extend(f"{label}: {p}" for p in values.problems)
-                return call(args)
+            uses = Counter(n for b in info.buffers.values() for n in (b.value_node, b.part_of) if n)
+            values = GraphValues(info, inputs, set(uses), uses)
             self._current = _GraphCall(info, label, values, RegionMap(info, values))
             try:
                 return call(args)
@@ -172,6 +172,8 @@ class KernelProbe:
                     tensor.copy_(value)
                     self.substituted += 1
             call.regions.record_write(tensor, region, index)
+            for node in region.nodes():
+                call.values.used(node)
 
     def _judge(self, launch: Launch, call: _GraphCall, key: int | str, tensor: torch.Tensor,
                region: Region, always: bool = False) -> Divergence | None:
@@ -187,7 +189,11 @@ class KernelProbe:
             comparison = verdict.tensors(name, tensor, expected, reference)
         if comparison.passed and not always:
             return None
-        isolation = isolate(launch, call.regions, call.values, verdict, self._run, call.lookup)
+        if launch.kernel.name in self.immaterial and not always:
+            isolation = Isolation(DRIFT, "not isolated again: the same kernel's difference, at an earlier launch, "
+                                         "moved no output")
+        else:
+            isolation = isolate(launch, call.regions, call.values, verdict, self._run, call.lookup)
         producers = {i: call.producers[i] for i in isolation.group if i in call.producers}
         return Divergence(launch.index, call.label, _describe(launch, call.info, key, name, region, comparison),
                           isolation, producers)
@@ -219,7 +225,7 @@ class KernelProbe:
         """Forget everything seen (a run that has to be made again), keeping the mode and the problems."""
         problems = self.problems
         fresh = KernelProbe(self.verdict, self.inner, self.stop_at_wrong, self.compare_after, self.substitute,
-                            self.describe)
+                            self.immaterial, self.describe)
         self.__dict__.update(fresh.__dict__)
         self.problems = problems
 

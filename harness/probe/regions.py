@@ -57,6 +57,11 @@ class Region:
     # The launch that stored this region (set when the write is recorded).
     written_by: int | None = None
 
+    def nodes(self) -> list[str]:
+        """The FX nodes this region's eager value is made from."""
+        own = [self.node] if self.node else []
+        return own + (self.before.nodes() if self.before is not None else [])
+
     @property
     def mapped(self) -> bool:
         return (self.node is not None or self.input is not None) and (self.before is None or self.before.mapped)

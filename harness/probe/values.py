@@ -1,24 +1,32 @@
-"""Eager values of a compiled graph's FX nodes, for one call of that graph.
+"""Eager values of a compiled graph's FX nodes, for one call of that graph, computed in step with it.
 
 The post-grad graph runs eagerly (an FX interpreter) on copies of the very
-inputs the compiled graph receives. Each kept node value is the value the node
-had when it ran: the graph also updates tensors in place (`index_put_`,
-`copy_` into an input, re-inplaced ops), so a kept value that a later node is
-about to write is copied first. Float64 twins come from the same graph
-rewritten to compute in float64 (`float64_copy`), run on float64 inputs, made
-on first need. Values that depend on random numbers are never compared: an
-eager rerun draws other numbers than the compiled kernel did.
+inputs the compiled graph receives, one node at a time and only as far as the
+launches need: a node's value is computed when a launch asks for it, kept
+until every buffer holding it was judged, then released. So the probe holds
+about what an eager run of the graph holds, not every intermediate at once;
+a released value asked for again (an isolation replay needs a kernel's
+inputs) is computed again in a pass of its own.
+
+Each kept value is the value the node had when it ran: the graph also updates
+tensors in place (`index_put_`, `copy_` into an input, re-inplaced ops), so a
+kept value that a node is about to write is copied first. Float64 twins come
+from the same graph rewritten to compute in float64 (`float64_copy`), run on
+float64 inputs, one node at a time, on first need. Values that depend on
+random numbers are never compared: an eager rerun draws other numbers than
+the compiled kernel did.
 """
 
 from __future__ import annotations
 
 import operator
-from typing import Any, Iterable
+from collections import Counter
+from typing import Any, Iterable, Iterator
 
 import torch
 import torch.fx
 
-from ..inductor_compat.graphs import AFTER, GraphInfo, written_nodes, float64_copy
+from ..inductor_compat.graphs import AFTER, GraphInfo, float64_copy, written_nodes
 from ..layout import clone_exact, is_non_overlapping
 
 # Ops whose results an eager rerun cannot reproduce.
@@ -27,13 +35,14 @@ RANDOM_OPS = ("rand", "randn", "randint", "randperm", "bernoulli", "dropout", "n
               "randn_like", "randint_like", "poisson")
 
 
-class _KeepingInterpreter(torch.fx.Interpreter):
-    """Runs a post-grad graph eagerly, keeping each wanted node's value as it was when the node ran."""
+class _Stepper(torch.fx.Interpreter):
+    """Runs a post-grad graph eagerly node by node, keeping wanted values as they were when produced."""
 
-    def __init__(self, gm: torch.fx.GraphModule, keep: set[str]):
+    def __init__(self, gm: torch.fx.GraphModule, inputs: list[Any], keep: set[str]):
         super().__init__(gm, garbage_collect_values=True)
-        self.keep = keep
+        self.keep = {k for k in keep if AFTER not in k}
         self.kept: dict[str, torch.Tensor] = {}
+        self.done: set[str] = set()
         self._by_storage: dict[int, list[str]] = {}
         # "X@N": keep X's state right after N runs (N updates X in place).
         self._after: dict[str, list[tuple[str, str]]] = {}
@@ -41,7 +50,26 @@ class _KeepingInterpreter(torch.fx.Interpreter):
             if AFTER in key:
                 target, _, node = key.partition(AFTER)
                 self._after.setdefault(node, []).append((target, key))
-        self._nodes = {node.name: node for node in gm.graph.nodes}
+        self._nodes_by_name = {node.name: node for node in gm.graph.nodes}
+        self.env = {}
+        self.args_iter: Iterator[Any] = iter([clone_exact(a) if isinstance(a, torch.Tensor) else a for a in inputs])
+        self._pending: Iterator[torch.fx.Node] = iter(gm.graph.nodes)
+
+    def advance_to(self, name: str) -> None:
+        """Run nodes in graph order until `name` ran (or the graph ended)."""
+        key = name.rpartition(AFTER)[2]
+        with torch.no_grad():
+            while key not in self.done:
+                node = next(self._pending, None)
+                if node is None or node.op == "output":
+                    return
+                self.env[node] = self.run_node(node)
+                self.done.add(node.name)
+                for dead in self.user_to_last_uses.get(node, []):
+                    del self.env[dead]
+
+    def release(self, name: str) -> None:
+        self.kept.pop(name, None)
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
         # Post-grad passes re-inplace ops (`_foreach_add_` returns None) and leave dead getitems behind.
@@ -50,7 +78,7 @@ class _KeepingInterpreter(torch.fx.Interpreter):
         return super().call_function(target, args, kwargs)
 
     def run_node(self, node: torch.fx.Node) -> Any:
-        written = _written_arguments(node, self.env)
+        written = [self.env[n] for n in written_nodes(node) if isinstance(self.env.get(n), torch.Tensor)]
         for tensor in written:
             self._protect(tensor)
         if any(not is_non_overlapping(t) for t in written):
@@ -61,7 +89,7 @@ class _KeepingInterpreter(torch.fx.Interpreter):
             self.kept[node.name] = value
             self._by_storage.setdefault(_storage_key(value), []).append(node.name)
         for target, key in self._after.get(node.name, ()):
-            state = self.env.get(self._nodes.get(target))
+            state = self.env.get(self._nodes_by_name.get(target))
             if isinstance(state, torch.Tensor):
                 self.kept[key] = clone_exact(state.detach())
         return value
@@ -69,7 +97,8 @@ class _KeepingInterpreter(torch.fx.Interpreter):
     def _protect(self, tensor: torch.Tensor) -> None:
         """Copy every kept value sharing `tensor`'s storage: the node about to run writes it."""
         for name in self._by_storage.pop(_storage_key(tensor), []):
-            self.kept[name] = clone_exact(self.kept[name])
+            if name in self.kept:
+                self.kept[name] = clone_exact(self.kept[name])
 
     def _densify_written(self, node: torch.fx.Node) -> None:
         """An in-place op on an expanded or overlapping tensor cannot run eagerly: give it a dense copy."""
@@ -82,27 +111,50 @@ class _KeepingInterpreter(torch.fx.Interpreter):
 class GraphValues:
     """Eager (and on demand float64) values of the nodes a compiled graph's buffers hold, for one call."""
 
-    def __init__(self, info: GraphInfo, inputs: list[Any], wanted: Iterable[str]):
+    def __init__(self, info: GraphInfo, inputs: list[Any], wanted: Iterable[str], uses: Counter | None = None):
         self.info = info
         self.inputs = inputs  # untouched copies of the graph's inputs
         self.wanted = set(wanted)
         self.random = _random_dependent(info.gm)
         self.problems: list[str] = []
-        self._values: dict[str, torch.Tensor] | None = None
-        self._float64: dict[str, torch.Tensor] | None = None
-
-    def run(self) -> bool:
-        """Run the graph eagerly; False (with a problem said) when it cannot run."""
-        try:
-            self._values = _interpret(self.info.gm, self.inputs, self.wanted)
-            return True
-        except Exception as exc:
-            self.problems.append(f"eager run of the post-grad graph failed ({type(exc).__name__}: {_short(exc)})")
-            self._values = {}
-            return False
+        # How many more times each value will be asked for by a comparison; at 0 it is released.
+        self.uses = Counter(uses or {})
+        self._stepper = _Stepper(info.gm, inputs, self.wanted)
+        self._broken = False
+        self._again: dict[str, torch.Tensor] = {}  # released values computed again on demand
+        self._float64: dict[str, torch.Tensor | None] = {}
+        self._float64_broken = False
 
     def value(self, node: str) -> torch.Tensor | None:
-        return (self._values or {}).get(node)
+        if self._broken or not node:
+            return None
+        if node in self._stepper.kept:
+            return self._stepper.kept[node]
+        if node.rpartition(AFTER)[2] not in self._stepper.done:
+            try:
+                self._stepper.advance_to(node)
+            except Exception as exc:
+                self._broken = True
+                self.problems.append(f"eager run of the post-grad graph failed ({type(exc).__name__}: {_short(exc)})")
+                return None
+            if node in self._stepper.kept:
+                return self._stepper.kept[node]
+        if node not in self._again:  # computed and released earlier: once more, in a pass of its own
+            found = self._interpret(self.info.gm, self.inputs, {node})
+            if found is None:
+                return None
+            self._again[node] = found.get(node)
+        return self._again.get(node)
+
+    def used(self, node: str | None) -> None:
+        """One comparison of `node` is done; release its value when no other will come."""
+        if not node:
+            return
+        self.uses[node] -= 1
+        if self.uses[node] <= 0:
+            self._stepper.release(node)
+            self._again.pop(node, None)
+            self._float64.pop(node, None)
 
     def input(self, name: str) -> torch.Tensor | None:
         if name not in self.info.input_names:
@@ -112,27 +164,31 @@ class GraphValues:
 
     def float64(self, node: str) -> torch.Tensor | None:
         """The node's value computed in float64; None when the float64 graph cannot run (said once in problems)."""
-        if self._float64 is None:
+        if self._float64_broken:
+            return None
+        if node not in self._float64:
             inputs64 = [clone_exact(x, torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point()
-                        else clone_exact(x) if isinstance(x, torch.Tensor) else x for x in self.inputs]
-            try:
-                self._float64 = _interpret(float64_copy(self.info.gm), inputs64, self.wanted)
-            except Exception as exc:  # some ops have no float64 kernel on some devices
-                self.problems.append(f"float64 run of the post-grad graph failed ({type(exc).__name__}: {_short(exc)}); "
-                                     "buffers were judged by tolerance alone")
-                self._float64 = {}
-        return self._float64.get(node)
+                        else x for x in self.inputs]
+            found = self._interpret(float64_copy(self.info.gm), inputs64, {node}, float64=True)
+            self._float64[node] = None if found is None else found.get(node)
+        return self._float64[node]
 
-
-def _interpret(gm: torch.fx.GraphModule, inputs: list[Any], keep: set[str]) -> dict[str, torch.Tensor]:
-    interpreter = _KeepingInterpreter(gm, keep)
-    with torch.no_grad():
-        interpreter.run(*[clone_exact(a) if isinstance(a, torch.Tensor) else a for a in inputs])
-    return interpreter.kept
-
-
-def _written_arguments(node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> list[torch.Tensor]:
-    return [env[n] for n in written_nodes(node) if isinstance(env.get(n), torch.Tensor)]
+    def _interpret(self, gm: torch.fx.GraphModule, inputs: list[Any], keep: set[str],
+                   float64: bool = False) -> dict[str, torch.Tensor] | None:
+        stepper = _Stepper(gm, inputs, keep)
+        try:
+            for name in keep:
+                stepper.advance_to(name)
+        except Exception as exc:  # some ops have no float64 kernel on some devices
+            if float64:
+                self._float64_broken = True
+                self.problems.append(f"float64 run of the post-grad graph failed ({type(exc).__name__}: "
+                                     f"{_short(exc)}); buffers were judged by tolerance alone")
+            else:
+                self._broken = True
+                self.problems.append(f"eager run of the post-grad graph failed ({type(exc).__name__}: {_short(exc)})")
+            return None
+        return stepper.kept
 
 
 def _storage_key(tensor: torch.Tensor) -> int:

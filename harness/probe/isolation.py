@@ -55,6 +55,9 @@ Recomputed = Callable[[torch.Tensor], "tuple[int, torch.Tensor] | None"]
 def replay(launch: Launch, regions: RegionMap, values: GraphValues, run: Callable[[Launch], Any],
            recomputed: Recomputed | None = None) -> Replay:
     """Run `launch` again on eager values of its inputs (call before `regions` records this launch's writes)."""
+    regions_needed = [regions.read(launch, t) for _, t in launch.tensor_args()]
+    regions_needed += [regions.written(launch, t) for _, t in launch.written_args()]
+    values.prefetch(n for region in regions_needed for n in region.nodes())
     args, kwargs = list(launch.args), dict(launch.kwargs)
     kept: list[str] = []
     group: list[int] = []

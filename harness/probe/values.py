@@ -51,6 +51,9 @@ class _Stepper(torch.fx.Interpreter):
                 target, _, node = key.partition(AFTER)
                 self._after.setdefault(node, []).append((target, key))
         self._nodes_by_name = {node.name: node for node in gm.graph.nodes}
+        # The graph's outputs are not needed here (only kept values are): a value dies after its last use
+        # by another node, not at the end of the graph, so saved activations do not pile up.
+        self._dead_after = _last_uses_before_output(gm.graph)
         self.env = {}
         self.args_iter: Iterator[Any] = iter([clone_exact(a) if isinstance(a, torch.Tensor) else a for a in inputs])
         self._pending: Iterator[torch.fx.Node] = iter(gm.graph.nodes)
@@ -65,8 +68,8 @@ class _Stepper(torch.fx.Interpreter):
                     return
                 self.env[node] = self.run_node(node)
                 self.done.add(node.name)
-                for dead in self.user_to_last_uses.get(node, []):
-                    del self.env[dead]
+                for dead in self._dead_after.get(node, ()):
+                    self.env.pop(dead, None)
 
     def release(self, name: str) -> None:
         self.kept.pop(name, None)
@@ -146,6 +149,15 @@ class GraphValues:
             self._again[node] = found.get(node)
         return self._again.get(node)
 
+    def prefetch(self, nodes: Iterable[str]) -> None:
+        """Make released values available again in one pass (an isolation replay needs several)."""
+        missing = {n for n in nodes if n and n not in self._stepper.kept and n not in self._again
+                   and n.rpartition(AFTER)[2] in self._stepper.done}
+        if missing and not self._broken:
+            found = self._interpret(self.info.gm, self.inputs, missing)
+            if found is not None:
+                self._again.update({n: found[n] for n in missing if n in found})
+
     def used(self, node: str | None) -> None:
         """One comparison of `node` is done; release its value when no other will come."""
         if not node:
@@ -189,6 +201,21 @@ class GraphValues:
                 self.problems.append(f"eager run of the post-grad graph failed ({type(exc).__name__}: {_short(exc)})")
             return None
         return stepper.kept
+
+
+def _last_uses_before_output(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[torch.fx.Node]]:
+    """Node -> the values whose last use (the output node aside) it is; unused values die where made."""
+    last: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in graph.nodes:
+        if node.op == "output":
+            continue
+        last.setdefault(node, node)
+        for used in node.all_input_nodes:
+            last[used] = node
+    dead: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for value, user in last.items():
+        dead.setdefault(user, []).append(value)
+    return dead
 
 
 def _storage_key(tensor: torch.Tensor) -> int:

@@ -7,13 +7,17 @@ diverged, errored or passed unexpectedly, 2 usage or setup error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import signal
 import sys
 import time
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
 
 from . import records as R
+from .journal import Journal, journal_path, read_records
 from .options import RUN_OPTIONS, SELECTION_OPTIONS, add_to_argparse, parse_positive, run_config_from
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -44,17 +48,41 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run cases: eager vs compiled, element by element")
     _add_selection(run)
     add_to_argparse(run, RUN_OPTIONS)
-    run.add_argument("--json", dest="json_path", help="write the result records here")
-    run.add_argument("--report-dir", help="write results.json and an HTML report into this directory")
+    run.add_argument("--json", dest="json_path", help="write the result records here (and each as it ends to .jsonl)")
+    run.add_argument("--report-dir", help="write results.json(l) and an HTML report into this directory")
+    run.add_argument("--junit", help="write JUnit XML here too")
+    run.add_argument("--resume", metavar="FILE", help="skip the runs a journal (.jsonl) or results file already has")
+    run.add_argument("--shard", type=_shard, metavar="I/N", help="run the I-th of N equal parts of the selection")
+    run.add_argument("--workers", type=_count, default=1,
+                     help="worker processes side by side (GPUs/NPUs: one device each; default 1)")
+    run.add_argument("--known-issues", metavar="FILE", help="triaged failures (TOML) applied as strict expected failures")
+    run.add_argument("--baseline", metavar="FILE", help="an earlier results file: report what changed; only a new "
+                     "failure fails the run")
     run.add_argument("--timeout", type=_seconds, default=1800.0,
-                     help="seconds one case may run before it is stopped (default 1800)")
+                     help="seconds one case may run, from its start in the worker (default 1800)")
     run.add_argument("--no-isolation", action="store_true", help="run cases in this process (a crash then ends the run)")
 
     report = commands.add_parser("report", help="render result files as one HTML report")
     report.add_argument("results", nargs="+", help="results JSON files (shards are merged)")
     report.add_argument("-o", "--output", help="the HTML file to write (default: beside the first results file)")
     report.add_argument("--baseline", help="an earlier results file to diff against")
+    report.add_argument("--json", dest="json_path", help="write the merged results here too (a next baseline)")
+    report.add_argument("--check", action="store_true", help="exit 1 when a run failed or, with --baseline, "
+                        "only when one newly failed (the verdict of a sharded run)")
     return parser
+
+
+def _shard(text: str) -> tuple[int, int]:
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not I/N with 1 <= I <= N")
+    return int(index), int(count)
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return int(text)
 
 
 def _seconds(text: str) -> float:
@@ -78,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         say(f"error: {exc}", error=True)
         return EXIT_USAGE
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C outside a run (a run stops on it itself)
         say("interrupted", error=True)
         return EXIT_INTERRUPTED
 
@@ -141,10 +169,29 @@ def _list(args: argparse.Namespace) -> int:
     return EXIT_USAGE if registry.errors else EXIT_OK
 
 
+class _Stopped(Exception):
+    """SIGTERM or SIGINT arrived: stop the workers, publish what finished, exit 128 + signal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    def stop(signum: int, frame: Any) -> None:
+        raise _Stopped(signum)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 def _run(args: argparse.Namespace) -> int:
     from .devices import get_device
-    from .executor import Task, run_in_process, run_isolated
-    from .runner import runs_of
 
     try:
         config = run_config_from(vars(args))
@@ -153,35 +200,132 @@ def _run(args: argparse.Namespace) -> int:
     unavailable = get_device(config.device).unavailable_reason()
     if unavailable:
         raise UsageError(f"device {config.device} is not usable: {unavailable}")
+    from .known_issues import apply_known_issues
+
     registry, chosen = _select(args)
-    tasks = [Task(case, str(dtype).removeprefix("torch."), mode)
-             for case in chosen for dtype, mode in runs_of(case, args.dtype, args.mode)]
-    if not tasks:
-        raise UsageError("no case, dtype and mode matches the selection (`harness list` shows the cases)")
+    plan = _plan(args, chosen)
+    known = _known_issues(args.known_issues)
+    baseline = _baseline(args.baseline)
 
     started_at, started = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
-    say(f"running {_plural(len(tasks), 'case run')} on {config.device} with backend {config.backend}"
-        + (f" (emulation: {config.inject})" if config.inject else ""))
-    runs = run_in_process(tasks, config) if args.no_isolation else run_isolated(tasks, config, args.case_path, args.timeout)
-    results: list[R.CaseResult] = []
-    for position, record in enumerate(runs, 1):
-        results.append(record)
-        say(f"[{position}/{len(tasks)}] {record.summary()}")
-        if record.status in (R.FAIL, R.ERROR, R.XPASS) and record.command:
-            say(f"    reproduce: {record.command}")
+    journal_file = journal_path(args.json_path, args.report_dir)
+    journal = Journal(journal_file, plan.carried) if journal_file else None
+    say(f"running {_plural(len(plan.tasks), 'case run')} on {config.device} with backend {config.backend}"
+        + (f" (emulation: {config.inject})" if config.inject else "")
+        + (f", {_plural(len(plan.carried), 'run')} carried from {args.resume}" if plan.carried else "")
+        + (f", shard {args.shard}" if args.shard else ""))
+    results: list[R.CaseResult] = list(plan.carried)
+    stopped: _Stopped | None = None
+    try:
+        with _stop_on_signals():
+            for position, record in enumerate(_execute(args, config, plan.tasks), 1):
+                apply_known_issues(record, known)
+                results.append(record)
+                if journal:
+                    journal.append(record)
+                say(f"[{position}/{len(plan.tasks)}] {record.summary()}")
+                if record.status in (R.FAIL, R.ERROR, R.XPASS) and record.command:
+                    say(f"    reproduce: {record.command}")
+    except _Stopped as exc:
+        stopped = exc
+        say(f"stopped by {exc}: {_plural(len(results), 'record')} kept", error=True)
+    finally:
+        if journal:
+            journal.close()
 
     from .publish import publish, run_metadata
 
     meta = run_metadata(results, command=" ".join(["harness", *sys.argv[1:]]) if argv_is_cli() else None,
                         device=config.device, backend=config.backend, emulation=config.inject,
                         started_at=started_at, duration_s=round(time.perf_counter() - started, 3),
-                        load_errors=[str(e) for e in registry.errors])
-    for path in publish(results, meta, args.json_path, args.report_dir):
-        say(f"{'report' if path.endswith('.html') else 'results'}: {path}")
+                        load_errors=[str(e) for e in registry.errors], shard=args.shard,
+                        stopped_by=str(stopped) if stopped else None, journal=journal_file)
+    for path in publish(results, meta, args.json_path, args.report_dir, args.junit):
+        say(f"{'report' if path.endswith('.html') else 'junit' if path.endswith('.xml') else 'results'}: {path}")
     say(totals(results))
+    if stopped is not None:
+        return 128 + stopped.signum
     if registry.errors:
         return EXIT_USAGE
+    if baseline is not None:
+        return _against_baseline(results, baseline)
     return EXIT_FAILED if any(R.is_failing(r.status) for r in results) else EXIT_OK
+
+
+@dataclass
+class _Plan:
+    tasks: list
+    carried: list[R.CaseResult]
+
+
+def _plan(args: argparse.Namespace, chosen: list) -> _Plan:
+    """The runs of this invocation: the selection, this shard of it, less what `--resume` already has."""
+    from .executor import Task
+    from .runner import runs_of
+
+    tasks = [Task(case, str(dtype).removeprefix("torch."), mode)
+             for case in chosen for dtype, mode in runs_of(case, args.dtype, args.mode)]
+    if not tasks:
+        raise UsageError("no case, dtype and mode matches the selection (`harness list` shows the cases)")
+    if args.shard:
+        index, count = args.shard
+        tasks = [t for position, t in enumerate(sorted(tasks, key=lambda t: t.key)) if position % count == index - 1]
+    carried: list[R.CaseResult] = []
+    if args.resume:
+        try:
+            carried = read_records(args.resume)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        done = {(r.case, r.dtype, r.mode) for r in carried}
+        carried = [r for r in carried if (r.case, r.dtype, r.mode) in {t.key for t in tasks}]
+        tasks = [t for t in tasks if t.key not in done]
+    return _Plan(tasks, carried)
+
+
+def _execute(args: argparse.Namespace, config: Any, tasks: list):
+    from .executor import run_in_process, run_isolated
+
+    if args.no_isolation:
+        return run_in_process(tasks, config)
+    return run_isolated(tasks, config, args.case_path, args.timeout, workers=args.workers,
+                        log_dir=os.path.join(args.report_dir, "logs") if args.report_dir else None)
+
+
+def _known_issues(path: str | None) -> list:
+    if not path:
+        return []
+    from .known_issues import load_known_issues
+
+    try:
+        return load_known_issues(path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _baseline(path: str | None) -> list[R.CaseResult] | None:
+    if not path:
+        return None
+    try:
+        return read_records(path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _against_baseline(results: list[R.CaseResult], baseline: list[R.CaseResult]) -> int:
+    """Say what changed since the baseline; only a new failure fails the run."""
+    from .report.baseline import diff_against_baseline
+
+    diff = diff_against_baseline(results, baseline)
+    worse = [m for m in diff.moved if m.worse]
+    say(f"against the baseline: {len(diff.new_failures)} new failures, {len(diff.fixes)} fixed, "
+        f"{len(worse)} metrics worse, {len(diff.moved) - len(worse)} better, {diff.matched} runs matched")
+    for change in diff.new_failures:
+        say(f"    new failure: {change.record.run_id} ({change.before} -> {change.after})")
+    for change in diff.fixes:
+        say(f"    fixed: {change.record.run_id} ({change.before} -> {change.after})")
+    for move in worse[:20]:
+        say(f"    worse: {move.current.run_id} {move.output} {move.metric} {move.before:.4g} -> {move.after:.4g}")
+    return EXIT_FAILED if diff.new_failures else EXIT_OK
 
 
 def argv_is_cli() -> bool:
@@ -192,14 +336,24 @@ def _report(args: argparse.Namespace) -> int:
     missing = [p for p in args.results + ([args.baseline] if args.baseline else []) if not os.path.isfile(p)]
     if missing:
         raise UsageError(f"no such results file: {', '.join(missing)}")
-    from .report import write_report
+    from .report import merge_results, write_report
 
     output = args.output or os.path.splitext(args.results[0])[0] + ".html"
     try:
+        run_meta, records = merge_results(args.results)
+        baseline = read_records(args.baseline) if args.baseline else None
+        if args.json_path:
+            R.write_results(args.json_path, records, run_meta)
+            say(f"results: {args.json_path}")
         say(f"report: {write_report(args.results, output, args.baseline)}")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    return EXIT_OK
+    if not args.check:
+        return EXIT_OK
+    say(totals(records))
+    if baseline is not None:
+        return _against_baseline(records, baseline)
+    return EXIT_FAILED if any(R.is_failing(r.status) for r in records) else EXIT_OK
 
 
 def totals(results: Sequence[R.CaseResult]) -> str:

@@ -1,23 +1,38 @@
-"""Runs cases in a worker process, so one that crashes, hangs or OOMs takes down only itself.
+"""Runs cases in worker processes, so one that crashes, hangs or OOMs takes down only itself.
 
-One worker runs tasks one after another (keeping Inductor's in-process caches
-warm); when a task kills it or outlives its timeout, that task gets an error
-record and the next task starts a fresh worker.
+Each worker (`harness.worker`) runs tasks one after another (keeping Inductor's
+in-process caches warm), in a process session of its own: a timeout, a signal
+to the harness or its exit kills the worker's whole process group, a case's
+own child processes included. When a task kills its worker or outlives its
+timeout (counted from the moment the worker starts it), that task gets an
+error record, with the end of the worker's log, and the next task starts a
+fresh worker. Several workers run side by side with `workers=N`; on a device
+with several GPUs or NPUs each is pinned to one through its visibility
+variable, and all share Inductor's compile cache.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import base64
+import json
+import os
+import pickle
+import selectors
 import signal
+import subprocess
+import sys
+import tempfile
 import time
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from typing import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Iterable, Iterator, Sequence
 
 from . import records as R
 from .registry import Case
 
 POLL_S = 0.25
+LOG_TAIL_CHARS = 2000
+# Device -> the variable that makes one of its devices visible to a process.
+VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
 
 
 @dataclass(frozen=True)
@@ -26,9 +41,13 @@ class Task:
     dtype: str
     mode: str
 
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.case.name, self.dtype, self.mode)
+
 
 def run_in_process(tasks: Iterable[Task], config) -> Iterator[R.CaseResult]:
-    """No isolation: for debugging under pdb and for pytest, which isolates with xdist."""
+    """No isolation: for debugging under pdb."""
     import torch
 
     from .runner import run_case
@@ -37,71 +56,192 @@ def run_in_process(tasks: Iterable[Task], config) -> Iterator[R.CaseResult]:
         yield run_case(task.case, getattr(torch, task.dtype), task.mode, config)
 
 
-def run_isolated(tasks: Sequence[Task], config, case_paths: Sequence[str], timeout_s: float) -> Iterator[R.CaseResult]:
-    context = multiprocessing.get_context("spawn")  # never fork a process that may hold a CUDA context
-    worker: _Worker | None = None
+def run_isolated(tasks: Sequence[Task], config, case_paths: Sequence[str], timeout_s: float,
+                 workers: int = 1, log_dir: str | None = None) -> Iterator[R.CaseResult]:
+    """Records in completion order; every worker is gone when this generator is closed or exhausted."""
+    pool = WorkerPool(config, list(case_paths), timeout_s, max(1, workers), log_dir)
     try:
-        for task in tasks:
-            if worker is None:
-                worker = _Worker(context, config, case_paths)
-            record, healthy = worker.run(task, timeout_s)
-            if not healthy:
-                worker.kill()
-                worker = None
-            yield record
+        yield from pool.run(list(tasks))
     finally:
-        if worker is not None:
-            worker.close()
+        pool.close()
 
 
+@dataclass
 class _Worker:
-    def __init__(self, context, config, case_paths: Sequence[str]):
-        self.conn, child_conn = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(child_conn, config, list(case_paths)), daemon=True)
-        self.process.start()
-        child_conn.close()
-        self.config = config
+    slot: int
+    process: subprocess.Popen
+    results: IO[str]
+    log_path: str
+    task: Task | None = None
+    started: float | None = None
+    buffer: str = ""
 
-    def run(self, task: Task, timeout_s: float) -> tuple[R.CaseResult, bool]:
-        started = time.perf_counter()
-        self.conn.send((task.case.name, task.dtype, task.mode))
-        while True:
-            elapsed = time.perf_counter() - started
-            try:
-                if self.conn.poll(POLL_S):
-                    return R.CaseResult.from_dict(self.conn.recv()), True
-            except (EOFError, ConnectionError, OSError):
-                pass
-            if not self.process.is_alive():
-                self.process.join(1)
-                return self._lost(task, elapsed, "crash", _exit_text(self.process.exitcode)), False
-            if elapsed > timeout_s:
-                return self._lost(task, elapsed, "timeout", f"no result after {timeout_s:.0f}s (--timeout)"), False
+    @property
+    def busy(self) -> bool:
+        return self.task is not None
 
-    def _lost(self, task: Task, elapsed: float, symptom: str, message: str) -> R.CaseResult:
-        import torch
-
-        from .runner import apply_known_failure, new_record
-
-        record = new_record(task.case, getattr(torch, task.dtype), task.mode, self.config)
-        record.status, record.stage, record.symptom = R.ERROR, "worker", symptom
-        record.error = R.ErrorInfo("WorkerCrash" if symptom == "crash" else "Timeout", message)
-        record.duration_s = round(elapsed, 3)
-        return apply_known_failure(record, task.case)
+    def send(self, task: Task) -> None:
+        self.task, self.started = task, None
+        self.process.stdin.write(json.dumps({"case": task.case.name, "source": task.case.source, "dtype": task.dtype,
+                                             "mode": task.mode}) + "\n")
+        self.process.stdin.flush()
 
     def kill(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join(5)
-        self.conn.close()
+        """Kill the worker's whole process group (a case's children too) and reap it."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for stream in (self.process.stdin, self.results):
+            try:
+                stream.close()
+            except (OSError, ValueError):
+                pass
+        self.process.wait()
+
+    def log_tail(self) -> str:
+        try:
+            with open(self.log_path, encoding="utf-8", errors="backslashreplace") as handle:
+                return handle.read()[-LOG_TAIL_CHARS:]
+        except OSError:
+            return ""
+
+
+@dataclass
+class WorkerPool:
+    """Worker processes running tasks side by side; `close()` kills them all."""
+
+    config: object
+    case_paths: list[str]
+    timeout_s: float
+    size: int = 1
+    log_dir: str | None = None
+    workers: dict[int, _Worker] = field(default_factory=dict)
+    selector: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
+
+    def run_one(self, task: Task) -> R.CaseResult:
+        return next(iter(self.run([task])))
+
+    def run(self, tasks: list[Task]) -> Iterator[R.CaseResult]:
+        pending = list(tasks)
+        while pending or any(w.busy for w in self.workers.values()):
+            for slot in range(self.size):
+                worker = self.workers.get(slot)
+                if worker is not None and not worker.busy and worker.process.poll() is not None:
+                    self._stop(worker)  # died between tasks
+                    worker = None
+                if pending and (worker is None or not worker.busy):
+                    if worker is None:
+                        worker = self.workers[slot] = self._start(slot)
+                    worker.send(pending.pop(0))
+            yield from self._poll()
+
+    def _poll(self) -> Iterator[R.CaseResult]:
+        for key, _ in self.selector.select(POLL_S):
+            worker: _Worker = key.data
+            chunk = os.read(worker.results.fileno(), 1 << 20).decode("utf-8", errors="backslashreplace")
+            if not chunk:  # the result pipe closed: the worker died
+                continue
+            worker.buffer += chunk
+            while "\n" in worker.buffer:
+                line, worker.buffer = worker.buffer.split("\n", 1)
+                record = self._message(worker, json.loads(line))
+                if record is not None:
+                    yield record
+        now = time.perf_counter()
+        for worker in list(self.workers.values()):
+            if not worker.busy:
+                continue
+            if worker.process.poll() is not None:
+                yield self._lost(worker, "crash", _exit_text(worker.process.returncode))
+            elif worker.started is not None and now - worker.started > self.timeout_s:
+                yield self._lost(worker, "timeout", f"no result after {self.timeout_s:g}s (--timeout)")
+
+    def _message(self, worker: _Worker, message: dict) -> R.CaseResult | None:
+        if "started" in message:
+            worker.started = time.perf_counter()
+            return None
+        task, worker.task = worker.task, None
+        if "missing" in message:
+            return _failed(task, self.config, "setup", "crash", "CaseNotLoaded",
+                           f"the worker could not load case {message['missing']!r} (see the load errors)", 0.0)
+        return R.CaseResult.from_dict(message["record"])
+
+    def _lost(self, worker: _Worker, symptom: str, message: str) -> R.CaseResult:
+        elapsed = time.perf_counter() - (worker.started or time.perf_counter())
+        task = worker.task
+        tail = worker.log_tail()
+        self._stop(worker)
+        if symptom == "crash" and "SIGKILL" in message:
+            symptom = "oom"  # nothing here sent it: most likely the kernel's out-of-memory killer
+            message += " (the out-of-memory killer?)"
+        record = _failed(task, self.config, "worker", symptom, "WorkerCrash" if symptom != "timeout" else "Timeout",
+                         message, elapsed)
+        if tail:
+            record.error.traceback = f"last output of the worker ({worker.log_path}):\n{tail}"
+        return record
+
+    def _start(self, slot: int) -> _Worker:
+        read_end, write_end = os.pipe()
+        env = dict(os.environ, HARNESS_RESULT_FD=str(write_end), HARNESS_PARENT_PID=str(os.getpid()),
+                   PYTHONUNBUFFERED="1")
+        variable = VISIBILITY.get(getattr(self.config, "device", ""))
+        if self.size > 1 and variable and _device_count(self.config.device) >= self.size:
+            env[variable] = str(slot)
+        elif self.size > 1 and getattr(self.config, "device", "") == "cpu":
+            env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.size)))
+        if self.log_dir is None:
+            self.log_dir = tempfile.mkdtemp(prefix="harness-workers-")
+        os.makedirs(self.log_dir, exist_ok=True)
+        log_path = os.path.join(self.log_dir, f"worker-{slot}-{time.strftime('%H%M%S')}-{os.getpid()}.log")
+        log = open(log_path, "w")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "harness.worker"], stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+            pass_fds=(write_end,), env=env, start_new_session=True, text=True, cwd=os.getcwd())
+        os.close(write_end)
+        log.close()
+        setup = {"config": base64.b64encode(pickle.dumps(self.config)).decode("ascii"),
+                 "case_paths": self.case_paths, "import_timeout_s": self.timeout_s}
+        process.stdin.write(json.dumps(setup) + "\n")
+        process.stdin.flush()
+        worker = _Worker(slot, process, os.fdopen(read_end, "rb", buffering=0), log_path)
+        self.selector.register(worker.results, selectors.EVENT_READ, worker)
+        return worker
+
+    def _stop(self, worker: _Worker) -> None:
+        try:
+            self.selector.unregister(worker.results)
+        except (KeyError, ValueError):
+            pass
+        worker.kill()
+        self.workers.pop(worker.slot, None)
 
     def close(self) -> None:
-        try:
-            self.conn.send(None)
-        except (BrokenPipeError, OSError):
-            pass
-        self.process.join(10)
-        self.kill()
+        for worker in list(self.workers.values()):
+            self._stop(worker)
+        self.selector.close()
+
+
+def _failed(task: Task, config, stage: str, symptom: str, kind: str, message: str, elapsed: float) -> R.CaseResult:
+    import torch
+
+    from .runner import apply_known_failure, new_record
+
+    record = new_record(task.case, getattr(torch, task.dtype), task.mode, config)
+    record.status, record.stage, record.symptom = R.ERROR, stage, symptom
+    record.error = R.ErrorInfo(kind, message)
+    record.duration_s = round(elapsed, 3)
+    return apply_known_failure(record, task.case)
+
+
+def _device_count(device: str) -> int:
+    import torch
+
+    module = getattr(torch, device, None)
+    try:
+        return int(module.device_count()) if module is not None else 0
+    except Exception:
+        return 0
 
 
 def _exit_text(code: int | None) -> str:
@@ -110,25 +250,5 @@ def _exit_text(code: int | None) -> str:
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        hint = " (out of host memory?)" if name == "SIGKILL" else ""
-        return f"worker process killed by {name}{hint}"
+        return f"worker process killed by {name}"
     return f"worker process exited with code {code}"
-
-
-def _worker_main(conn: Connection, config, case_paths: list[str]) -> None:
-    import torch
-
-    from .registry import load_registry
-    from .runner import run_case
-
-    registry = load_registry(case_paths)
-    while True:
-        try:
-            message = conn.recv()
-        except EOFError:
-            return
-        if message is None:
-            return
-        name, dtype, mode = message
-        record = run_case(registry.cases[name], getattr(torch, dtype), mode, config)
-        conn.send(record.to_dict())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -196,4 +197,5 @@ def run_config_from(values: Mapping[str, Any]):
         device=device, backend=values.get("backend") or "inductor", npu_backend=values.get("npu_backend"),
         compile_mode=values.get("compile_mode"), compile_options=options, reference=values.get("reference"),
         inject=values.get("inject"), bisect=values.get("bisect"), strict_eager=bool(values.get("strict_eager")),
+        case_paths=tuple(os.path.abspath(p) if os.path.exists(p) else p for p in values.get("case_path") or ()),
     )

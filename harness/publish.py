@@ -23,9 +23,14 @@ def run_metadata(records: Sequence[R.CaseResult], *, command: str | None, device
 
 
 def publish(records: Sequence[R.CaseResult], run_meta: dict[str, Any], json_path: str | None = None,
-            report_dir: str | None = None) -> list[str]:
-    """Write the results JSON (to `json_path`, else into `report_dir`) and the HTML report; the paths written."""
+            report_dir: str | None = None, junit_path: str | None = None) -> list[str]:
+    """Write the results JSON (to `json_path`, else into `report_dir`), the HTML report and JUnit XML;
+    the paths written."""
     written = []
+    if junit_path:
+        from .report.junit import write_junit
+
+        written.append(write_junit(records, junit_path))
     if report_dir and not json_path:
         json_path = os.path.join(report_dir, "results.json")
     if json_path:

@@ -8,7 +8,8 @@ or `pytest -k seed` select what users expect.
 
 from __future__ import annotations
 
-import json
+import os
+import re
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -18,7 +19,8 @@ from . import records as R
 
 RECORDS_KEY = pytest.StashKey[list]()
 RUN_CONFIG_KEY = pytest.StashKey[Any]()
-WORKER_OUTPUT = "harness_records"
+RUNNER_KEY = pytest.StashKey[Any]()
+JOURNAL_KEY = pytest.StashKey[Any]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -28,6 +30,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_to_pytest(group, RUN_OPTIONS + SELECTION_OPTIONS)
     group.addoption("--harness-json", default=None, metavar="PATH", help="write the case results here")
     group.addoption("--harness-report", default=None, metavar="DIR", help="write results.json and index.html here")
+    group.addoption("--harness-timeout", type=float, default=1800.0, metavar="SECONDS",
+                    help="seconds one case may run in its worker process (default 1800)")
+    group.addoption("--harness-no-isolation", action="store_true",
+                    help="run cases in the pytest process itself (for a debugger; a crash then ends the session)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -35,6 +41,19 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "harness_case: a test generated from a harness case")
     config.stash[RECORDS_KEY] = []
     config.stash[RUN_CONFIG_KEY] = _run_config(config)
+    _CONTROLLER["config"] = config
+    _collect_case_paths(config)
+
+
+def _collect_case_paths(config: pytest.Config) -> None:
+    """`--case-path DIR` adds DIR's cases to what pytest collects, with or without positional arguments
+    (pytest would otherwise collect only its testpaths or the paths named)."""
+    named = [Path(arg.split("::")[0]).resolve() for arg in config.args]
+    for given in config.getoption("case_path"):
+        path = Path(given).resolve()
+        if path.exists() and not any(path == n or n in path.parents for n in named):
+            config.args.append(str(path))
+            named.append(path)
 
 
 def _run_config(config: pytest.Config) -> Any:
@@ -44,6 +63,7 @@ def _run_config(config: pytest.Config) -> Any:
     from .options import RUN_OPTIONS, check_values, run_config_from
 
     values = {option.dest: config.getoption(option.dest) for option in RUN_OPTIONS}
+    values["case_path"] = config.getoption("case_path")
     try:
         return run_config_from(check_values(values, RUN_OPTIONS))
     except (ValueError, argparse.ArgumentTypeError) as exc:
@@ -119,7 +139,7 @@ class CaseItem(pytest.Item):
         self.case, self.dtype, self.mode = case, dtype, mode
 
     def runtest(self) -> None:
-        from .runner import new_record, run_case
+        from .runner import dtype_name, new_record
 
         config = self.config
         run_config = config.stash[RUN_CONFIG_KEY]
@@ -127,13 +147,13 @@ class CaseItem(pytest.Item):
             record = new_record(self.case, self.dtype, self.mode, run_config)
             record.status, record.reason = R.SKIP, "full-size case: run with --harness-full (GPU/NPU nightly)"
         else:
-            record = run_case(self.case, self.dtype, self.mode, run_config)
-        config.stash[RECORDS_KEY].append(record)
+            record = _runner(config).run(self.case, dtype_name(self.dtype), self.mode)
+        _keep(config, record)
         if record.status == R.SKIP:
             pytest.skip(record.reason or "skipped")
         if record.status == R.XFAIL:
             pytest.xfail(record.reason or "known failure")
-        if record.status in R.FAILING_STATUSES:
+        if R.is_failing(record.status):
             raise CaseDiverged(record)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
@@ -151,14 +171,72 @@ class CaseItem(pytest.Item):
         return self.path, 0, f"case {self.name}"
 
 
-# Results: each process keeps its records; xdist workers hand theirs to the controller.
+class _CaseRunner:
+    """Runs a case in a worker process of this pytest process (a crash or hang costs one record), or in
+    this process with --harness-no-isolation (for a debugger)."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.run_config = config.stash[RUN_CONFIG_KEY]
+        self.pool = None
+
+    def run(self, case: Any, dtype: str, mode: str) -> R.CaseResult:
+        from .executor import Task
+
+        task = Task(case, dtype, mode)
+        if self.config.getoption("harness_no_isolation"):
+            from .executor import run_in_process
+
+            return next(run_in_process([task], self.run_config))
+        if self.pool is None:
+            from .executor import WorkerPool
+
+            self.pool = WorkerPool(self.run_config, list(self.config.getoption("case_path")),
+                                   self.config.getoption("harness_timeout"))
+        return self.pool.run_one(task)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+
+def _runner(config: pytest.Config) -> _CaseRunner:
+    if RUNNER_KEY not in config.stash:
+        config.stash[RUNNER_KEY] = _CaseRunner(config)
+    return config.stash[RUNNER_KEY]
+
+
+# Results: each process appends its records, as items finish, to a journal of its own; the
+# controller merges them (a worker that crashes loses nothing already recorded).
+
+def _journal_base(config: pytest.Config) -> str | None:
+    from .journal import journal_path
+
+    return journal_path(config.getoption("harness_json"), config.getoption("harness_report"))
+
+
+def _keep(config: pytest.Config, record: R.CaseResult) -> None:
+    config.stash[RECORDS_KEY].append(record)
+    base = _journal_base(config)
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if base is None or worker is None:
+        return
+    from .journal import Journal
+
+    if JOURNAL_KEY not in config.stash:
+        config.stash[JOURNAL_KEY] = Journal(f"{base.removesuffix('.jsonl')}.{worker}.jsonl")
+    config.stash[JOURNAL_KEY].append(record)
+
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
-    records = config.stash[RECORDS_KEY]
-    if hasattr(config, "workeroutput"):  # an xdist worker
-        config.workeroutput[WORKER_OUTPUT] = json.dumps([r.to_dict() for r in records])
+    if RUNNER_KEY in config.stash:
+        config.stash[RUNNER_KEY].close()
+    if JOURNAL_KEY in config.stash:
+        config.stash[JOURNAL_KEY].close()
+    if hasattr(config, "workerinput"):  # an xdist worker: its journal is its report
         return
+    records = list(config.stash[RECORDS_KEY]) + _worker_records(config)
     if records:
         from .publish import publish, run_metadata
 
@@ -169,9 +247,49 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                 config.getoption("harness_json"), config.getoption("harness_report"))
 
 
+def _worker_records(config: pytest.Config) -> list[R.CaseResult]:
+    """The records every xdist worker journaled (read back, then removed)."""
+    import glob
+
+    from .journal import read_records
+
+    base = _journal_base(config)
+    found: list[R.CaseResult] = []
+    for path in sorted(glob.glob(glob.escape(base.removesuffix(".jsonl")) + ".gw*.jsonl")) if base else []:
+        found.extend(read_records(path))
+        os.remove(path)
+    return found
+
+
 @pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node: Any, error: Any) -> None:
-    """xdist controller: collect the records a finished worker sent."""
-    payload = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT)
-    if payload:
-        node.config.stash[RECORDS_KEY].extend(R.CaseResult.from_dict(d) for d in json.loads(payload))
+def pytest_handlecrashitem(crashitem: str, report: Any, sched: Any) -> None:
+    """xdist controller: an item whose worker died gets an error record (the case crashed its process)."""
+    config = report.config if hasattr(report, "config") else None
+    config = config or _CONTROLLER.get("config")
+    if config is None:
+        return
+    record = _crash_record(config, crashitem, getattr(report, "longreprtext", "") or "")
+    if record is not None:
+        config.stash[RECORDS_KEY].append(record)
+
+
+_CONTROLLER: dict[str, pytest.Config] = {}
+
+
+def _crash_record(config: pytest.Config, nodeid: str, text: str) -> R.CaseResult | None:
+    """An error record for a crashed item, from its node id (`path::case[dtype-mode-tags]`)."""
+    import torch
+
+    from .runner import new_record
+
+    match = re.match(r"(?P<path>[^:]+)::(?P<case>[^\[]+)\[(?P<dtype>[^-\]]+)-(?P<mode>[^-\]]+)", nodeid)
+    if match is None:
+        return None
+    from .registry import Case, Program
+
+    dtype = getattr(torch, match["dtype"], torch.float32)
+    placeholder = Case(name=match["case"], build=lambda d: Program(lambda: None))
+    record = new_record(placeholder, dtype, match["mode"], config.stash[RUN_CONFIG_KEY])
+    record.status, record.stage, record.symptom = R.ERROR, R.Stage.WORKER, R.Symptom.CRASH
+    record.error = R.ErrorInfo("WorkerCrash", "the pytest worker running this case died", text[-2000:])
+    return record

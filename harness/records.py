@@ -402,6 +402,9 @@ class CaseResult:
     # Filled by localization (`--bisect`): the answer and its evidence.
     first_divergent_kernel: Localization | None = None
     command: str | None = None
+    # A divergence was run again (no recompilation): True when it came back, False when the second
+    # run passed (the status is then nondeterministic); None when nothing diverged.
+    reproduced: bool | None = None
     # The case's declared culprit, and whether localization named it (None: not localized).
     culprit: str | None = None
     culprit_found: bool | None = None
@@ -478,6 +481,8 @@ def _decode(cls: type, data: dict[str, Any]) -> Any:
             value = _NONFINITE[value]
         elif f.name == "status":
             value = status_of(value)
+        elif isinstance(value, str):
+            value = safe_text(value)
         values[f.name] = value
     return cls(**values)
 
@@ -515,12 +520,19 @@ def write_results(path: str | os.PathLike, records: Iterable[CaseResult], run: d
 
 
 def read_results(path: str | os.PathLike) -> tuple[dict[str, Any], list[CaseResult]]:
-    with open(path, encoding="utf-8") as handle:
-        payload = json.load(handle)
+    """A results file's run metadata and records; ValueError naming the file when it cannot be used."""
+    try:
+        with open(path, encoding="utf-8", errors="backslashreplace") as handle:
+            payload = json.load(handle)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: not a harness results file ({exc})") from None
     if not isinstance(payload, dict) or payload.get("schema") != SCHEMA:
         schema = payload.get("schema") if isinstance(payload, dict) else type(payload).__name__
         raise ValueError(f"{path}: not a harness results file (schema {schema!r})")
-    return payload.get("run", {}), [CaseResult.from_dict(r) for r in payload["records"]]
+    try:
+        return payload.get("run") or {}, [CaseResult.from_dict(r) for r in payload["records"]]
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise ValueError(f"{path}: a record cannot be read ({type(exc).__name__}: {exc})") from None
 
 
 def encode_json(value: Any) -> Any:
@@ -533,6 +545,13 @@ def encode_json(value: Any) -> Any:
         return {str(k): encode_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [encode_json(v) for v in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
+    if isinstance(value, str):
+        return safe_text(value)
+    if value is None or isinstance(value, (int, float, bool)):
         return value
-    return str(value)
+    return safe_text(str(value))
+
+
+def safe_text(text: str) -> str:
+    """Text that encodes anywhere: lone surrogates (undecodable bytes of a file name, say) escaped."""
+    return text.encode("utf-8", errors="backslashreplace").decode("utf-8")

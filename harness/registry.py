@@ -8,16 +8,19 @@ dotted module a user names, so teams can keep private cases next to ours.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib
 import importlib.util
 import os
 import re
+import signal
 import sys
+import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -26,7 +29,21 @@ from .tolerances import Tolerance
 MODES = ("inference", "training", "train_step")
 SIZES = ("ci", "full")
 REFERENCES = ("auto", "fp64", "none")
-DEFAULT_CASE_DIR = Path(__file__).resolve().parent.parent / "cases"
+
+
+def _shipped_case_dir() -> Path:
+    """The project's cases: `cases/` beside the package in a checkout, `harness_cases` in an installed wheel."""
+    checkout = Path(__file__).resolve().parent.parent / "cases"
+    if checkout.is_dir():
+        return checkout
+    spec = importlib.util.find_spec("harness_cases")
+    locations = list(spec.submodule_search_locations or ()) if spec else []
+    return Path(locations[0]) if locations else checkout
+
+
+DEFAULT_CASE_DIR = _shipped_case_dir()
+# Seconds one case module may take to import before it counts as hanging.
+DEFAULT_IMPORT_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -210,18 +227,21 @@ def keyword_matcher(expression: str) -> Callable[[Iterable[str]], bool]:
     return matches
 
 
-def load_registry(paths: Sequence[str] = (), include_default: bool = True) -> Registry:
+def load_registry(paths: Sequence[str] = (), include_default: bool = True,
+                  import_timeout_s: float | None = DEFAULT_IMPORT_TIMEOUT_S) -> Registry:
+    """Cases of the project's `cases/` and of `paths`. A module that fails to import, exits, is interrupted
+    or hangs past `import_timeout_s` becomes a load error; the others still load."""
     registry = Registry()
-    # The project's cases/ lives beside the package in a checkout; an installed wheel has none.
     default = [str(DEFAULT_CASE_DIR)] if include_default and DEFAULT_CASE_DIR.is_dir() else []
     sources = default + list(paths)
     for source in sources:
         for name, loader in _module_loaders(source, registry):
             registry.sources.append(name)
             try:
-                module = loader()
+                with _import_deadline(import_timeout_s, name):
+                    module = loader()
                 found = list(_cases_in(module))
-            except Exception as exc:  # a broken case module must not hide the others
+            except BaseException as exc:  # sys.exit, Ctrl-C, a hang: a broken case module must not end the run
                 registry.errors.append(LoadError(name, f"{type(exc).__name__}: {_short(exc)}"))
                 continue
             for item in found:
@@ -249,9 +269,33 @@ def _module_loaders(source: str, registry: Registry) -> list[tuple[str, Callable
     return [(source, lambda: importlib.import_module(source))]
 
 
+class ImportTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _import_deadline(seconds: float | None, name: str) -> Iterator[None]:
+    """Interrupt an import that takes longer than `seconds` (POSIX, main thread; elsewhere no deadline)."""
+    usable = (seconds and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread())
+    if not usable:
+        yield
+        return
+
+    def expired(signum: int, frame: Any) -> None:
+        raise ImportTimeout(f"importing took more than {seconds:g}s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _file_loader(path: Path) -> Callable[[], Any]:
     def load() -> Any:
-        module_name = f"harness_cases.{path.stem}_{zlib.crc32(str(path.resolve()).encode()):08x}"
+        module_name = f"harness_case_module.{path.stem}_{zlib.crc32(str(path.resolve()).encode()):08x}"
         if module_name in sys.modules:
             return sys.modules[module_name]
         spec = importlib.util.spec_from_file_location(module_name, path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import shlex
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -43,6 +44,8 @@ class RunConfig:
     bisect: str | bool | None = None
     # Eager's dtype semantics are the contract: no pass by being closer to float64.
     strict_eager: bool = False
+    # Case modules beyond the project's (for the reproduction command).
+    case_paths: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.bisect is True:
@@ -54,6 +57,7 @@ class RunConfig:
 
     def command_for(self, case: str, dtype: str, mode: str) -> str:
         parts = ["python -m harness run", case, f"--device {self.device}", f"--dtype {dtype}", f"--mode {mode}"]
+        parts += [f"--case-path {shlex.quote(path)}" for path in self.case_paths]
         if self.backend != "inductor":
             parts.append(f"--backend {self.backend}")
         if self.npu_backend:
@@ -137,8 +141,7 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
         except CaseFailure as failure:
             record.status, record.stage = R.ERROR, failure.stage
             record.symptom = failure.symptom or (R.Symptom.OOM if _is_oom(failure.cause) else R.Symptom.CRASH)
-            record.error = R.ErrorInfo(type(failure.cause).__name__, _text(failure.cause),
-                                       "".join(traceback.format_exception(failure.cause)))
+            record.error = R.ErrorInfo(type(failure.cause).__name__, _text(failure.cause), _traceback(failure.cause))
         finally:
             record.duration_s = round(time.perf_counter() - started, 3)
             _release(device)
@@ -184,10 +187,10 @@ class _Observation:
         verdict = Verdict(case.tolerances, case.cosine_fallback, config.strict_eager or case.strict_eager,
                           use_reference=policy != "none")
         observed = cls(case, mode, device, seed, program, inputs, expected, policy, verdict, timings, record)
-        if mode == "train_step":  # as torchbench: a model whose eager step is not repeatable cannot be judged
-            with _stage(R.Stage.EAGER, timings):
-                again = eager.run()
-            observed.nondeterministic = [c.name for c in compare_results(again, expected, None, verdict) if not c.passed]
+        # As torchbench: a program whose eager result is not repeatable cannot be judged (eager_two_runs_differ).
+        with _stage(R.Stage.EAGER, timings):
+            again = eager.run()
+        observed.nondeterministic = [c.name for c in compare_results(again, expected, None, verdict) if not c.passed]
         return observed
 
     @property
@@ -326,9 +329,17 @@ def _conclude(observed: _Observation, compiled: _Compiled, config: RunConfig, re
     record.status = R.FAIL if diverged else R.PASS
     if diverged:
         record.stage, record.symptom = R.Stage.COMPARE, R.Symptom.DIVERGENCE
+        # A divergence is retried once (no recompilation): one that does not come back is nondeterminism.
+        with _launches_through(compiled.handler_factory()):
+            again = compiled.session.run()
+        record.reproduced = not all_pass(again, observed.expected, observed.references, observed.verdict)
+        if not record.reproduced:
+            record.status, record.symptom = R.NONDETERMINISTIC, R.Symptom.NONDETERMINISM
+            record.diagnosis = "the compiled result differs between two runs: it diverged once, then passed"
     if observed.nondeterministic:
         record.status, record.stage, record.symptom = R.NONDETERMINISTIC, R.Stage.EAGER, R.Symptom.NONDETERMINISM
         record.diagnosis = f"two eager runs differ ({', '.join(observed.nondeterministic[:5])}): no verdict on compiled"
+        record.reproduced = None
     if config.bisect and (record.status == R.FAIL or (config.bisect == "always" and record.status == R.PASS)):
         with _stage("localize", record.timings, wrap=False):
             record.first_divergent_kernel = _localize(observed, compiled, config, record)
@@ -373,7 +384,7 @@ def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig, re
     except Exception as exc:  # the probe's own failure must never cost the run its verdict
         answer = R.Answer.UNLOCALIZED if failing else R.Answer.NONE
         return R.Localization(answer=answer, diverged=failing, reason=f"the probe itself failed ({type(exc).__name__}: "
-                              f"{_first_line(exc)})", problems=["".join(traceback.format_exception(exc))[-2000:]])
+                              f"{_first_line(exc)})", problems=[_traceback(exc)[-2000:]])
 
 
 def _probe_run(observed: _Observation, compiled: _Compiled, config: RunConfig, record: R.CaseResult,
@@ -496,11 +507,19 @@ def _is_oom(exc: BaseException) -> bool:
 
 
 def _text(exc: BaseException) -> str:
-    """An exception's message, even when its __str__ raises."""
+    """An exception's message, even when its __str__ raises; undecodable bytes escaped."""
     try:
-        return str(exc)
+        return R.safe_text(str(exc))
     except Exception:
         return f"<{type(exc).__name__} whose message could not be read>"
+
+
+def _traceback(exc: BaseException) -> str:
+    """The traceback, even when the exception's message cannot be made."""
+    try:
+        return "".join(traceback.format_exception(exc))
+    except Exception:
+        return "".join(traceback.format_tb(exc.__traceback__)) + f"{type(exc).__name__}: {_text(exc)}"
 
 
 def _first_line(exc: BaseException) -> str:

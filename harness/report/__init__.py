@@ -24,7 +24,7 @@ from .view import build_context, headline, status_class
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 
-__all__ = ["render_html", "write_report", "merge_run_meta"]
+__all__ = ["render_html", "write_report", "merge_results", "merge_run_meta"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -66,10 +66,10 @@ def render_html(
     return _environment().get_template("report.html.j2").render(**context)
 
 
-def write_report(result_paths: list[str], output: str, baseline_path: str | None = None) -> str:
-    """Merge results files (shards of one run), render them and write `output`; returns its path."""
+def merge_results(result_paths: list[str]) -> tuple[dict[str, Any], list[CaseResult]]:
+    """The run metadata and records of results files that are shards of one run."""
     if not result_paths:
-        raise ValueError("write_report needs at least one results file")
+        raise ValueError("merging needs at least one results file")
     metas, records = [], []
     for path in result_paths:
         meta, shard = read_results(path)
@@ -78,6 +78,12 @@ def write_report(result_paths: list[str], output: str, baseline_path: str | None
     run_meta = merge_run_meta(metas)
     if len(result_paths) > 1:
         run_meta["results_files"] = len(result_paths)
+    return run_meta, records
+
+
+def write_report(result_paths: list[str], output: str, baseline_path: str | None = None) -> str:
+    """Merge results files (shards of one run), render them and write `output`; returns its path."""
+    run_meta, records = merge_results(result_paths)
     baseline = None
     if baseline_path:
         _, baseline = read_results(baseline_path)
@@ -92,7 +98,7 @@ def _write_atomically(path: str, text: str) -> None:
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".report-", suffix=".html")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as handle:
             handle.write(text)
         os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the page from the artifact server
         os.replace(tmp, path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from harness.records import FAILING_STATUSES, PASS, CaseResult, OutputComparison
+from harness.records import FAILING_STATUSES, PASS, XFAIL, CaseResult, OutputComparison
 
 # A metric must at least double (or halve) to count as moved: smaller swings are
 # run-to-run noise of reductions and would bury the real changes in a nightly diff.
@@ -93,7 +93,8 @@ def diff_against_baseline(current: list[CaseResult], baseline: list[CaseResult])
 
 def _classify_status(diff: BaselineDiff, record: CaseResult, old: CaseResult | None) -> None:
     failing_now = record.status in FAILING_STATUSES
-    failing_before = old is not None and old.status in FAILING_STATUSES
+    # A known failure (xfail) diverged then too: failing without its declaration is not new breakage.
+    failing_before = old is not None and (old.status in FAILING_STATUSES or old.status == XFAIL)
     if failing_now and not failing_before:
         # A new case that fails is a new failure too: nobody has triaged it yet.
         diff.new_failures.append(StatusChange(record, old))

@@ -1,0 +1,51 @@
+"""JUnit XML from result records, for CI systems that read test reports (Jenkins, GitLab, GitHub Actions)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Sequence
+from xml.sax.saxutils import escape, quoteattr
+
+from harness.records import ERROR, FAIL, NONDETERMINISTIC, SKIP, XFAIL, XPASS, CaseResult
+
+
+def junit_xml(records: Sequence[CaseResult], name: str = "torch.compile accuracy") -> str:
+    failures = sum(r.status in (FAIL, XPASS, NONDETERMINISTIC) for r in records)
+    errors = sum(r.status == ERROR for r in records)
+    skipped = sum(r.status in (SKIP, XFAIL) for r in records)
+    total_time = sum(r.duration_s for r in records)
+    lines = ['<?xml version="1.0" encoding="utf-8"?>',
+             f'<testsuites><testsuite name={quoteattr(name)} tests="{len(records)}" failures="{failures}" '
+             f'errors="{errors}" skipped="{skipped}" time="{total_time:.3f}">']
+    for record in records:
+        classname = quoteattr(f"harness.{record.device}.{record.backend}")
+        lines.append(f'<testcase classname={classname} name={quoteattr(record.run_id)} time="{record.duration_s:.3f}">')
+        body = escape(_clean(record.summary() + (f"\nreproduce: {record.command}" if record.command else "")))
+        message = quoteattr(_clean(record.summary().splitlines()[0]))
+        if record.status == ERROR:
+            lines.append(f"<error message={message}>{body}</error>")
+        elif record.status in (FAIL, XPASS, NONDETERMINISTIC):
+            lines.append(f"<failure message={message}>{body}</failure>")
+        elif record.status in (SKIP, XFAIL):
+            lines.append(f"<skipped message={quoteattr(_clean(record.reason or str(record.status)))}/>")
+        lines.append("</testcase>")
+    lines.append("</testsuite></testsuites>")
+    return "\n".join(lines) + "\n"
+
+
+def _clean(text: str) -> str:
+    """XML 1.0 allows no control characters and no lone surrogates."""
+    text = text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+    return "".join(c for c in text if c in "\t\n\r" or ord(c) >= 0x20)
+
+
+def write_junit(records: Sequence[CaseResult], path: str) -> str:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".junit-", suffix=".xml")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(junit_xml(records))
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return path

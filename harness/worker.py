@@ -1,0 +1,85 @@
+"""A worker process: runs case after case for its parent, and dies with it.
+
+Started by `harness.executor` as `python -m harness.worker` in a process
+session of its own, with stdout and stderr going to a log file (a case's own
+output, or a child process it starts, never holds the harness's console).
+The parent sends one JSON line per task on stdin; the worker answers on the
+file descriptor named by HARNESS_RESULT_FD: `{"started": ...}` when a task
+begins (the timeout counts from there), then `{"record": ...}`.
+
+If the parent dies (SIGKILL, a cancelled CI job), the worker notices within a
+second and kills its whole process group: nothing is left running.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+
+PARENT_POLL_S = 0.5
+
+
+def _die_with_parent(parent: int) -> None:
+    """Kill this process group when the parent goes away (Linux also gets a parent-death signal)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # not Linux: the watchdog below still works
+        pass
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:
+                os.killpg(os.getpgid(0), signal.SIGKILL)
+            time.sleep(PARENT_POLL_S)
+
+    threading.Thread(target=watch, daemon=True, name="harness-parent-watchdog").start()
+
+
+def main() -> int:
+    parent = int(os.environ.get("HARNESS_PARENT_PID", os.getppid()))
+    _die_with_parent(parent)
+    results = os.fdopen(int(os.environ["HARNESS_RESULT_FD"]), "w", buffering=1, encoding="utf-8")
+    setup = json.loads(sys.stdin.readline())
+    config = pickle.loads(base64.b64decode(setup["config"]))
+
+    import torch
+
+    from .records import encode_json
+    from .registry import load_registry
+    from .runner import run_case
+
+    # Only the module a task's case comes from is imported (once): a worker never pays for the whole registry.
+    modules: dict[str, dict] = {}
+    for line in sys.stdin:
+        task = json.loads(line)
+        results.write(json.dumps({"started": task["case"]}) + "\n")
+        source = task.get("source") or ""
+        if source not in modules:
+            paths = [source] if source else setup["case_paths"]
+            modules[source] = load_registry(paths, include_default=not source,
+                                            import_timeout_s=setup.get("import_timeout_s")).cases
+        case = modules[source].get(task["case"])
+        if case is None and source:  # a source that is not a loadable module: look everywhere
+            if "" not in modules:
+                modules[""] = load_registry(setup["case_paths"], import_timeout_s=setup.get("import_timeout_s")).cases
+            case = modules[""].get(task["case"])
+        if case is None:
+            results.write(json.dumps({"missing": task["case"]}) + "\n")
+            continue
+        record = run_case(case, getattr(torch, task["dtype"]), task["mode"], config)
+        results.write(json.dumps({"record": encode_json(record.to_dict())}, allow_nan=False) + "\n")
+        sys.stdout.flush()
+        sys.stderr.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

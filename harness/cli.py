@@ -100,15 +100,34 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    early = _early_worker(argv)
     try:
         args = build_parser().parse_args(argv)
-        return {"list": _list, "run": _run, "report": _report}[args.command](args)
+        if args.command == "run":
+            return _run(args, early)
+        return {"list": _list, "report": _report}[args.command](args)
     except UsageError as exc:
         say(f"error: {exc}", error=True)
         return EXIT_USAGE
     except KeyboardInterrupt:  # Ctrl-C outside a run (a run stops on it itself)
         say("interrupted", error=True)
         return EXIT_INTERRUPTED
+    finally:
+        if early is not None:
+            early.close()
+
+
+def _early_worker(argv: list[str]):
+    """For `run` with one isolated worker (the usual case): start that worker before anything here imports torch.
+    Its start-up (torch and the compiler, the longest part of a short run) then overlaps this process's own."""
+    if not argv or argv[0] != "run" or "--no-isolation" in argv or "-h" in argv or "--help" in argv:
+        return None
+    if any(arg.startswith("--workers") for arg in argv):  # several workers are pinned to devices when started
+        return None
+    from .executor import WorkerPool
+
+    return WorkerPool.spawned_early()
 
 
 def say(text: str, error: bool = False) -> None:
@@ -152,20 +171,28 @@ def _select(args: argparse.Namespace):
 
 def _list(args: argparse.Namespace) -> int:
     if args.injections:
-        from .emulation import INJECTIONS
+        from .emulation import injection_named, injection_names
 
         say(f"{'INJECTION':28} WHAT IT DOES")
-        for name, injection in INJECTIONS.items():
-            say(f"{name:28} {injection.summary}")
+        for name in injection_names():
+            say(f"{name:28} {injection_named(name).summary}")
         return EXIT_OK
+    from .run_identity import dtype_name, runs_of
+
     registry, chosen = _select(args)
     say(f"{'CASE':40} {'SIZE':4} {'MODES':20} {'DTYPES':22} TAGS")
     runs = 0
+    listed = 0
     for case in chosen:
-        dtypes = ",".join(str(d).removeprefix("torch.") for d in case.dtypes)
-        runs += len(case.dtypes) * len(case.modes)
-        say(f"{case.name:40} {case.size:4} {','.join(case.modes):20} {dtypes:22} {' '.join(case.tags)}")
-    say(f"{_plural(len(chosen), 'case')}, {_plural(runs, 'case run')}", error=True)
+        kept = runs_of(case, args.dtype, args.mode)  # what `run` with the same --dtype/--mode would run
+        if not kept:
+            continue
+        listed += 1
+        runs += len(kept)
+        modes = ",".join(dict.fromkeys(mode for _, mode in kept))
+        dtypes = ",".join(dict.fromkeys(dtype_name(dtype) for dtype, _ in kept))
+        say(f"{case.name:40} {case.size:4} {modes:20} {dtypes:22} {' '.join(case.tags)}")
+    say(f"{_plural(listed, 'case')}, {_plural(runs, 'case run')}", error=True)
     return EXIT_USAGE if registry.errors else EXIT_OK
 
 
@@ -190,7 +217,7 @@ def _stop_on_signals() -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, early: Any = None) -> int:
     from .devices import get_device
 
     try:
@@ -200,6 +227,29 @@ def _run(args: argparse.Namespace) -> int:
     unavailable = get_device(config.device).unavailable_reason()
     if unavailable:
         raise UsageError(f"device {config.device} is not usable: {unavailable}")
+    _check_torch_version()
+    pool = None if args.no_isolation else _worker_pool(args, config, early)
+    try:
+        return _run_with(args, config, pool)
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+def _worker_pool(args: argparse.Namespace, config: Any, early: Any):
+    """The run's workers, started now (or earlier, by `main`): they import torch while this process loads the
+    case modules."""
+    from .executor import WorkerPool
+
+    log_dir = os.path.join(args.report_dir, "logs") if args.report_dir else None
+    pool = early or WorkerPool(None, [], 0.0, args.workers)
+    pool.configure(config, list(args.case_path), args.timeout, args.workers, log_dir)
+    pool.start_idle()
+    return pool
+
+
+def _run_with(args: argparse.Namespace, config: Any, pool: Any) -> int:
+    from .executor import run_in_process
     from .known_issues import apply_known_issues
 
     registry, chosen = _select(args)
@@ -218,7 +268,8 @@ def _run(args: argparse.Namespace) -> int:
     stopped: _Stopped | None = None
     try:
         with _stop_on_signals():
-            for position, record in enumerate(_execute(args, config, plan.tasks), 1):
+            records = pool.run(plan.tasks) if pool is not None else run_in_process(plan.tasks, config)
+            for position, record in enumerate(records, 1):
                 apply_known_issues(record, known)
                 results.append(record)
                 if journal:
@@ -261,7 +312,7 @@ class _Plan:
 def _plan(args: argparse.Namespace, chosen: list) -> _Plan:
     """The runs of this invocation: the selection, this shard of it, less what `--resume` already has."""
     from .executor import Task
-    from .runner import runs_of
+    from .run_identity import runs_of
 
     tasks = [Task(case, str(dtype).removeprefix("torch."), mode)
              for case in chosen for dtype, mode in runs_of(case, args.dtype, args.mode)]
@@ -282,15 +333,6 @@ def _plan(args: argparse.Namespace, chosen: list) -> _Plan:
     return _Plan(tasks, carried)
 
 
-def _execute(args: argparse.Namespace, config: Any, tasks: list):
-    from .executor import run_in_process, run_isolated
-
-    if args.no_isolation:
-        return run_in_process(tasks, config)
-    return run_isolated(tasks, config, args.case_path, args.timeout, workers=args.workers,
-                        log_dir=os.path.join(args.report_dir, "logs") if args.report_dir else None)
-
-
 def _known_issues(path: str | None) -> list:
     if not path:
         return []
@@ -309,6 +351,17 @@ def _baseline(path: str | None) -> list[R.CaseResult] | None:
         return read_records(path)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _check_torch_version() -> None:
+    from .inductor_compat import torch_version_problem
+
+    problem = torch_version_problem()
+    if problem is not None:
+        fatal, message = problem
+        if fatal:
+            raise UsageError(message)
+        say(f"warning: {message}", error=True)
 
 
 def _against_baseline(results: list[R.CaseResult], baseline: list[R.CaseResult]) -> int:

@@ -20,6 +20,12 @@ class UnknownDeviceError(ValueError):
 
 class Device:
     name = ""
+    # The variable that makes one of several devices visible to a process (one worker per device).
+    visibility_variable: str | None = None
+
+    def count(self) -> int:
+        """Devices of this kind on the machine (for one worker each)."""
+        return 0
 
     def unavailable_reason(self) -> str | None:
         """None when usable; otherwise how to make it usable."""
@@ -46,7 +52,8 @@ class Device:
     def device_name(self) -> str:
         return platform.processor() or platform.machine()
 
-    def compile_options(self, npu_backend: str | None) -> dict[str, Any]:
+    def compile_options(self, config: Any) -> dict[str, Any]:
+        """torch.compile options this device adds to a run with `config` (a RunConfig)."""
         return {}
 
     def versions(self) -> dict[str, str]:
@@ -65,6 +72,10 @@ class Cpu(Device):
 
 class Cuda(Device):
     name = "cuda"
+    visibility_variable = "CUDA_VISIBLE_DEVICES"
+
+    def count(self) -> int:
+        return torch.cuda.device_count()
 
     def unavailable_reason(self) -> str | None:
         if not torch.cuda.is_available():
@@ -101,6 +112,10 @@ class Npu(Device):
 
     name = "npu"
     DEFAULT_BACKEND = "triton_experimental"
+    visibility_variable = "ASCEND_RT_VISIBLE_DEVICES"
+
+    def count(self) -> int:
+        return torch.npu.device_count() if self.unavailable_reason() is None else 0  # type: ignore[attr-defined]
 
     def unavailable_reason(self) -> str | None:
         try:
@@ -132,15 +147,26 @@ class Npu(Device):
     def device_name(self) -> str:
         return torch.npu.get_device_name()  # type: ignore[attr-defined]
 
-    def compile_options(self, npu_backend: str | None) -> dict[str, Any]:
-        return {"npu_backend": npu_backend or self.DEFAULT_BACKEND}
+    def compile_options(self, config: Any) -> dict[str, Any]:
+        return {"npu_backend": getattr(config, "npu_backend", None) or self.DEFAULT_BACKEND}
 
 
 DEVICES: dict[str, type[Device]] = {"cpu": Cpu, "cuda": Cuda, "npu": Npu}
 
 
+def _catalog():
+    from .extensions import DEVICE_GROUP, Catalog
+
+    return Catalog("device", DEVICE_GROUP, DEVICES, lambda found: isinstance(found, type) and issubclass(found, Device))
+
+
+def device_names() -> list[str]:
+    """The built-in devices, then those other packages declare (entry points "harness.devices")."""
+    return _catalog().names()
+
+
 def get_device(name: str) -> Device:
     try:
-        return DEVICES[name]()
-    except KeyError:
-        raise UnknownDeviceError(f"unknown device {name!r}; choose one of: {', '.join(DEVICES)}") from None
+        return _catalog().get(name)()
+    except ValueError as exc:
+        raise UnknownDeviceError(str(exc)) from None

@@ -217,14 +217,28 @@ INJECTIONS: dict[str, Injection] = {
 def parse_injection(text: str) -> tuple[Injection, str | None]:
     """`NAME` or `NAME@SELECTOR` (a launch index counted from 0, or a kernel-name glob)."""
     name, _, selector = text.partition("@")
-    if name not in INJECTIONS:
-        raise ValueError(f"unknown injection {name!r}; choose one of: {', '.join(INJECTIONS)}")
-    injection = INJECTIONS[name]
+    injection = injection_named(name)
     if injection.needs_selector and not selector:
         raise ValueError(f"{name} needs a kernel: {name}@LAUNCH_INDEX or {name}@NAME_GLOB")
     if selector and not (injection.needs_selector or injection.takes_selector):
         raise ValueError(f"{name} applies to every launch and takes no @selector")
     return injection, selector or None
+
+
+def _catalog():
+    from .extensions import INJECTION_GROUP, Catalog
+
+    return Catalog("injection", INJECTION_GROUP, INJECTIONS, lambda found: isinstance(found, Injection))
+
+
+def injection_names() -> list[str]:
+    """The built-in injections, then those other packages declare (entry points "harness.injections")."""
+    return _catalog().names()
+
+
+def injection_named(name: str) -> Injection:
+    """A built-in injection or one from an entry point; ValueError naming the choices otherwise."""
+    return _catalog().get(name)
 
 
 def make_handler(text: str) -> Callable[[Launch], Any]:

@@ -18,21 +18,20 @@ import json
 import os
 import pickle
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import IO, Iterable, Iterator, Sequence
+from typing import IO, Iterable, Iterator
 
 from . import records as R
 from .registry import Case
 
 POLL_S = 0.25
 LOG_TAIL_CHARS = 2000
-# Device -> the variable that makes one of its devices visible to a process.
-VISIBILITY = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
 
 
 @dataclass(frozen=True)
@@ -54,16 +53,6 @@ def run_in_process(tasks: Iterable[Task], config) -> Iterator[R.CaseResult]:
 
     for task in tasks:
         yield run_case(task.case, getattr(torch, task.dtype), task.mode, config)
-
-
-def run_isolated(tasks: Sequence[Task], config, case_paths: Sequence[str], timeout_s: float,
-                 workers: int = 1, log_dir: str | None = None) -> Iterator[R.CaseResult]:
-    """Records in completion order; every worker is gone when this generator is closed or exhausted."""
-    pool = WorkerPool(config, list(case_paths), timeout_s, max(1, workers), log_dir)
-    try:
-        yield from pool.run(list(tasks))
-    finally:
-        pool.close()
 
 
 @dataclass
@@ -111,18 +100,50 @@ class _Worker:
 class WorkerPool:
     """Worker processes running tasks side by side; `close()` kills them all."""
 
-    config: object
+    config: object | None  # None until `configure`: a pool spawned before the run's options are known
     case_paths: list[str]
     timeout_s: float
     size: int = 1
     log_dir: str | None = None
     workers: dict[int, _Worker] = field(default_factory=dict)
     selector: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
+    # Worker logs go to `log_dir`, or to a temporary directory removed on close (a lost worker's
+    # record carries the end of its log).
+    _temporary_logs: list[str] = field(default_factory=list)
+
+    @classmethod
+    def spawned_early(cls) -> "WorkerPool":
+        """One worker, started before this process has even imported torch: the worker's start-up (torch and
+        the compiler, seconds) then overlaps the caller's own. `configure` must follow before `run`."""
+        pool = cls(None, [], 0.0)
+        pool.start_idle()
+        return pool
+
+    def configure(self, config: object, case_paths: list[str], timeout_s: float, size: int = 1,
+                  log_dir: str | None = None) -> "WorkerPool":
+        """Give an early pool its run: workers already started get their setup now."""
+        self.config, self.case_paths, self.timeout_s = config, list(case_paths), timeout_s
+        self.log_dir = log_dir or self.log_dir
+        if size != self.size:  # the early worker was started for one slot, without device pinning
+            for worker in list(self.workers.values()):
+                self._stop(worker)
+            self.size = size
+        for worker in self.workers.values():
+            self._send_setup(worker)
+        return self
+
+    def start_idle(self) -> None:
+        """Start every worker now, before there are tasks (their start-up overlaps the caller's own)."""
+        for slot in range(self.size):
+            if slot not in self.workers:
+                self.workers[slot] = self._start(slot)
 
     def run_one(self, task: Task) -> R.CaseResult:
         return next(iter(self.run([task])))
 
     def run(self, tasks: list[Task]) -> Iterator[R.CaseResult]:
+        if self.config is None:
+            raise RuntimeError("WorkerPool.run before configure()")
         pending = list(tasks)
         while pending or any(w.busy for w in self.workers.values()):
             for slot in range(self.size):
@@ -185,13 +206,15 @@ class WorkerPool:
         read_end, write_end = os.pipe()
         env = dict(os.environ, HARNESS_RESULT_FD=str(write_end), HARNESS_PARENT_PID=str(os.getpid()),
                    PYTHONUNBUFFERED="1")
-        variable = VISIBILITY.get(getattr(self.config, "device", ""))
-        if self.size > 1 and variable and _device_count(self.config.device) >= self.size:
+        device = _device(getattr(self.config, "device", "cpu"))
+        variable = device.visibility_variable if device else None
+        if self.size > 1 and variable and device.count() >= self.size:
             env[variable] = str(slot)
         elif self.size > 1 and getattr(self.config, "device", "") == "cpu":
             env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.size)))
         if self.log_dir is None:
             self.log_dir = tempfile.mkdtemp(prefix="harness-workers-")
+            self._temporary_logs.append(self.log_dir)
         os.makedirs(self.log_dir, exist_ok=True)
         log_path = os.path.join(self.log_dir, f"worker-{slot}-{time.strftime('%H%M%S')}-{os.getpid()}.log")
         log = open(log_path, "w")
@@ -200,13 +223,17 @@ class WorkerPool:
             pass_fds=(write_end,), env=env, start_new_session=True, text=True, cwd=os.getcwd())
         os.close(write_end)
         log.close()
-        setup = {"config": base64.b64encode(pickle.dumps(self.config)).decode("ascii"),
-                 "case_paths": self.case_paths, "import_timeout_s": self.timeout_s}
-        process.stdin.write(json.dumps(setup) + "\n")
-        process.stdin.flush()
         worker = _Worker(slot, process, os.fdopen(read_end, "rb", buffering=0), log_path)
         self.selector.register(worker.results, selectors.EVENT_READ, worker)
+        if self.config is not None:
+            self._send_setup(worker)
         return worker
+
+    def _send_setup(self, worker: _Worker) -> None:
+        setup = {"config": base64.b64encode(pickle.dumps(self.config)).decode("ascii"),
+                 "case_paths": self.case_paths, "import_timeout_s": self.timeout_s}
+        worker.process.stdin.write(json.dumps(setup) + "\n")
+        worker.process.stdin.flush()
 
     def _stop(self, worker: _Worker) -> None:
         try:
@@ -220,12 +247,15 @@ class WorkerPool:
         for worker in list(self.workers.values()):
             self._stop(worker)
         self.selector.close()
+        for directory in self._temporary_logs:
+            shutil.rmtree(directory, ignore_errors=True)
+        self._temporary_logs.clear()
 
 
 def _failed(task: Task, config, stage: str, symptom: str, kind: str, message: str, elapsed: float) -> R.CaseResult:
     import torch
 
-    from .runner import apply_known_failure, new_record
+    from .run_identity import apply_known_failure, new_record
 
     record = new_record(task.case, getattr(torch, task.dtype), task.mode, config)
     record.status, record.stage, record.symptom = R.ERROR, stage, symptom
@@ -234,14 +264,13 @@ def _failed(task: Task, config, stage: str, symptom: str, kind: str, message: st
     return apply_known_failure(record, task.case)
 
 
-def _device_count(device: str) -> int:
-    import torch
+def _device(name: str):
+    from .devices import get_device
 
-    module = getattr(torch, device, None)
     try:
-        return int(module.device_count()) if module is not None else 0
-    except Exception:
-        return 0
+        return get_device(name)
+    except ValueError:
+        return None
 
 
 def _exit_text(code: int | None) -> str:

@@ -31,7 +31,7 @@ def _references() -> Sequence[str]:
 
 
 def _bisect_modes() -> Sequence[str]:
-    from .runner import BISECT_MODES
+    from .run_identity import BISECT_MODES
 
     return BISECT_MODES
 
@@ -183,7 +183,7 @@ def check_values(values: Mapping[str, Any], options: Sequence[Option]) -> dict[s
 def run_config_from(values: Mapping[str, Any]):
     """The RunConfig for parsed option values; raises ValueError for a combination that cannot run."""
     from .inductor_compat.dynamo import inductor_option_names
-    from .runner import RunConfig
+    from .run_identity import RunConfig
 
     device = values.get("device") or "cpu"
     options = dict(values.get("compile_option") or [])

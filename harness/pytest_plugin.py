@@ -32,6 +32,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--harness-report", default=None, metavar="DIR", help="write results.json and index.html here")
     group.addoption("--harness-timeout", type=float, default=1800.0, metavar="SECONDS",
                     help="seconds one case may run in its worker process (default 1800)")
+    group.addoption("--harness-shipped-cases", action="store_true",
+                    help="also collect the cases shipped with the harness (an installed package's harness_cases)")
     group.addoption("--harness-no-isolation", action="store_true",
                     help="run cases in the pytest process itself (for a debugger; a crash then ends the session)")
 
@@ -43,13 +45,40 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[RUN_CONFIG_KEY] = _run_config(config)
     _CONTROLLER["config"] = config
     _collect_case_paths(config)
+    if not hasattr(config, "workerinput"):
+        _check_device(config.stash[RUN_CONFIG_KEY].device)
+        _check_torch_version(config)
+
+
+def _check_torch_version(config: pytest.Config) -> None:
+    from .inductor_compat import torch_version_problem
+
+    problem = torch_version_problem()
+    if problem is not None:
+        fatal, message = problem
+        if fatal:
+            raise pytest.UsageError(message)
+        config.issue_config_time_warning(pytest.PytestConfigWarning(message), stacklevel=2)
+
+
+def _check_device(device: str) -> None:
+    """A device asked for and absent fails the session, as in the CLI: a misconfigured GPU/NPU runner must not
+    go green with every case skipped."""
+    from .devices import get_device
+
+    reason = get_device(device).unavailable_reason()
+    if reason:
+        raise pytest.UsageError(f"device {device} is not usable: {reason}")
 
 
 def _collect_case_paths(config: pytest.Config) -> None:
-    """`--case-path DIR` adds DIR's cases to what pytest collects, with or without positional arguments
-    (pytest would otherwise collect only its testpaths or the paths named)."""
+    """`--case-path DIR` (and `--harness-shipped-cases`) add cases to what pytest collects, with or without
+    positional arguments (pytest would otherwise collect only its testpaths or the paths named)."""
+    from .registry import DEFAULT_CASE_DIR
+
     named = [Path(arg.split("::")[0]).resolve() for arg in config.args]
-    for given in config.getoption("case_path"):
+    shipped = [str(DEFAULT_CASE_DIR)] if config.getoption("harness_shipped_cases") else []
+    for given in [*config.getoption("case_path"), *shipped]:
         path = Path(given).resolve()
         if path.exists() and not any(path == n or n in path.parents for n in named):
             config.args.append(str(path))
@@ -89,7 +118,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 class CaseFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         from .registry import load_registry
-        from .runner import dtype_name
+        from .run_identity import dtype_name
 
         registry = load_registry([str(self.path)], include_default=False)
         for error in registry.errors:
@@ -139,7 +168,7 @@ class CaseItem(pytest.Item):
         self.case, self.dtype, self.mode = case, dtype, mode
 
     def runtest(self) -> None:
-        from .runner import dtype_name, new_record
+        from .run_identity import dtype_name, new_record
 
         config = self.config
         run_config = config.stash[RUN_CONFIG_KEY]
@@ -280,7 +309,7 @@ def _crash_record(config: pytest.Config, nodeid: str, text: str) -> R.CaseResult
     """An error record for a crashed item, from its node id (`path::case[dtype-mode-tags]`)."""
     import torch
 
-    from .runner import new_record
+    from .run_identity import new_record
 
     match = re.match(r"(?P<path>[^:]+)::(?P<case>[^\[]+)\[(?P<dtype>[^-\]]+)-(?P<mode>[^-\]]+)", nodeid)
     if match is None:

@@ -377,6 +377,9 @@ class CaseResult:
     timings: dict[str, float] = field(default_factory=dict)
     # Dynamo's count of compiled graphs and graph breaks in the compiled run.
     graphs: dict[str, int] | None = None
+    # The most frequent graph-break reasons with their counts ("3x Tensor.item() call ..."): Dynamo's
+    # warnings, summarized here instead of printed.
+    graph_break_reasons: list[str] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
     tags: list[str] = field(default_factory=list)
     issue: str | None = None

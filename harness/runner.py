@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import shlex
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -27,54 +26,7 @@ from .execution import Inputs, Results, Session, materialize_inputs
 from .inputs import seed_for
 from .layout import clone_exact
 from .registry import Case, Program
-
-BISECT_MODES = ("on-failure", "always")
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    device: str = "cpu"
-    backend: str = "inductor"
-    npu_backend: str | None = None
-    compile_mode: str | None = None
-    compile_options: dict[str, Any] = field(default_factory=dict)
-    reference: str | None = None  # overrides the case's own choice when set
-    inject: str | None = None
-    # Localization: None (off), "on-failure" (probe failing runs), "always" (passing runs too).
-    bisect: str | bool | None = None
-    # Eager's dtype semantics are the contract: no pass by being closer to float64.
-    strict_eager: bool = False
-    # Case modules beyond the project's (for the reproduction command).
-    case_paths: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.bisect is True:
-            object.__setattr__(self, "bisect", "on-failure")
-        elif self.bisect is False:
-            object.__setattr__(self, "bisect", None)
-        if self.bisect not in (None, *BISECT_MODES):
-            raise ValueError(f"bisect must be one of {BISECT_MODES}, not {self.bisect!r}")
-
-    def command_for(self, case: str, dtype: str, mode: str) -> str:
-        parts = ["python -m harness run", case, f"--device {self.device}", f"--dtype {dtype}", f"--mode {mode}"]
-        parts += [f"--case-path {shlex.quote(path)}" for path in self.case_paths]
-        if self.backend != "inductor":
-            parts.append(f"--backend {self.backend}")
-        if self.npu_backend:
-            parts.append(f"--npu-backend {self.npu_backend}")
-        if self.compile_mode:
-            parts.append(f"--compile-mode {self.compile_mode}")
-        parts += [f"--compile-option {k}={v}" for k, v in self.compile_options.items()]
-        if self.reference:
-            parts.append(f"--reference {self.reference}")
-        if self.inject:
-            parts.append(f"--inject {self.inject}")
-        if self.bisect:
-            parts.append("--bisect" if self.bisect == "on-failure" else f"--bisect {self.bisect}")
-        if self.strict_eager:
-            parts.append("--strict-eager")
-        return " ".join(parts)
-
+from .run_identity import RunConfig, apply_known_failure, dtype_name, missing_requirements, new_record
 
 class CaseFailure(Exception):
     """An exception raised inside the case, tagged with the stage it broke."""
@@ -84,40 +36,10 @@ class CaseFailure(Exception):
         self.stage, self.cause, self.symptom = stage, cause, symptom
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def missing_requirements(case: Case) -> list[str]:
-    import importlib.util
-
-    return [name for name in case.requires if importlib.util.find_spec(name) is None]
-
-
-def new_record(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.CaseResult:
-    """A record with the run's identity filled in and nothing measured yet."""
-    return R.CaseResult(
-        case=case.name, device=config.device, backend=config.backend, dtype=dtype_name(dtype), mode=mode,
-        status=R.PASS, tags=list(case.tags), issue=case.issue, size=case.size, culprit=case.culprit,
-        npu_backend=config.npu_backend if config.device == "npu" else None,
-        emulation=config.inject, command=config.command_for(case.name, dtype_name(dtype), mode),
-    )
-
-
-def apply_known_failure(record: R.CaseResult, case: Case) -> R.CaseResult:
-    """A declared failure turns fail/error into xfail and pass into xpass (strict)."""
-    known = case.known_failure(device=record.device, backend=record.backend, npu_backend=record.npu_backend,
-                               dtype=record.dtype, mode=record.mode, emulation=record.emulation,
-                               torch=record.versions.get("torch") or torch.__version__)
-    if known is not None and record.status != R.SKIP:
-        record.reason = known.reason
-        record.status = R.XPASS if record.status == R.PASS else R.XFAIL
-    return record
-
-
 def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.CaseResult:
-    from .inductor_compat import torch_state
+    from .inductor_compat import quiet_torch_logging, torch_state
 
+    quiet_torch_logging()
     device = get_device(config.device)
     record = new_record(case, dtype, mode, config)
     reason = device.unavailable_reason()
@@ -133,7 +55,7 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
     changed: list[str] = []
     with torch_state.preserved(changed):
         try:
-            record.compile_options = {**device.compile_options(config.npu_backend), **case.compile_options,
+            record.compile_options = {**device.compile_options(config), **case.compile_options,
                                       **config.compile_options}
             observed = _Observation.make(case, dtype, mode, config, device, record)
             compiled = _compiled_run(observed, config, record)
@@ -175,7 +97,7 @@ class _Observation:
         seed = seed_for(case.name, dtype_name(dtype), mode)
         timings = record.timings
         with _stage(R.Stage.BUILD, timings):
-            torch._dynamo.reset()
+            torch.compiler.reset()
             program = _as_program(case.build(dtype))
             if isinstance(program.fn, torch.nn.Module):
                 program.fn.to(device.torch_device())
@@ -282,8 +204,8 @@ class _Compiled:
 
 def _compiled_run(observed: _Observation, config: RunConfig, record: R.CaseResult) -> _Compiled:
     """The compiled run, through the injection when asked for; counts graphs; judges."""
-    from .inductor_compat import capture_graphs, dynamo_graph_counts, install_lowering_hook, program_accumulates, \
-        reset_dynamo_counters
+    from .inductor_compat import capture_graphs, dynamo_graph_counts, graph_break_reasons, install_lowering_hook, \
+        program_accumulates, reset_dynamo_counters
 
     def handler_factory() -> Any:
         return make_handler(config.inject) if config.inject else None
@@ -298,6 +220,7 @@ def _compiled_run(observed: _Observation, config: RunConfig, record: R.CaseResul
                           wrap=observed.compiler(config.backend, **kwargs))
         results = session.run()
     record.graphs = dynamo_graph_counts()
+    record.graph_break_reasons = graph_break_reasons()
     # Summation noise is allowed only where the compiled program sums (no compiled graph: allowed).
     observed.verdict = dataclasses.replace(observed.verdict, accumulated=program_accumulates(capture.called))
     if handler is not None:
@@ -397,7 +320,7 @@ def _probe_run(observed: _Observation, compiled: _Compiled, config: RunConfig, r
     if capture.missing:
         # A cache entry made without lowering facts: lower every graph again, caches off, probe that,
         # and leave the facts beside the cached entries for the next run.
-        torch._dynamo.reset()
+        torch.compiler.reset()
         kwargs = _compile_kwargs(config, record.compile_options)
         compiled.session = Session(observed.program.fn, observed.inputs, observed.mode, observed.device,
                                    observed.seed, wrap=observed.compiler(config.backend, **kwargs))
@@ -530,10 +453,3 @@ def _first_line(exc: BaseException) -> str:
 def _release(device: Device) -> None:
     gc.collect()
     device.release()
-
-
-def runs_of(case: Case, dtypes: list[str] | None, modes: list[str] | None) -> list[tuple[torch.dtype, str]]:
-    """The (dtype, mode) pairs of a case that the user's filters keep."""
-    chosen_dtypes = [d for d in case.dtypes if not dtypes or dtype_name(d) in dtypes]
-    chosen_modes = [m for m in case.modes if not modes or m in modes]
-    return [(d, m) for d in chosen_dtypes for m in chosen_modes]

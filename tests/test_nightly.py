@@ -127,6 +127,7 @@ def test_a_hanging_case_and_its_child_are_gone_after_the_timeout(cases, tmp_path
     result = harness("run", "hangs_with_a_child", "adds_one", "--case-path", str(cases), "--backend", "eager",
                      "--timeout", "5", "--json", str(tmp_path / "r.json"),
                      env={"HARNESS_TEST_CHILD_PID": str(child_pid)})
+    assert result.returncode == EXIT_FAILED
     found = records_of(tmp_path / "r.json")
     assert found[("hangs_with_a_child", "float32", "inference")]["symptom"] == "timeout"
     assert found[("adds_one", "float32", "inference")]["status"] == "pass"
@@ -252,3 +253,31 @@ def test_the_example_nightly_script_shards_merges_and_fails_only_on_what_changed
     (out / "results.json").rename(baseline)
     second = nightly("merge", BASELINE=str(baseline))
     assert second.returncode == EXIT_OK and "0 new failures" in second.stdout, second.stdout
+
+
+def processes_marked(marker: str) -> list[int]:
+    """Live processes whose environment holds `marker` (the harness and the workers it started)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if marker.encode() in (entry / "environ").read_bytes() and alive(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.parametrize("args", [["run", "no_such_case"], ["run", "adds_one", "--device", "tpu"],
+                                  ["run", "adds_one", "--backend", "eager"]], ids=["unknown-case", "bad-option", "ok"])
+def test_the_worker_started_early_is_gone_when_the_harness_exits(cases, tmp_path, args):
+    marker = f"HARNESS_TEST_MARKER_{os.getpid()}_{time.time_ns()}"
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    result = harness(*args, "--case-path", str(cases), env={marker: "1", "TMPDIR": str(temporary)})
+    assert result.returncode in (EXIT_OK, EXIT_USAGE)
+    deadline = time.time() + 5
+    while processes_marked(marker) and time.time() < deadline:
+        time.sleep(0.2)
+    assert processes_marked(marker) == []
+    assert not list(temporary.glob("harness-workers-*"))  # worker logs of a run without --report-dir

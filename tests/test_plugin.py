@@ -74,8 +74,45 @@ def test_unknown_device_is_a_usage_error(project):
     result.stderr.fnmatch_lines(["*unknown device 'tpu'; choose one of: cpu, cuda, npu*"])
 
 
+@pytest.mark.parametrize("device", ["cuda", "npu"])
+def test_an_absent_device_fails_the_session_instead_of_skipping_every_case(project, device):
+    from harness.devices import get_device
+
+    if get_device(device).unavailable_reason() is None:
+        pytest.skip(f"{device} is present here")
+    result = project.runpytest("--case-path", "mycases", "mycases", "--device", device)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*device {device} is not usable: *"])
+
+
 def test_a_malformed_case_module_is_one_failure_and_the_rest_run(project):
     (project.path / "mycases" / "broken.py").write_text("def oops(:\n")
     result = project.runpytest("--case-path", "mycases", "mycases", "--backend", "eager", "-k", "seed or load")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(["*cannot load cases from*broken.py: SyntaxError*"])
+
+
+NOISY = '''
+import torch
+from harness import Program, case, contiguous
+
+def breaks_then_diverges(x):
+    if (x * 2).sum().item() > -1e9:  # a graph break (Tensor.item)
+        x = x + 1
+    return x + (1 if torch.compiler.is_compiling() else 0)
+
+@case(tags=("noisy",))
+def noisy(dtype):
+    return Program(breaks_then_diverges, [contiguous((4,))])
+'''
+
+
+@pytest.mark.parametrize("isolation", [[], ["--harness-no-isolation"]], ids=["worker", "in-process"])
+def test_a_failure_shows_no_torch_logging_and_the_record_summarizes_graph_breaks(project, isolation):
+    (project.path / "mycases" / "private.py").write_text(textwrap.dedent(NOISY))
+    result = project.runpytest_subprocess("--case-path", "mycases", "mycases", "--harness-json", "out.json", *isolation)
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str() + result.stderr.str()
+    assert "torch.__trace" not in text and "Graph break" not in text
+    record = json.loads((project.path / "out.json").read_text())["records"][0]
+    assert record["graphs"]["graph_breaks"] >= 1 and "item()" in record["graph_break_reasons"][0]

@@ -2,7 +2,33 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from typing import Any
+
+# torch's structured-trace logger emits a DEBUG record per compile event for TORCH_TRACE. pytest attaches its
+# capture handlers to every non-propagating logger, so without TORCH_TRACE those records fill a failure's
+# "Captured log call" with a hundred empty lines.
+_TRACE_LOGGER = "torch.__trace"
+
+
+class _NoGraphBreaks(logging.Filter):
+    """Dynamo's graph-break warnings (a dozen lines each): records summarize them (`graph_break_reasons`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Graph break" not in record.getMessage()
+
+
+def quiet_torch_logging() -> None:
+    """Keep torch's own logging out of the harness's output, unless the user asked for it (TORCH_TRACE,
+    TORCH_LOGS)."""
+    if not os.environ.get("TORCH_TRACE"):
+        logging.getLogger(_TRACE_LOGGER).setLevel(logging.WARNING)
+    if not os.environ.get("TORCH_LOGS"):
+        for name in ("torch", "torch._dynamo"):
+            for handler in logging.getLogger(name).handlers:
+                if not any(isinstance(f, _NoGraphBreaks) for f in handler.filters):
+                    handler.addFilter(_NoGraphBreaks())
 
 
 def reset_dynamo_counters() -> None:
@@ -24,7 +50,8 @@ def graph_break_reasons(limit: int = 5) -> list[str]:
     from torch._dynamo.utils import counters
 
     ranked = sorted(counters["graph_break"].items(), key=lambda item: -item[1])[:limit]
-    return [f"{count}x {reason}" for reason, count in ranked]
+    # A reason's first line names it; the rest is Dynamo's explanation and hints.
+    return [f"{count}x {reason.strip().splitlines()[0] if reason.strip() else reason}" for reason, count in ranked]
 
 
 def mode_options(mode: str) -> dict[str, Any]:
@@ -39,3 +66,11 @@ def inductor_option_names() -> set[str]:
     from torch._inductor import config as inductor_config
 
     return set(inductor_config.get_config_copy())
+
+
+def preload_compiler() -> None:
+    """Import what a first compile would import lazily (Dynamo, AOT autograd, Inductor's compiler and caches)."""
+    import torch._dynamo  # noqa: F401
+    import torch._functorch.aot_autograd  # noqa: F401
+    import torch._inductor.codecache  # noqa: F401
+    import torch._inductor.compile_fx  # noqa: F401

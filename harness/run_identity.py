@@ -1,0 +1,101 @@
+"""What a run is, before anything runs: its configuration, the (dtype, mode) pairs a case yields, and the
+record every run starts from (its identity: case, device, backend, dtype, mode, the command reproducing it).
+
+The CLI, the pytest plugin, the worker processes and the known-issues file all name runs through here.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import records as R
+from .registry import Case
+
+BISECT_MODES = ("on-failure", "always")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    device: str = "cpu"
+    backend: str = "inductor"
+    npu_backend: str | None = None
+    compile_mode: str | None = None
+    compile_options: dict[str, Any] = field(default_factory=dict)
+    reference: str | None = None  # overrides the case's own choice when set
+    inject: str | None = None
+    # Localization: None (off), "on-failure" (probe failing runs), "always" (passing runs too).
+    bisect: str | bool | None = None
+    # Eager's dtype semantics are the contract: no pass by being closer to float64.
+    strict_eager: bool = False
+    # Case modules beyond the project's (for the reproduction command).
+    case_paths: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.bisect is True:
+            object.__setattr__(self, "bisect", "on-failure")
+        elif self.bisect is False:
+            object.__setattr__(self, "bisect", None)
+        if self.bisect not in (None, *BISECT_MODES):
+            raise ValueError(f"bisect must be one of {BISECT_MODES}, not {self.bisect!r}")
+
+    def command_for(self, case: str, dtype: str, mode: str) -> str:
+        parts = ["python -m harness run", case, f"--device {self.device}", f"--dtype {dtype}", f"--mode {mode}"]
+        parts += [f"--case-path {shlex.quote(path)}" for path in self.case_paths]
+        if self.backend != "inductor":
+            parts.append(f"--backend {self.backend}")
+        if self.npu_backend:
+            parts.append(f"--npu-backend {self.npu_backend}")
+        if self.compile_mode:
+            parts.append(f"--compile-mode {self.compile_mode}")
+        parts += [f"--compile-option {k}={v}" for k, v in self.compile_options.items()]
+        if self.reference:
+            parts.append(f"--reference {self.reference}")
+        if self.inject:
+            parts.append(f"--inject {self.inject}")
+        if self.bisect:
+            parts.append("--bisect" if self.bisect == "on-failure" else f"--bisect {self.bisect}")
+        if self.strict_eager:
+            parts.append("--strict-eager")
+        return " ".join(parts)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def missing_requirements(case: Case) -> list[str]:
+    import importlib.util
+
+    return [name for name in case.requires if importlib.util.find_spec(name) is None]
+
+
+def new_record(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.CaseResult:
+    """A record with the run's identity filled in and nothing measured yet."""
+    return R.CaseResult(
+        case=case.name, device=config.device, backend=config.backend, dtype=dtype_name(dtype), mode=mode,
+        status=R.PASS, tags=list(case.tags), issue=case.issue, size=case.size, culprit=case.culprit,
+        npu_backend=config.npu_backend if config.device == "npu" else None,
+        emulation=config.inject, command=config.command_for(case.name, dtype_name(dtype), mode),
+    )
+
+
+def apply_known_failure(record: R.CaseResult, case: Case) -> R.CaseResult:
+    """A declared failure turns fail/error into xfail and pass into xpass (strict)."""
+    known = case.known_failure(device=record.device, backend=record.backend, npu_backend=record.npu_backend,
+                               dtype=record.dtype, mode=record.mode, emulation=record.emulation,
+                               torch=record.versions.get("torch") or torch.__version__)
+    if known is not None and record.status != R.SKIP:
+        record.reason = known.reason
+        record.status = R.XPASS if record.status == R.PASS else R.XFAIL
+    return record
+
+
+def runs_of(case: Case, dtypes: list[str] | None, modes: list[str] | None) -> list[tuple[torch.dtype, str]]:
+    """The (dtype, mode) pairs of a case that the user's filters keep."""
+    chosen_dtypes = [d for d in case.dtypes if not dtypes or dtype_name(d) in dtypes]
+    chosen_modes = [m for m in case.modes if not modes or m in modes]
+    return [(d, m) for d in chosen_dtypes for m in chosen_modes]

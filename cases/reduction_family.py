@@ -32,7 +32,8 @@ import torch
 
 from harness import Case, Program, contiguous, permuted
 
-ISSUE = "shared/seeds/002_89c9c830eb0e6a12.txt: multi-axis reduction scoped wrong after flatten"
+ISSUE = ("torch_npu Inductor (NPU Triton codegen) report: multi-axis reduction scoped wrong after flatten "
+         "(RMSNorm weight gradient, sum over dims (0, 1, 2) of a permuted bf16 x fp32 product)")
 ROWS = 8  # outputs: one reduction per row
 # Small integers: every sum (and product) is exact in float32 whatever the order, so a correct
 # kernel matches eager to the bit and a failure is never a reordered sum.

@@ -275,7 +275,7 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any) -> int:
                 if journal:
                     journal.append(record)
                 say(f"[{position}/{len(plan.tasks)}] {record.summary()}")
-                if record.status in (R.FAIL, R.ERROR, R.XPASS) and record.command:
+                if R.is_failing(record.status) and record.command:
                     say(f"    reproduce: {record.command}")
     except _Stopped as exc:
         stopped = exc
@@ -372,6 +372,8 @@ def _against_baseline(results: list[R.CaseResult], baseline: list[R.CaseResult])
     worse = [m for m in diff.moved if m.worse]
     say(f"against the baseline: {len(diff.new_failures)} new failures, {len(diff.fixes)} fixed, "
         f"{len(worse)} metrics worse, {len(diff.moved) - len(worse)} better, {diff.matched} runs matched")
+    for difference in diff.setup_differences:
+        say(f"    warning: the baseline was run differently ({difference.text}): changes may come from that")
     for change in diff.new_failures:
         say(f"    new failure: {change.record.run_id} ({change.before} -> {change.after})")
     for change in diff.fixes:

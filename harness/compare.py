@@ -29,7 +29,8 @@ from typing import Any, Mapping
 
 import torch
 
-from .records import ErrorHistogram, MismatchMap, OutputComparison, Sample
+from .records import (PASSED_BY_COSINE, PASSED_BY_RMSE, PASSED_BY_SUMMATION_NOISE, ErrorHistogram, MismatchMap,
+                      OutputComparison, Sample)
 from .tolerances import (DEFAULT_TOLERANCES, RMSE_FLOOR_ULPS, Tolerance, is_exact_dtype, rmse_floor, rmse_multiplier,
                          tolerance_for)
 
@@ -180,6 +181,7 @@ def compare_tensors(
     if not result.passed and cosine_fallback and not strict_eager:
         result.rule, result.passed = "cosine", (result.cosine or 0.0) >= COSINE_THRESHOLD
         if result.passed:
+            result.passed_by = PASSED_BY_COSINE
             result.note = f"differs from eager beyond tolerance in {bad} elements; passed by cosine similarity"
     return result
 
@@ -294,6 +296,7 @@ def _apply_rmse_rule(result: OutputComparison, actual: torch.Tensor, expected: t
     result.rule = "rmse_vs_fp64"
     # torchbench's slack is tol / 10; here the absolute tolerance in force plays tol.
     floor = rmse_floor(dtype, _rms(ref)) if accumulated else 0.0
+    result.rmse_floor = floor if accumulated else None
     slack = result.atol / 10
     closer = rmse_actual <= multiplier * rmse_expected + slack
     noise = not closer and rmse_actual <= floor + slack
@@ -305,6 +308,7 @@ def _apply_rmse_rule(result: OutputComparison, actual: torch.Tensor, expected: t
         return
     result.passed = closer or noise
     if result.passed:
+        result.passed_by = PASSED_BY_RMSE if closer else PASSED_BY_SUMMATION_NOISE
         result.note = f"differs from eager beyond tolerance in {result.bad} elements; {why}"
 
 
@@ -366,6 +370,11 @@ def _samples(bad_mask: torch.Tensor, actual: torch.Tensor, expected: torch.Tenso
 
 
 def _mismatch_map(bad_mask: torch.Tensor) -> MismatchMap:
+    """Bad elements pooled into at most MAP_CELLS x MAP_CELLS cells, whatever the shape.
+
+    The bound is what keeps a results file small: every failing output (and the kernel the
+    probe names) carries a map, and a training run fails hundreds of gradients at once.
+    """
     if bad_mask.dim() <= 1:
         # A 1-D result wraps into rows of MAP_COLUMNS_1D, so its map is a picture, not a strip.
         cols = min(MAP_COLUMNS_1D, max(bad_mask.numel(), 1))

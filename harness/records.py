@@ -146,6 +146,13 @@ class ErrorHistogram:
     zero: int = 0
 
 
+# The rules that pass a floating output which misses its tolerance (`OutputComparison.passed_by`):
+# closer to float64 than eager is (torchbench's RMSE rule), within float32 summation noise of
+# float64 (programs that sum), or cosine similarity >= 0.99 (torchbench's fallback, cases that ask).
+PASSED_BY_RMSE, PASSED_BY_SUMMATION_NOISE, PASSED_BY_COSINE = "rmse_vs_fp64", "summation_noise", "cosine"
+PASSED_BY = (PASSED_BY_RMSE, PASSED_BY_SUMMATION_NOISE, PASSED_BY_COSINE)
+
+
 @dataclass
 class OutputComparison:
     """Element-by-element comparison of one compiled tensor with its eager twin."""
@@ -193,6 +200,13 @@ class OutputComparison:
     note: str | None = None
     # Where the result sits in the program's output tree (`out[1]['e']`), for outputs.
     path: str | None = None
+    # Which rule let an output with bad elements pass (`bad` counts misses of the tolerance): one of
+    # PASSED_BY; None when it met its tolerance, or failed. `rule` alone cannot say: "rmse_vs_fp64"
+    # is the rule that decided both a pass closer to float64 and one within summation noise.
+    passed_by: str | None = None
+    # The summation-noise floor in force (RMS error against float64 a correct float32 sum may have),
+    # when the RMSE rule was tried on a program that sums; None otherwise.
+    rmse_floor: float | None = None
 
     def summary(self) -> str:
         """One line in the form people already write in bug reports."""
@@ -327,6 +341,24 @@ class Localization:
         ops = " ".join(self.aten_ops + self.nodes)
         return any(pattern.strip() and pattern.strip() in ops for pattern in culprit.split("|"))
 
+    def kernel_lines(self, most: int = 8) -> list[str]:
+        """Where to read the named kernel, and the layout of each argument it was launched with.
+
+        A wrong kernel is usually read next to its arguments' strides (seed 000's overlapping
+        view vs a contiguous copy); both are in the record, so the console says them too.
+        """
+        if self.answer not in (Answer.KERNEL, Answer.DRIFT):
+            return []
+        lines = [f"kernel source: {self.module_path}"] if self.module_path else []
+        for arg in self.args[:most]:
+            buffer = f" = {arg.buffer}" if arg.buffer and arg.buffer != arg.name else ""
+            offset = f" offset {arg.storage_offset}" if arg.storage_offset else ""
+            lines.append(f"arg {arg.name}{buffer} ({arg.role}) {arg.dtype} size {_dims(arg.size)} "
+                         f"stride {_dims(arg.stride)}{offset}")
+        if len(self.args) > most:
+            lines.append(f"... {len(self.args) - most} more args")
+        return lines
+
     def line(self) -> str:
         """The answer in one console line."""
         where = (f"{self.graph} launch {self.launch_index}/{self.launches} {self.name}"
@@ -431,11 +463,15 @@ class CaseResult:
             head += f" ({self.reason})"
         lines = [o.summary() for o in self.outputs if not o.passed][:5]
         lines += [f"note: {o.name}: {o.note}" for o in self.outputs if o.passed and o.note][:3]
+        failing = is_failing(self.status)
         if self.first_divergent_kernel is not None:
             lines.append(self.first_divergent_kernel.line())
-        if self.diagnosis:
-            # On a passing run a diagnosis explains, it does not accuse.
-            lines.append(f"{'diagnosis' if self.status != PASS else 'note'}: {self.diagnosis}")
+            if failing:
+                lines += self.first_divergent_kernel.kernel_lines()
+        if self.diagnosis and failing:
+            # Only a failing run's block carries one: under a PASS line "precision narrowing ..." reads
+            # like a problem that is not there (the record keeps the field for reports and tools).
+            lines.append(f"diagnosis: {self.diagnosis}")
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n    ".join([head, *lines])
 
@@ -500,6 +536,10 @@ def _fmt(value: float | None) -> str:
     return f"{value:.4g}"
 
 
+def _dims(values: list[int]) -> str:
+    return "(" + ", ".join(map(str, values)) + ("," if len(values) == 1 else "") + ")"
+
+
 def _first_line(text: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else ""
 
@@ -517,9 +557,27 @@ def write_results(path: str | os.PathLike, records: Iterable[CaseResult], run: d
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".results-", suffix=".json")
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(encode_json(payload), handle, indent=1, allow_nan=False)
+        handle.write(_json_text(encode_json(payload)))
+        handle.write("\n")
     os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide CI artifacts from other readers
     os.replace(tmp, path)
+
+
+def _json_text(value: Any, depth: int = 0) -> str:
+    """Indented JSON whose lists of plain values sit on one line each.
+
+    `json.dump(indent=...)` puts every number on a line of its own: a 64x64 mismatch map became
+    4,160 lines of zeros, and a training run with a few hundred failing gradients a file of a
+    million lines. Records stay readable (one key per line); a map is at most one line per row.
+    """
+    inner = "\n" + " " * (depth + 1)
+    if isinstance(value, dict) and value:
+        items = (f"{json.dumps(key, allow_nan=False)}: {_json_text(item, depth + 1)}" for key, item in value.items())
+        return "{" + inner + ("," + inner).join(items) + "\n" + " " * depth + "}"
+    if isinstance(value, list) and any(isinstance(item, (dict, list)) for item in value):
+        items = (_json_text(item, depth + 1) for item in value)
+        return "[" + inner + ("," + inner).join(items) + "\n" + " " * depth + "]"
+    return json.dumps(value, allow_nan=False, separators=(",", ":") if isinstance(value, list) else None)
 
 
 def read_results(path: str | os.PathLike) -> tuple[dict[str, Any], list[CaseResult]]:

@@ -1,6 +1,7 @@
 """Emulations that launch rewritten kernels: NPU codegen bugs reproduced on CPU and CUDA.
 
-Seed 002 (`shared/seeds/002_*.txt`) is a bug in the kernels the NPU backend
+Seed 002 (the torch_npu report on the RMSNorm weight gradient,
+`cases/seed_rmsnorm_weight_grad.py`) is a bug in the kernels the NPU backend
 generates for reductions over several flattened axes. CPU and CUDA Inductor
 generate them correctly, so these emulations write the NPU's flaw into the
 source Inductor generated (`inductor_compat.kernel_variants`), compile that

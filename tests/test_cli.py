@@ -109,3 +109,41 @@ def test_a_malformed_case_module_is_reported_and_the_rest_still_run(tmp_path):
     assert result.returncode == EXIT_USAGE
     assert "broken.py: SyntaxError" in result.stderr and "Traceback" not in result.stderr
     assert "PASS  adds_one[float32-inference]" in result.stdout
+
+
+def test_console_diagnoses_only_failing_runs_and_points_at_the_kernel(tmp_path):
+    # Under the narrowing emulation float64 contiguous inputs pass with a "precision narrowing" diagnosis;
+    # the seed's overlapping int64 view fails, and --bisect names the kernel that read it.
+    result = cli("run", "layout_input_contiguous", "seed_index_as_strided_view", "--dtype", "float64", "--dtype",
+                 "int64", "--inject", "boundary-downcast", "--bisect", "--json", str(tmp_path / "r.json"))
+    assert result.returncode == EXIT_FAILED, result.stderr
+    blocks = {}
+    for line in result.stdout.splitlines():
+        if line.startswith("["):
+            current = blocks.setdefault(line.split()[2], [])
+        elif line.startswith("    ") and blocks:
+            current.append(line.strip())
+    assert blocks["layout_input_contiguous[float64-inference]"] == []
+    records = {r["case"] + r["dtype"]: r for r in json.loads((tmp_path / "r.json").read_text())["records"]}
+    assert records["layout_input_contiguousfloat64"]["diagnosis"].startswith("precision narrowing")  # kept in the record
+    seed = blocks["seed_index_as_strided_view[int64-inference]"]
+    module_path = records["seed_index_as_strided_viewint64"]["first_divergent_kernel"]["module_path"]
+    assert f"kernel source: {module_path}" in seed and os.path.isfile(module_path)
+    assert "arg in_ptr0 = arg0_1 (in) int64 size (12, 4, 768, 64) stride (98304, 16384, 64, 1)" in seed
+    assert any(line.startswith("diagnosis: layout:") for line in seed)
+
+
+def test_baseline_of_another_setup_is_a_console_warning(capsys):
+    from harness import records as R
+    from harness.cli import _against_baseline
+
+    def run(status, emulation):
+        return R.CaseResult(case="seed_index_as_strided_view", device="cpu", backend="inductor", dtype="int64",
+                            mode="inference", status=status, emulation=emulation)
+
+    assert _against_baseline([run(R.FAIL, "boundary-downcast")], [run(R.PASS, None)]) == EXIT_FAILED
+    out = capsys.readouterr().out
+    assert ("warning: the baseline was run differently (emulation: baseline without emulation, this run "
+            "boundary-downcast)") in out
+    assert _against_baseline([run(R.PASS, None)], [run(R.PASS, None)]) == EXIT_OK
+    assert "warning" not in capsys.readouterr().out

@@ -1,3 +1,4 @@
+import json
 import math
 
 import pytest
@@ -120,3 +121,67 @@ def test_cosine_fallback_only_when_the_case_asks():
     assert not compare_tensors("x", actual, expected).passed
     result = compare_tensors("x", actual, expected, cosine_fallback=True)
     assert result.passed and result.rule == "cosine"
+
+
+# Which rule passed an output that missed its tolerance: known tensors, known answers.
+ONES = torch.ones(1000, dtype=torch.float64)
+
+
+def test_rmse_pass_is_recorded_as_such():
+    eager, compiled = (ONES + 1e-3).float(), (ONES + 1e-4).float()  # compiled is 10x closer to float64
+    result = compare_tensors("out0", compiled, eager, reference=ONES)
+    assert result.passed and result.bad == 1000 and result.rule == "rmse_vs_fp64"
+    assert result.passed_by == "rmse_vs_fp64"
+    assert result.rmse_actual == pytest.approx(1e-4, rel=1e-3) and result.rmse_expected == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_summation_noise_pass_is_told_apart_from_an_rmse_pass():
+    # Eager is exact; compiled is 101 float32 ulps off everywhere: beyond tolerance (1.13e-5 at 1.0), farther
+    # from float64 than eager, but within 128 ulps of the reference's RMS (the noise of a float32 sum).
+    eager, compiled = ONES.float(), (ONES + 101 * 2**-23).float()
+    result = compare_tensors("out0", compiled, eager, reference=ONES)
+    assert result.passed and result.bad == 1000 and result.rule == "rmse_vs_fp64"
+    assert result.passed_by == "summation_noise"
+    assert result.rmse_floor == pytest.approx(128 * 2**-23)
+    # A program that does not sum gets no floor, and fails.
+    strict = compare_tensors("out0", compiled, eager, reference=ONES, accumulated=False)
+    assert not strict.passed and strict.passed_by is None and strict.rmse_floor is None
+
+
+def test_cosine_pass_and_plain_results_have_no_passed_by():
+    eager = torch.arange(1.0, 101.0)
+    result = compare_tensors("out0", eager * 1.01, eager, cosine_fallback=True)
+    assert result.passed and result.bad == 100 and (result.rule, result.passed_by) == ("cosine", "cosine")
+    assert compare_tensors("out0", eager, eager).passed_by is None  # met its tolerance
+    assert compare_tensors("out0", eager * 1.01, eager).passed_by is None  # failed
+
+
+def test_mismatch_map_is_bounded_and_written_compactly(tmp_path):
+    from harness.compare import MAP_CELLS
+    from harness.records import CaseResult, write_results
+
+    # 2048 x 1024 = 2,097,152 elements; the first 32 rows are wrong: exactly the top row of cells.
+    expected = torch.arange(2048 * 1024, dtype=torch.int64).reshape(2048, 1024)
+    actual = expected.clone()
+    actual[:32] += 1
+    result = compare_tensors("out0", actual, expected)
+    grid = result.mismatch_map
+    assert (grid.rows, grid.cols, grid.cell_rows, grid.cell_cols) == (2048, 1024, 32, 16)
+    assert len(grid.counts) == MAP_CELLS and all(len(row) == MAP_CELLS for row in grid.counts)
+    assert grid.counts[0] == [32 * 16] * MAP_CELLS and not any(map(any, grid.counts[1:]))
+    # A 1-D output of ten million elements is bounded the same way.
+    flat = torch.zeros(10_000_000, dtype=torch.bool)
+    flat[-1] = True
+    tall = compare_tensors("out0", flat, torch.zeros_like(flat)).mismatch_map
+    assert len(tall.counts) <= MAP_CELLS and len(tall.counts[0]) <= MAP_CELLS and tall.counts[-1][-1] == 1
+
+    # In the results file a map takes one line per row of cells, not one line per cell.
+    path = tmp_path / "r.json"
+    write_results(path, [CaseResult(case="big", device="cpu", backend="inductor", dtype="int64", mode="inference",
+                                    status="fail", outputs=[result])])
+    text = path.read_text()
+    assert len(text.splitlines()) < 200, len(text.splitlines())
+    counts = text[text.index('"counts"'):]
+    counts = counts[:counts.index("]\n") + 1]
+    assert len(counts) <= MAP_CELLS * (MAP_CELLS * 4 + 8), len(counts)
+    assert json.loads(text)["records"][0]["outputs"][0]["mismatch_map"]["counts"] == grid.counts

@@ -20,13 +20,14 @@ from harness.records import (
     MismatchMap,
     OutputComparison,
     Sample,
+    Status,
     read_results,
     write_results,
 )
 from harness.report import merge_run_meta, render_html, write_report
 from harness.report.baseline import diff_against_baseline
 from harness.report.svg import error_histogram_svg, mismatch_map_svg
-from harness.report.view import highlight_source
+from harness.report.view import highlight_source, marked_arguments
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHROMIUM = "/usr/bin/chromium"
@@ -451,3 +452,219 @@ def test_results_file_from_disk_renders():
     assert 'class="mismatch-map"' in block and 'class="error-histogram"' in block
     assert re.search(r'<span class="line hit" data-n="3">\s*<mark>out_ptr2</mark>', block)
     assert "ci-runner-7" in section(page, "summary")
+
+
+# --- which runs fail, in what order, and why they passed --------------------------------
+
+
+def test_nondeterministic_run_is_counted_and_listed_with_the_failures():
+    noisy = record("model.noisy", "nondeterministic", mode="train_step", stage="eager", symptom="nondeterminism",
+                   outputs=[passing_output("loss")], diagnosis="two eager runs differ (loss): no verdict on compiled")
+    page = render_html([record("ops.add", "pass", outputs=[passing_output()]), noisy,
+                        record("ops.fft", "skip", reason="no cuFFT")])
+    assert "1 failing" in text_of(page.split("<main>")[0])
+    table = re.search(r'<table class="grid sortable" id="case-table">(.*?)</table>', page, re.S).group(1)
+    assert re.findall(r'data-status="(\w+)"', table) == ["nondeterministic", "skip", "pass"]
+    # Listed among the failures, with what went wrong, and the table row points there.
+    details = section(page, "divergences")
+    assert "model.noisy[float32-train_step]" in details and "ops.add" not in details
+    block = detail(page, "model.noisy[float32-train_step]")
+    assert block.startswith('<details class="case nondeterministic" id="case-1" open>')
+    assert "two eager runs differ (loss): no verdict on compiled" in text_of(block)
+    assert re.search(r'<a href="#case-1">model\.noisy\[float32-train_step\]</a>', table)
+
+
+def test_report_takes_which_statuses_fail_from_records_status_only(monkeypatch):
+    # Were `skip` to fail a run, the report must count and list it as failing with no change of its own.
+    failing = {Status.FAIL, Status.ERROR, Status.XPASS, Status.NONDETERMINISTIC, Status.SKIP}
+    monkeypatch.setattr(Status, "failing", property(lambda status: status in failing))
+    page = render_html([record("ops.add", "pass"), record("ops.fft", "skip", reason="no cuFFT"),
+                        record("ops.known", "xfail", reason="tracked")])
+    assert "1 failing" in text_of(page.split("<main>")[0])
+    table = re.search(r'id="case-table">(.*?)</table>', page, re.S).group(1)
+    assert re.findall(r'data-status="(\w+)"', table) == ["skip", "xfail", "pass"]
+    assert "ops.fft[float32-inference]" in section(page, "divergences")
+
+
+def test_headline_seed_failures_come_first_then_failing_runs_then_the_rest():
+    runs = [
+        record("layout_input_gapped", "fail", tags=["layout"], outputs=[failing_output()]),
+        record("correct_add", "pass", tags=["correct"]),
+        record("seed_index_as_strided_view", "pass", dtype="int32", tags=["seed", "layout"]),
+        record("seed_index_as_strided_view", "fail", dtype="int64", tags=["seed", "layout"], outputs=[failing_output()]),
+        record("layout_input_overlapping", "error", tags=["layout"], error=ErrorInfo("RuntimeError", "boom")),
+        record("seed_rmsnorm_weight_grad_small", "xfail", dtype="bfloat16", tags=["seed"], outputs=[failing_output()]),
+    ]
+    page = render_html(runs)
+    table = re.search(r'id="case-table">(.*?)</table>', page, re.S).group(1)
+    order = [" ".join(text_of(row).split()[:2]) for row in re.findall(r"<tr class=\"row-.*?</tr>", table, re.S)]
+    assert order == ["fail seed_index_as_strided_view[int64-inference]", "fail layout_input_gapped[float32-inference]",
+                     "error layout_input_overlapping[float32-inference]",
+                     "xfail seed_rmsnorm_weight_grad_small[bfloat16-inference]",
+                     "pass seed_index_as_strided_view[int32-inference]", "pass correct_add[float32-inference]"]
+    details = section(page, "divergences")
+    assert details.index("seed_index_as_strided_view[int64-inference]") < details.index("layout_input_gapped")
+
+
+def test_a_pass_with_differences_shows_the_rule_that_passed_it_and_what_it_means():
+    by_noise = passing_output("grad.weight", bad=3, bad_pct=0.5, max_abs=2e-5, rule="rmse_vs_fp64",
+                              passed_by="summation_noise", rmse_actual=1.2e-6, rmse_expected=4e-8, rmse_multiplier=3.0,
+                              rmse_floor=4.5e-6, note="differs from eager beyond tolerance in 3 elements; within float32 "
+                              "summation noise of float64")
+    by_rmse = passing_output("out0", bad=7, bad_pct=21.9, rule="rmse_vs_fp64", passed_by="rmse_vs_fp64",
+                             rmse_actual=2e-7, rmse_expected=3e-7, rmse_multiplier=2.0)
+    exact = passing_output("out1")
+    page = render_html([record("ops.sum", "pass", mode="training", outputs=[exact, by_noise, by_rmse]),
+                        record("ops.add", "pass", outputs=[passing_output()])])
+    block = detail(page, "ops.sum[float32-training]")
+    rows = {text_of(row).split()[0]: row for row in re.findall(r"<tr class=\"[^\"]*\">\s*<td class=\"mono\">.*?</tr>",
+                                                                block, re.S)}
+    rule_cells = {name: text_of(re.findall(r"<td.*?</td>", row, re.S)[3]).strip() for name, row in rows.items()}
+    assert rule_cells == {"out1": "tolerance", "grad.weight": "summation_noise", "out0": "rmse_vs_fp64"}
+    text = " ".join(text_of(block).split())
+    assert ("Passed by summation_noise: its RMS error against float64 (1.2e-06) is within the noise a correct "
+            "float32 sum of many terms has (floor 4.5e-06)") in text
+    assert "Passed by rmse_vs_fp64: its RMS error against a float64 run of the program (2e-07) is within ×2 of eager's own (3e-07)" in text
+    assert "differs from eager beyond tolerance in 3 elements" in text  # the comparator's note
+    assert "passed by summation_noise, rmse_vs_fp64" in text  # on the collapsed block's summary line
+    # A clean pass has nothing to explain and no details block.
+    with pytest.raises(AssertionError):
+        detail(page, "ops.add[float32-inference]")
+
+
+# --- kernel source ---------------------------------------------------------------------------
+
+LONG_LOAD = ("    auto tmp0 = at::vec::VectorizedN<int64_t,2>::loadu(in_ptr0 + static_cast<int64_t>(x2 + 16384L*x1 + "
+             "98304L*x0), static_cast<int64_t>(16)); // " + "index arithmetic " * 20 + "END_OF_LONG_LINE")
+SEED_KERNEL = "\n".join([
+    'extern "C" void kernel(const int64_t* in_ptr0, const int64_t* in_ptr1, int64_t* out_ptr0)',
+    "{",
+    LONG_LOAD,
+    "    auto tmp1 = at::vec::VectorizedN<int64_t,2>::loadu(in_ptr1 + static_cast<int64_t>(x2), 16);",
+    "    (tmp0 + tmp1).store(out_ptr0 + static_cast<int64_t>(x2 + 49152L*x1 + 196608L*x0), 16);",
+    "}",
+])
+
+
+def seed_kernel(**overrides) -> Localization:
+    fields = {
+        "answer": "kernel", "diverged": True, "graph": "inference 0", "launch_index": 0, "launches": 1,
+        "name": "cpp_fused_clone_0", "kind": "cpp", "source": SEED_KERNEL, "buffers": ["out_ptr0", "buf0"],
+        "buffer": "buf0", "module_path": "/tmp/torchinductor_ci/qx/cqx6saeaixdpz.py",
+        "isolated": "kernel is wrong: on eager values of its inputs it still diverges",
+        "args": [
+            # The overlapping view of seed 000: 2359296 elements over a 1179648-element storage.
+            {"name": "in_ptr0", "buffer": "arg0_1", "role": "in", "dtype": "int64", "size": [12, 4, 768, 64],
+             "stride": [98304, 16384, 64, 1], "storage_offset": 0},
+            {"name": "in_ptr1", "buffer": "arg1_1", "role": "in", "dtype": "int64", "size": [64, 768],
+             "stride": [1, 64], "storage_offset": 0},  # permuted, but dense
+            {"name": "out_ptr0", "buffer": "buf0", "role": "out", "dtype": "int64", "size": [12, 4, 768, 64],
+             "stride": [196608, 49152, 64, 1], "storage_offset": 0},
+        ],
+    }
+    fields.update(overrides)
+    return Localization.from_dict(fields)
+
+
+def test_kernel_source_marks_loads_of_the_non_dense_argument_and_keeps_long_lines_whole():
+    page = render_html([record("seed_index_as_strided_view", "fail", dtype="int64", outputs=[failing_output()],
+                               first_divergent_kernel=seed_kernel())])
+    block = detail(page, "seed_index_as_strided_view[int64-inference]")
+    lines = re.findall(r'<span class="line( hit)?" data-n="(\d+)">(.*?)</span>\n', block)
+    assert {int(n) for hit, n, _ in lines if hit} == {1, 3, 5}  # signature, the in_ptr0 load, the store
+    long_line = html_lib.unescape(re.sub(r"<[^>]+>", "", lines[2][2]))
+    assert long_line == LONG_LOAD  # whole, to its last character
+    assert "<mark>in_ptr0</mark>" in block and "<mark>in_ptr1</mark>" not in block
+    args = {text_of(row).split()[0]: row for row in re.findall(r"<tr class=\"[^\"]*\"><td class=\"mono\">.*?</tr>", block, re.S)}
+    assert 'class="buffer-hit"' in args["in_ptr0"] and "non-dense layout" in text_of(args["in_ptr0"])
+    assert 'class="buffer-hit"' not in args["in_ptr1"]
+    assert "lines touch out_ptr0, in_ptr0" in text_of(block)
+    # Long lines wrap inside the panel instead of running past its right edge.
+    styles = re.search(r"<style>(.*?)</style>", page, re.S).group(1)
+    source_pre = re.search(r"\.source pre \{([^}]*)\}", styles).group(1)
+    assert "white-space: pre-wrap" in source_pre and "overflow-wrap: anywhere" in source_pre
+
+
+def test_marked_arguments_name_why():
+    marked = marked_arguments(seed_kernel())
+    assert marked["out_ptr0"] == "written wrong"
+    assert marked["in_ptr0"].startswith("read through a non-dense layout (size (12, 4, 768, 64), stride (98304, 16384, 64, 1))")
+    assert "in_ptr1" not in marked
+    # A kernel that reads the very buffer it writes wrong (aliasing) marks that input too.
+    aliased = seed_kernel(args=[{"name": "in_ptr1", "buffer": "buf0", "role": "in", "dtype": "int64", "size": [4],
+                                 "stride": [1], "storage_offset": 0}])
+    assert marked_arguments(aliased)["in_ptr1"] == "reads buf0, the buffer written wrong"
+    # Nothing is marked for an answer that names no kernel.
+    assert marked_arguments(seed_kernel(answer="stage", stage="aot_eager")) == {}
+
+
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} not installed (Debian package `chromium`)")
+def test_long_kernel_lines_wrap_in_headless_chromium(tmp_path):
+    page_path = tmp_path / "kernel.html"
+    page_path.write_text(render_html([record("seed", "fail", dtype="int64", outputs=[failing_output()],
+                                             first_divergent_kernel=seed_kernel())]), encoding="utf-8")
+    shot = tmp_path / "shot.png"
+    chromium(tmp_path, f"--screenshot={shot}", "--window-size=900,4000", "--hide-scrollbars", page_path.as_uri())
+    width, height, channels, pixels = read_png(str(shot))
+    row_bytes = width * channels
+    # Rows where most of the width is --hit, the marked lines' background (glyphs cover the rest).
+    rows = [y for y in range(height) if count_color(pixels[y * row_bytes:(y + 1) * row_bytes], channels, "#fff1b8") > width // 3]
+    bands = []  # runs of consecutive rows: one per marked line (adjacent lines would merge; these are not)
+    for y in rows:
+        if bands and y == bands[-1][1] + 1:
+            bands[-1][1] = y
+        else:
+            bands.append([y, y])
+    # The args table's marked rows come first; the source's three marked lines last.
+    heights = [end - start + 1 for start, end in bands][-3:]
+    # The long load wraps onto several rows: its band is taller than the signature's and the store's.
+    assert heights[1] >= 2.5 * max(heights[0], heights[2]), heights
+
+
+# --- baseline --------------------------------------------------------------------------------
+
+
+def test_baseline_taken_another_way_is_a_visible_warning(tmp_path):
+    emulated = [record("seed_index_as_strided_view", "fail", dtype="int64", emulation="boundary-downcast",
+                       outputs=[failing_output()])]
+    plain = [record("seed_index_as_strided_view", "pass", dtype="int64")]
+    meta = {**RUN_META, "emulation": "boundary-downcast"}
+    page = render_html(emulated, meta, plain, {**RUN_META, "emulation": None})
+    warning = re.search(r'<div class="setup-warning" id="baseline-setup-warning".*?</div>', section(page, "baseline"), re.S)
+    text = " ".join(text_of(warning.group(0)).split())
+    assert "emulation: baseline without emulation, this run boundary-downcast" in text
+    assert "device" not in text and "backend" not in text
+    # Records alone tell it too (a baseline file without run metadata), and device and backend count.
+    other = [record("seed_index_as_strided_view", "pass", dtype="int64", device="cuda:3", backend="aot_eager")]
+    text = " ".join(text_of(section(render_html(emulated, {}, other), "baseline")).split())
+    assert ("emulation: baseline without emulation, this run boundary-downcast device: baseline cuda, this run cpu "
+            "backend: baseline aot_eager, this run inductor") in text
+    # Same setup (shards on other device indices included): no warning.
+    shard = [record("seed_index_as_strided_view", "fail", dtype="int64", emulation="boundary-downcast", device="cuda:0")]
+    same = [record("seed_index_as_strided_view", "pass", dtype="int64", emulation="boundary-downcast", device="cuda:1")]
+    assert "baseline-setup-warning" not in render_html(shard, {**meta, "device": "cuda:0"}, same, {**meta, "device": "cuda:1"})
+    # write_report reads the baseline file's run metadata.
+    write_results(tmp_path / "now.json", emulated, meta)
+    write_results(tmp_path / "before.json", plain, {**RUN_META, "emulation": None})
+    write_report([str(tmp_path / "now.json")], str(tmp_path / "r.html"), str(tmp_path / "before.json"))
+    assert 'id="baseline-setup-warning"' in (tmp_path / "r.html").read_text(encoding="utf-8")
+
+
+# --- console ---------------------------------------------------------------------------------
+
+
+def test_console_keeps_diagnoses_on_failing_runs_and_says_where_the_kernel_is():
+    narrowing = "precision narrowing, not layout: every compiled value equals eager on narrowed inputs"
+    passing = record("layout_input_contiguous", "pass", dtype="float64", emulation="boundary-downcast",
+                     outputs=[passing_output()], diagnosis=narrowing)
+    assert "precision narrowing" not in passing.summary() and passing.diagnosis == narrowing
+    failing = record("seed_index_as_strided_view", "fail", dtype="int64", outputs=[failing_output()],
+                     diagnosis="layout: values differ from eager even on narrowed inputs",
+                     first_divergent_kernel=seed_kernel())
+    lines = failing.summary().splitlines()
+    assert "    kernel source: /tmp/torchinductor_ci/qx/cqx6saeaixdpz.py" in lines
+    assert "    arg in_ptr0 = arg0_1 (in) int64 size (12, 4, 768, 64) stride (98304, 16384, 64, 1)" in lines
+    assert "    arg out_ptr0 = buf0 (out) int64 size (12, 4, 768, 64) stride (196608, 49152, 64, 1)" in lines
+    assert "    diagnosis: layout: values differ from eager even on narrowed inputs" in lines
+    noisy = record("model.noisy", "nondeterministic", diagnosis="two eager runs differ (loss)")
+    assert "diagnosis: two eager runs differ (loss)" in noisy.summary()

@@ -20,7 +20,7 @@ from harness.records import CaseResult, read_results
 
 from .formatting import FILTERS
 from .merge import merge_run_meta
-from .view import build_context, headline, status_class
+from .view import build_context, headline, rule_of, status_class
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 
@@ -39,6 +39,7 @@ def _environment() -> jinja2.Environment:
     env.filters.update(FILTERS)
     env.filters["status_class"] = status_class
     env.filters["headline"] = headline
+    env.filters["rule"] = rule_of
     return env
 
 
@@ -58,9 +59,10 @@ def render_html(
     records: list[CaseResult],
     run_meta: dict[str, Any] | None = None,
     baseline: list[CaseResult] | None = None,
+    baseline_meta: dict[str, Any] | None = None,
 ) -> str:
-    """The report page for `records`, diffed against `baseline` records when given."""
-    context = build_context(list(records), dict(run_meta or {}), baseline)
+    """The report page for `records`, diffed against `baseline` records (and its run metadata) when given."""
+    context = build_context(list(records), dict(run_meta or {}), baseline, baseline_meta)
     context["sort_script"], context["script_hash"] = _sort_script()
     context["generated_at"] = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return _environment().get_template("report.html.j2").render(**context)
@@ -84,11 +86,11 @@ def merge_results(result_paths: list[str]) -> tuple[dict[str, Any], list[CaseRes
 def write_report(result_paths: list[str], output: str, baseline_path: str | None = None) -> str:
     """Merge results files (shards of one run), render them and write `output`; returns its path."""
     run_meta, records = merge_results(result_paths)
-    baseline = None
+    baseline = baseline_meta = None
     if baseline_path:
-        _, baseline = read_results(baseline_path)
+        baseline_meta, baseline = read_results(baseline_path)
         run_meta["baseline"] = os.path.basename(baseline_path)
-    _write_atomically(output, render_html(records, run_meta, baseline))
+    _write_atomically(output, render_html(records, run_meta, baseline, baseline_meta))
     return output
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from harness.records import FAILING_STATUSES, PASS, XFAIL, CaseResult, OutputComparison
 
@@ -56,6 +57,21 @@ class MetricMove:
 
 
 @dataclass
+class SetupDifference:
+    """A way the baseline was run differently from this run (emulation, device, backend): a change of
+    setup, not of torch.compile, can explain every status change and moved metric below it."""
+
+    what: str
+    baseline: list[str]
+    current: list[str]
+
+    @property
+    def text(self) -> str:
+        return (f"{self.what}: baseline {_listed(self.baseline, self.what)}, "
+                f"this run {_listed(self.current, self.what)}")
+
+
+@dataclass
 class BaselineDiff:
     new_failures: list[StatusChange] = field(default_factory=list)
     fixes: list[StatusChange] = field(default_factory=list)
@@ -63,6 +79,7 @@ class BaselineDiff:
     moved: list[MetricMove] = field(default_factory=list)
     only_in_baseline: list[CaseResult] = field(default_factory=list)
     matched: int = 0
+    setup_differences: list[SetupDifference] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -74,9 +91,11 @@ def run_key(record: CaseResult) -> tuple[str, ...]:
     return (record.case, record.dtype, record.mode, record.device.split(":")[0], record.backend)
 
 
-def diff_against_baseline(current: list[CaseResult], baseline: list[CaseResult]) -> BaselineDiff:
+def diff_against_baseline(current: list[CaseResult], baseline: list[CaseResult],
+                          current_meta: dict[str, Any] | None = None,
+                          baseline_meta: dict[str, Any] | None = None) -> BaselineDiff:
     before = {run_key(r): r for r in baseline}
-    diff = BaselineDiff()
+    diff = BaselineDiff(setup_differences=setup_differences(current, baseline, current_meta, baseline_meta))
     seen = set()
     for record in current:
         key = run_key(record)
@@ -89,6 +108,51 @@ def diff_against_baseline(current: list[CaseResult], baseline: list[CaseResult])
     diff.only_in_baseline = [r for key, r in before.items() if key not in seen]
     diff.moved.sort(key=_move_severity)
     return diff
+
+
+def setup_differences(current: list[CaseResult], baseline: list[CaseResult],
+                      current_meta: dict[str, Any] | None = None,
+                      baseline_meta: dict[str, Any] | None = None) -> list[SetupDifference]:
+    """Emulation, device type and backend of each side, from its run metadata and its records.
+
+    Records carry their own `emulation`, `device` and `backend`, so a baseline whose run
+    metadata is lost (a journal, an older file) is still checked. A baseline taken without
+    emulation against an emulated run is the common mistake: every emulated failure then
+    reads as a new regression.
+    """
+    differences = []
+    for what, normalize in _SETUP:
+        before = _setup_values(what, normalize, baseline, baseline_meta)
+        after = _setup_values(what, normalize, current, current_meta)
+        if before and after and before != after:  # an unknown side is no evidence of a difference
+            differences.append(SetupDifference(what, sorted(before), sorted(after)))
+    return differences
+
+
+def _device_type(device: Any) -> str | None:
+    # Shards of one night land on cuda:0..cuda:7: the index is no difference of setup.
+    return str(device).split(":")[0] if device else None
+
+
+# The record field (and run metadata key) of each part of a setup, and how its values compare.
+_SETUP = (
+    ("emulation", lambda value: str(value) if value else "none"),  # metadata says null for a run without one
+    ("device", _device_type),
+    ("backend", lambda value: str(value) if value else None),
+)
+
+
+def _setup_values(what: str, normalize, records: list[CaseResult], meta: dict[str, Any] | None) -> set[str]:
+    values = [getattr(r, what) for r in records]
+    if meta is not None and what in meta:
+        values += meta[what] if isinstance(meta[what], (list, tuple)) else [meta[what]]
+    return {normalized for normalized in map(normalize, values) if normalized is not None}
+
+
+def _listed(values: list[str], what: str) -> str:
+    if what == "emulation":
+        values = ["without emulation" if v == "none" else v for v in values]
+    return " and ".join(values)
 
 
 def _classify_status(diff: BaselineDiff, record: CaseResult, old: CaseResult | None) -> None:

@@ -7,11 +7,16 @@ import tempfile
 from typing import Sequence
 from xml.sax.saxutils import escape, quoteattr
 
-from harness.records import ERROR, FAIL, NONDETERMINISTIC, SKIP, XFAIL, XPASS, CaseResult
+from harness.records import ERROR, SKIP, XFAIL, CaseResult, is_failing
+
+
+def _failure(record: CaseResult) -> bool:
+    # Which statuses fail a run is `records.Status`'s to say; an error is reported as <error>, not <failure>.
+    return is_failing(record.status) and record.status != ERROR
 
 
 def junit_xml(records: Sequence[CaseResult], name: str = "torch.compile accuracy") -> str:
-    failures = sum(r.status in (FAIL, XPASS, NONDETERMINISTIC) for r in records)
+    failures = sum(_failure(r) for r in records)
     errors = sum(r.status == ERROR for r in records)
     skipped = sum(r.status in (SKIP, XFAIL) for r in records)
     total_time = sum(r.duration_s for r in records)
@@ -25,7 +30,7 @@ def junit_xml(records: Sequence[CaseResult], name: str = "torch.compile accuracy
         message = quoteattr(_clean(record.summary().splitlines()[0]))
         if record.status == ERROR:
             lines.append(f"<error message={message}>{body}</error>")
-        elif record.status in (FAIL, XPASS, NONDETERMINISTIC):
+        elif _failure(record):
             lines.append(f"<failure message={message}>{body}</failure>")
         elif record.status in (SKIP, XFAIL):
             lines.append(f"<skipped message={quoteattr(_clean(record.reason or str(record.status)))}/>")

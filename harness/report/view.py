@@ -11,14 +11,19 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.records import (ERROR, SKIP, STATUSES, Answer, CaseResult, Localization, OutputComparison, Status,
-                             is_failing)
+from harness.records import (ERROR, PASSED_BY_COSINE, PASSED_BY_RMSE, PASSED_BY_SUMMATION_NOISE, SKIP, STATUSES,
+                             Answer, CaseResult, KernelArgument, Localization, OutputComparison, Status, is_failing)
 
 from . import svg
 from .baseline import MOVE_FACTOR, BaselineDiff, diff_against_baseline
+from .formatting import cosine as format_cosine
+from .formatting import number as format_number
 
 # Failures first: what needs a human comes before what only needs a glance (the order `Status` declares).
 STATUS_ORDER = tuple(Status)
+# Within a status, the runs of these tags come first: the seed cases are the upstream reports the
+# harness exists for, and their failure is the headline of an emulation run, not its last line.
+HEADLINE_TAGS = ("seed",)
 SAMPLES_SHOWN = 8
 
 
@@ -39,6 +44,14 @@ class KernelView:
     buffers: list[str]
     source_lines: list[SourceLine]
     hit_lines: int
+    # Kernel parameters (and wrapper buffers) marked in the source and the arguments table, with why.
+    marked: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def marked_in_source(self) -> list[str]:
+        """The marked names the source actually mentions (wrapper buffer names never appear in it)."""
+        seen = {text for line in self.source_lines for text, hit in line.pieces if hit}
+        return [name for name in self.marked if name in seen]
 
     @property
     def answer(self) -> str:
@@ -79,34 +92,69 @@ class CaseView:
     max_rel: float | None
     cosine: float | None
     kernel: KernelView | None
+    # Outputs that failed, or passed with elements beyond tolerance (by a rule other than tolerance).
     outputs: list[OutputView] = field(default_factory=list)
 
     @property
+    def failing(self) -> bool:
+        """Whether this run fails the run (CLI exit 1, pytest): `records.Status` decides, nothing here."""
+        return is_failing(self.record.status)
+
+    @property
+    def errored(self) -> bool:
+        return self.record.status == ERROR or self.record.error is not None
+
+    @property
     def diverging(self) -> bool:
-        return bool(self.outputs) or (self.kernel is not None and self.kernel.diverged)
+        return any(not o.output.passed for o in self.outputs) or (self.kernel is not None and self.kernel.diverged)
+
+    @property
+    def detailed(self) -> bool:
+        """Shown in the details section: every failing run that is not an error (those have their own
+        section), every run that diverged (xfail included), and passes with elements beyond tolerance."""
+        return (self.failing and not self.errored) or self.diverging or bool(self.outputs)
+
+    @property
+    def passed_by(self) -> list[str]:
+        """The rules that passed this run's outputs despite elements beyond tolerance."""
+        return list(dict.fromkeys(rule_of(o.output) for o in self.outputs if o.output.passed))
+
+    @property
+    def rule_notes(self) -> list[tuple[str, str]]:
+        """(rule, what it means) for every rule in the outputs table that passed an output with differences."""
+        explained = {}
+        for output in self.record.outputs:
+            if output.passed and output.bad:
+                explained.setdefault(rule_of(output), rule_explanation(output))
+        return list(explained.items())
 
     @property
     def link(self) -> str | None:
         """Where the table row points: the first section that tells more about this record."""
-        if self.diverging:
+        if self.diverging or (self.detailed and not self.errored):
             return f"#{self.anchor}"
-        if self.record.status == ERROR or self.record.error is not None:
+        if self.errored:
             return f"#{self.anchor}-error"
         if self.record.status == SKIP:
             return f"#{self.anchor}-skip"
         return None
 
 
-def build_context(records: list[CaseResult], run_meta: dict[str, Any], baseline: list[CaseResult] | None) -> dict[str, Any]:
+def build_context(records: list[CaseResult], run_meta: dict[str, Any], baseline: list[CaseResult] | None,
+                  baseline_meta: dict[str, Any] | None = None) -> dict[str, Any]:
     cases = [_case_view(i, r) for i, r in enumerate(records)]
-    cases.sort(key=_case_order)
-    diff: BaselineDiff | None = diff_against_baseline(records, baseline) if baseline is not None else None
+    cases.sort(key=case_order)
+    diff: BaselineDiff | None = None
+    if baseline is not None:
+        diff = diff_against_baseline(records, baseline, run_meta, baseline_meta)
     links = {id(c.record): c.link for c in cases}
+    detailed = [c for c in cases if c.detailed]
     return {
         "summary": summarize(records, run_meta),
         "cases": cases,
-        "diverging": [c for c in cases if c.diverging],
-        "errors": [c for c in cases if c.record.status == ERROR or c.record.error is not None],
+        "detailed": detailed,
+        "failing_detailed": sum(c.failing for c in detailed),
+        "errors": [c for c in cases if c.errored],
         "skips": [c for c in cases if c.record.status == SKIP],
         "diff": diff,
         "link_for": lambda record: links.get(id(record)) if record is not None else None,
@@ -114,10 +162,13 @@ def build_context(records: list[CaseResult], run_meta: dict[str, Any], baseline:
     }
 
 
-def _case_order(view: CaseView) -> tuple[Any, ...]:
+def case_order(view: CaseView) -> tuple[Any, ...]:
+    """Failing runs first, in the order `Status` declares, then the rest; headline (seed) cases first
+    within a status."""
     r = view.record
     rank = STATUS_ORDER.index(r.status) if r.status in STATUS_ORDER else len(STATUS_ORDER)
-    return (rank, r.case, r.dtype, r.mode, r.device, r.backend)
+    headline_case = any(tag in HEADLINE_TAGS for tag in r.tags)
+    return (not view.failing, rank, not headline_case, r.case, r.dtype, r.mode, r.device, r.backend)
 
 
 def _case_view(index: int, record: CaseResult) -> CaseView:
@@ -132,8 +183,45 @@ def _case_view(index: int, record: CaseResult) -> CaseView:
         max_rel=_worst(o.max_rel for o in outputs),
         cosine=min((o.cosine for o in outputs if o.cosine is not None), default=None, key=_nan_low),
         kernel=kernel,
-        outputs=[_output_view(o) for o in outputs if not o.passed],
+        outputs=[_output_view(o) for o in outputs if not o.passed or o.bad],
     )
+
+
+def rule_of(output: OutputComparison) -> str:
+    """The rule that decided an output, as the outputs table shows it: the one that passed it despite
+    its differences when there is one (`rule` says "rmse_vs_fp64" for both RMSE and noise passes)."""
+    return output.passed_by or output.rule
+
+
+def rule_explanation(output: OutputComparison) -> str:
+    """One line on what the rule that decided `output` means, with this output's own numbers."""
+    rule, num = rule_of(output), format_number
+    if rule == PASSED_BY_RMSE:
+        return (f"its RMS error against a float64 run of the program ({num(output.rmse_actual)}) is within "
+                f"×{num(output.rmse_multiplier)} of eager's own ({num(output.rmse_expected)}) plus atol/10: compiled "
+                "is as close to the true values as eager, and its elements beyond tolerance are rounding, not a "
+                "compiled error (torchbench's RMSE rule)")
+    if rule == PASSED_BY_SUMMATION_NOISE:
+        return (f"its RMS error against float64 ({num(output.rmse_actual)}) is within the noise a correct float32 "
+                f"sum of many terms has (floor {num(output.rmse_floor)}); eager's own reduction is more accurate "
+                f"than a plain float32 sum ({num(output.rmse_expected)}), which is why elements sit beyond "
+                "tolerance of eager")
+    if rule == PASSED_BY_COSINE:
+        return (f"its cosine similarity with eager ({format_cosine(output.cosine)}) passed torchbench's last-resort "
+                "check, which this case asks for; it missed both its tolerance and the RMSE rule")
+    return RULE_MEANINGS.get(rule, "")
+
+
+# What the other deciding rules mean; their numbers are already in the outputs table.
+RULE_MEANINGS = {
+    "exact": "integers and bool must match exactly",
+    "tolerance": ("every element within atol + rtol·|eager| of eager (torch.testing.assert_close's table, "
+                  "or the case's override)"),
+    "rmse_vs_fp64": "judged against a float64 run of the program (torchbench's RMSE rule)",
+    "equal": "a non-tensor result: must equal eager's",
+    "shape": "shapes differ: nothing to compare element by element",
+    "missing": "only one side produced this result",
+}
 
 
 def _worst(values) -> float | None:
@@ -169,9 +257,51 @@ def _kernel_view(data: Localization | None) -> KernelView | None:
     if data is None:
         return None
     buffers = [str(b) for b in data.buffers]
-    lines = highlight_source(data.source or "", buffers)
+    marked = marked_arguments(data)
+    lines = highlight_source(data.source or "", list(marked))
     return KernelView(data=data, diverged=data.diverged, buffers=buffers, source_lines=lines,
-                      hit_lines=sum(line.hit for line in lines))
+                      hit_lines=sum(line.hit for line in lines), marked=marked)
+
+
+def marked_arguments(data: Localization) -> dict[str, str]:
+    """The kernel parameters whose source lines the panel marks, each with the reason.
+
+    Localization names what the kernel *wrote* wrong (`buffers`: the parameter and the wrapper's
+    buffer), never which input it *read* wrong. A kernel shown wrong on exact (eager) inputs reads
+    right values at wrong addresses, and the launch-boundary bugs this harness hunts live in the
+    loads of one kind of input: one whose layout is not dense (seed 000's overlapping view collapsed
+    into a contiguous copy), or one that shares memory with the buffer written wrong (a kernel that
+    reads what it writes). The argument records carry size, stride and buffer, so those loads are
+    found here without re-running anything; it is a heuristic, and the reasons say which rule fired.
+    """
+    if data.answer not in (Answer.KERNEL, Answer.DRIFT):
+        return {}
+    marked = {str(name): "written wrong" for name in data.buffers if name}
+    written = {str(name) for name in data.buffers if name}
+    for arg in data.args:
+        if arg.role not in ("in", "inout") or arg.name in marked:
+            continue
+        if arg.buffer is not None and arg.buffer in written:
+            marked[arg.name] = f"reads {arg.buffer}, the buffer written wrong"
+        elif not _dense(arg):
+            marked[arg.name] = f"read through a non-dense layout (size {_dims(arg.size)}, stride {_dims(arg.stride)})"
+    return marked
+
+
+def _dense(arg: KernelArgument) -> bool:
+    """Whether size and stride describe a non-overlapping, dense layout (any dimension order)."""
+    if any(size == 0 for size in arg.size):
+        return True
+    expected = 1
+    for stride, size in sorted((stride, size) for size, stride in zip(arg.size, arg.stride) if size != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _dims(values: list[int]) -> str:
+    return "(" + ", ".join(map(str, values)) + ("," if len(values) == 1 else "") + ")"
 
 
 def highlight_source(source: str, names: list[str]) -> list[SourceLine]:
@@ -283,7 +413,8 @@ def headline(record: CaseResult) -> str:
     if failing:
         more = f" (+{len(failing) - 1} more outputs)" if len(failing) > 1 else ""
         return failing[0].summary() + more
-    return record.reason or ""
+    # A failing run with nothing wrong in its outputs (nondeterministic, xpass) says why in its diagnosis.
+    return record.reason or (record.diagnosis if is_failing(record.status) else None) or ""
 
 
 def status_class(status: str) -> str:

@@ -21,6 +21,8 @@ from harness.records import (  # noqa: E402
     CaseResult,
     ErrorHistogram,
     ErrorInfo,
+    KernelArgument,
+    Localization,
     MismatchMap,
     OutputComparison,
     Sample,
@@ -111,27 +113,23 @@ def _failing_output(rng: random.Random, name: str, dtype: str) -> OutputComparis
     )
 
 
-def _kernel(rng: random.Random, n: int) -> dict:
+def _kernel(rng: random.Random, n: int) -> Localization:
     rows, cols = 4096, 512
-    return {
-        "graph": rng.choice(("forward 0", "backward 0")),
-        "launch_index": rng.randrange(40),
-        "launches": 40,
-        "name": f"triton_red_fused__softmax_{n}",
-        "source": KERNEL_SOURCE.format(n=n, rows=rows, cols=cols),
-        "nodes": ["amax", "sub", "exp", "mul"],
-        "aten_ops": ["aten.amax.default", "aten.sub.Tensor", "aten.exp.default", "aten.mul.Tensor"],
-        "args": [
-            {"name": "in_ptr0", "dtype": "float16", "size": [rows, cols], "stride": [cols, 1], "storage_offset": 0, "role": "input"},
-            {"name": "in_ptr1", "dtype": "float16", "size": [cols], "stride": [1], "storage_offset": 0, "role": "input"},
-            {"name": "out_ptr0", "dtype": "float32", "size": [rows], "stride": [1], "storage_offset": 0, "role": "output"},
-            {"name": "out_ptr1", "dtype": "float16", "size": [rows, cols], "stride": [cols, 1], "storage_offset": 0, "role": "output"},
+    return Localization(
+        answer="kernel", diverged=True, graph=rng.choice(("forward 0", "backward 0")), launch_index=rng.randrange(40),
+        launches=40, name=f"triton_red_fused__softmax_{n}", kind="triton",
+        source=KERNEL_SOURCE.format(n=n, rows=rows, cols=cols), nodes=["amax", "sub", "exp", "mul"],
+        aten_ops=["aten.amax.default", "aten.sub.Tensor", "aten.exp.default", "aten.mul.Tensor"],
+        args=[
+            KernelArgument("in_ptr0", "buf3", "in", "float16", [rows, cols], [cols, 1], 0),
+            KernelArgument("in_ptr1", "arg2_1", "in", "float16", [cols], [1], 0),
+            KernelArgument("out_ptr0", "buf4", "out", "float32", [rows], [1], 0),
+            KernelArgument("out_ptr1", "buf5", "out", "float16", [rows, cols], [cols, 1], 0),
         ],
-        "isolated": rng.choice(("kernel is wrong on reference inputs", "upstream drift amplified here")),
-        "metrics": {"numel": rows * cols, "bad": 913, "max_abs": 0.031, "max_rel": 2.5, "cosine": 0.99991},
-        "buffers": ["out_ptr1"],
-        "stage": "inductor",
-    }
+        isolated=rng.choice(("kernel is wrong: on eager values of its inputs it still diverges",
+                             "upstream drift amplified here")),
+        metrics=_failing_output(rng, "out_ptr1", "float16"), buffers=["out_ptr1"], stage="inductor",
+    )
 
 
 def synthetic_records(count: int, seed: int = 0) -> list[CaseResult]:

@@ -31,6 +31,8 @@ from . import records as R
 from .registry import Case
 
 POLL_S = 0.25
+# Beyond the import deadline the worker enforces itself, before the parent gives up on an import.
+IMPORT_GRACE_S = 10.0
 LOG_TAIL_CHARS = 2000
 
 
@@ -62,6 +64,7 @@ class _Worker:
     results: IO[str]
     log_path: str
     task: Task | None = None
+    loading: float | None = None
     started: float | None = None
     buffer: str = ""
 
@@ -70,7 +73,7 @@ class _Worker:
         return self.task is not None
 
     def send(self, task: Task) -> None:
-        self.task, self.started = task, None
+        self.task, self.loading, self.started = task, None, None
         self.process.stdin.write(json.dumps({"case": task.case.name, "source": task.case.source, "dtype": task.dtype,
                                              "mode": task.mode}) + "\n")
         self.process.stdin.flush()
@@ -177,8 +180,15 @@ class WorkerPool:
                 yield self._lost(worker, "crash", _exit_text(worker.process.returncode))
             elif worker.started is not None and now - worker.started > self.timeout_s:
                 yield self._lost(worker, "timeout", f"no result after {self.timeout_s:g}s (--timeout)")
+            elif worker.started is None and worker.loading is not None and \
+                    now - worker.loading > self.timeout_s + IMPORT_GRACE_S:
+                # The module's own import deadline did not fire (an import stuck in C code).
+                yield self._lost(worker, "timeout", f"importing the case module took more than {self.timeout_s:g}s")
 
     def _message(self, worker: _Worker, message: dict) -> R.CaseResult | None:
+        if "loading" in message:
+            worker.loading = time.perf_counter()
+            return None
         if "started" in message:
             worker.started = time.perf_counter()
             return None

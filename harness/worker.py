@@ -4,8 +4,9 @@ Started by `harness.executor` as `python -m harness.worker` in a process
 session of its own, with stdout and stderr going to a log file (a case's own
 output, or a child process it starts, never holds the harness's console).
 The parent sends one JSON line per task on stdin; the worker answers on the
-file descriptor named by HARNESS_RESULT_FD: `{"started": ...}` when a task
-begins (the timeout counts from there), then `{"record": ...}`.
+file descriptor named by HARNESS_RESULT_FD: `{"loading": ...}` while it
+imports the case's module (under the import deadline), `{"started": ...}` when
+the case begins (the timeout counts from there), then `{"record": ...}`.
 
 If the parent dies (SIGKILL, a cancelled CI job), the worker notices within a
 second and kills its whole process group: nothing is left running.
@@ -73,9 +74,11 @@ def main() -> int:
     modules: dict[str, dict] = {}
     for line in sys.stdin:
         task = json.loads(line)
-        results.write(json.dumps({"started": task["case"]}) + "\n")
         source = task.get("source") or ""
         if source not in modules:
+            # Importing the case's module has a deadline of its own (the registry's); the case's timeout
+            # starts with the case.
+            results.write(json.dumps({"loading": source}) + "\n")
             paths = [source] if source else setup["case_paths"]
             modules[source] = load_registry(paths, include_default=not source,
                                             import_timeout_s=setup.get("import_timeout_s")).cases
@@ -87,6 +90,7 @@ def main() -> int:
         if case is None:
             results.write(json.dumps({"missing": task["case"]}) + "\n")
             continue
+        results.write(json.dumps({"started": task["case"]}) + "\n")
         record = run_case(case, getattr(torch, task["dtype"]), task["mode"], config)
         results.write(json.dumps({"record": encode_json(record.to_dict())}, allow_nan=False) + "\n")
         sys.stdout.flush()

@@ -1,4 +1,4 @@
-"""The eager simulation of seed 000 (shared/seeds/README.md): figures known exactly.
+"""The eager simulation of seed 000 (the int64 as_strided report; `cases/seed_index_as_strided.py`): figures known exactly.
 
 Narrow the overlapping view with `.to(int32)` (a dense copy), then read that
 copy with the view's original strides, as the NPU kernel does.

@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 import textwrap

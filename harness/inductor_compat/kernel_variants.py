@@ -1,7 +1,7 @@
 """Kernel variants: generated kernels compiled again from rewritten source.
 
 Some NPU-only bugs live in the code the NPU backend generates, not at its
-launch boundary. Seed 002 (`shared/seeds/002_*.txt`) is one: in reductions
+launch boundary. Seed 002 (the RMSNorm weight-gradient report, `cases/seed_rmsnorm_weight_grad.py`) is one: in reductions
 over several flattened axes its codegen (1) initialises, reduces and stores
 the accumulator inside the reduction loops, so only partial results survive,
 and (2) flattens the axes in an order other than the one the index assumes.

@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="list the cases a selection would run")
     _add_selection(listing)
     listing.add_argument("--injections", action="store_true", help="list the --inject names instead")
+    listing.add_argument("--skipped", action="store_true", help="list what case sources (OpInfo) leave out, and why")  # harness/sources.py
 
     run = commands.add_parser("run", help="run cases: eager vs compiled, element by element")
     _add_selection(run)
@@ -130,6 +131,9 @@ def _list(args: argparse.Namespace) -> int:
         for name, injection in INJECTIONS.items():
             say(f"{name:28} {injection.summary}")
         return EXIT_OK
+    if args.skipped:  # case sources' skips, with reasons (OpInfo: harness/sources.py)
+        from .sources import list_skipped
+        return list_skipped(args, say)
     registry, chosen = _select(args)
     say(f"{'CASE':40} {'SIZE':4} {'MODES':20} {'DTYPES':22} TAGS")
     runs = 0
@@ -178,6 +182,9 @@ def _run(args: argparse.Namespace) -> int:
                         load_errors=[str(e) for e in registry.errors])
     for path in publish(results, meta, args.json_path, args.report_dir):
         say(f"{'report' if path.endswith('.html') else 'results'}: {path}")
+    from .report.summary import console_lines  # per op and per layout, when OpInfo cases ran (harness/report/summary.py)
+    for line in console_lines(results):
+        say(line)
     say(totals(results))
     if registry.errors:
         return EXIT_USAGE

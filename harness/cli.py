@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="list the cases a selection would run")
     _add_selection(listing)
     listing.add_argument("--injections", action="store_true", help="list the --inject names instead")
+    listing.add_argument("--skipped", action="store_true", help="list what case sources (OpInfo) leave out, and why")  # harness/sources.py
 
     run = commands.add_parser("run", help="run cases: eager vs compiled, element by element")
     _add_selection(run)
@@ -179,6 +180,9 @@ def _list(args: argparse.Namespace) -> int:
         return EXIT_OK
     from .run_identity import dtype_name, runs_of
 
+    if args.skipped:  # case sources' skips, with reasons (OpInfo: harness/sources.py)
+        from .sources import list_skipped
+        return list_skipped(args, say)
     registry, chosen = _select(args)
     say(f"{'CASE':40} {'SIZE':4} {'MODES':20} {'DTYPES':22} TAGS")
     runs = 0
@@ -293,6 +297,9 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any) -> int:
                         stopped_by=str(stopped) if stopped else None, journal=journal_file)
     for path in publish(results, meta, args.json_path, args.report_dir, args.junit):
         say(f"{'report' if path.endswith('.html') else 'junit' if path.endswith('.xml') else 'results'}: {path}")
+    from .report.summary import console_lines  # per op and per layout, when OpInfo cases ran (harness/report/summary.py)
+    for line in console_lines(results):
+        say(line)
     say(totals(results))
     if stopped is not None:
         return 128 + stopped.signum

@@ -91,7 +91,8 @@ def materialize_inputs(args: Any, kwargs: Mapping[str, Any], dtype: torch.dtype,
         if isinstance(item, TensorSpec):
             return materialize(item.with_dtype(dtype), generator, device.torch_device())
         if isinstance(item, torch.Tensor):
-            return clone_exact(item.to(device.torch_device()))
+            # The whole storage moves, so a non-dense layout stays what it was (`.to(device)` would make it dense).
+            return clone_exact(item, device=device.torch_device())
         return item
 
     return Inputs([one(a) for a in args], {k: one(v) for k, v in kwargs.items()})

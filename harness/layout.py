@@ -64,16 +64,19 @@ def is_non_overlapping_and_dense(t: torch.Tensor) -> bool:
     return True
 
 
-def clone_exact(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Copy a tensor with its size, stride, offset and whole storage kept.
+def clone_exact(t: torch.Tensor, dtype: torch.dtype | None = None,
+                device: torch.device | str | None = None) -> torch.Tensor:
+    """Copy a tensor with its size, stride, offset and whole storage kept (on `device`, when given).
 
-    `Tensor.clone()` gives an overlapping or gapped view a dense layout of its
-    own; kernels compiled for the original strides must see the original ones.
-    The copy is a leaf that requires grad when `t` does.
+    `Tensor.clone()` (and `Tensor.to(device)`) gives an overlapping or gapped view
+    a dense layout of its own; kernels compiled for the original strides must see
+    the original ones. The copy is a leaf that requires grad when `t` does.
     """
     itemsize = t.element_size()
     storage_numel = t.untyped_storage().nbytes() // itemsize
     base = t.detach().as_strided((storage_numel,), (1,), 0).clone()
+    if device is not None:
+        base = base.to(device)
     if dtype is not None:
         base = base.to(dtype)
     view = base.as_strided(t.size(), t.stride(), t.storage_offset())

@@ -117,10 +117,10 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 class CaseFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
-        from .registry import load_registry
         from .run_identity import dtype_name
+        from .sources import load_for_pytest  # case sources (OpInfo), loaded as the selection asks: harness/sources.py
 
-        registry = load_registry([str(self.path)], include_default=False)
+        registry = load_for_pytest(str(self.path), self.config)
         for error in registry.errors:
             # A failing test rather than a collection error: pytest would stop the whole session.
             yield LoadErrorItem.from_parent(self, name="load-error", message=str(error))

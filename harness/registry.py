@@ -4,6 +4,10 @@ A case module is any Python file that defines `Case` objects at module level
 (directly, through the `@case` decorator, or in a list named `CASES`). The
 registry loads the project's `cases/` directory and any directory, file or
 dotted module a user names, so teams can keep private cases next to ours.
+
+A module may also declare `CASE_SOURCES`: generators of many cases (OpInfo's
+thousands) that cost seconds to load. The registry records them and loads one
+only when a selection asks for it (`CaseSource`, `harness/sources.py`).
 """
 
 from __future__ import annotations
@@ -130,6 +134,9 @@ class Case:
     strict_eager: bool = False
     # Whether Dynamo must produce a graph: a compiled run that compiled nothing is an error, not a pass.
     compiles: bool = True
+    # Generated cases (OpInfo samples): an input eager rejects is no test of the compiler, so an
+    # exception in the eager run makes the run a skip with the exception as its reason, not an error.
+    skip_eager_failures: bool = False
     # Where the bug is known to be, for judging localization: an ATen op pattern the blamed kernel
     # computes ("aten.mul", alternatives with "|"), or "stage:<stage>" (aot_eager, ...).
     culprit: str | None = None
@@ -181,23 +188,124 @@ class LoadError:
         return f"cannot load cases from {self.source}: {self.message}"
 
 
+# The `source` of a generated case: "case source <name>" (not a module a worker could import).
+CASE_SOURCE_ORIGIN = "case source "
+
+
+@dataclass(frozen=True)
+class CaseSource:
+    """Cases made on demand by a generator too costly to run on every load (OpInfo).
+
+    Declared in a case module's `CASE_SOURCES`; `Registry.select` loads it only
+    when the selection can match its cases (the rule is `sources.wanted`):
+    a case name with its `prefix`, a `--tag` among its `tags` (or one no loaded
+    case carries), a `-k` expression that names it, or `--full` alone.
+    """
+
+    name: str  # what a -k expression mentions to ask for it ("opinfo")
+    prefix: str  # every case name it makes starts with this
+    tags: tuple[str, ...]  # tags that ask for it
+    # include_full -> its cases, in a stable order ("ci"-size cases only without include_full).
+    generate: Callable[[bool], Iterable[Case]]
+    # One case by name without generating the others (spawned workers look cases up by name), or None.
+    lookup: Callable[[str], Case | None]
+    # Why it cannot load here (a missing package, with the install command), or None.
+    unavailable: Callable[[], str | None] = lambda: None
+    # What it leaves out and why: (what, reason) pairs, for `harness list --skipped`.
+    skipped: Callable[[], Iterable[tuple[str, str]]] = lambda: ()
+    description: str = ""
+
+
+class _Cases(dict):
+    """Case name -> Case; a name no loaded case has is looked up in the case sources whose prefix it has."""
+
+    def __init__(self, registry: "Registry"):
+        super().__init__()
+        self._registry = registry
+
+    def __missing__(self, name: str) -> Case:
+        found = self._registry.lookup(name)
+        if found is None:
+            raise KeyError(name)
+        return found
+
+
 @dataclass
 class Registry:
     cases: dict[str, Case] = field(default_factory=dict)
     errors: list[LoadError] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    case_sources: list[CaseSource] = field(default_factory=list)
+    # Source name -> whether its full-size cases are loaded too.
+    loaded_sources: dict[str, bool] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        cases, self.cases = self.cases, _Cases(self)
+        self.cases.update(cases)
 
     def describe_sources(self) -> str:
         return "searched: " + (", ".join(self.sources) if self.sources else "nothing")
+
+    def add(self, item: Case, source: str) -> None:
+        if item.name in self.cases:
+            self.errors.append(LoadError(source, f"case {item.name!r} is already defined in {self.cases[item.name].source}"))
+            return
+        self.cases[item.name] = item if item.source else _with_source(item, source)
+
+    def _available(self, source: CaseSource) -> bool:
+        reason = source.unavailable()
+        if reason is not None:
+            error = LoadError(CASE_SOURCE_ORIGIN + source.name, reason)
+            if error not in self.errors:
+                self.errors.append(error)
+        return reason is None
+
+    def load_source(self, source: CaseSource, include_full: bool = False) -> None:
+        """Every case of `source` (full-size ones too with `include_full`) into `cases`, once."""
+        if self.loaded_sources.get(source.name) in (True, include_full) or not self._available(source):
+            return
+        try:
+            origin = CASE_SOURCE_ORIGIN + source.name
+            for item in source.generate(include_full):
+                if dict.__contains__(self.cases, item.name) and self.cases[item.name].source == origin:
+                    continue  # looked up by name, or loaded at ci size, before
+                self.add(item, origin)
+        except Exception as exc:  # a broken generator must not hide the other cases
+            self.errors.append(LoadError(CASE_SOURCE_ORIGIN + source.name, f"{type(exc).__name__}: {_short(exc)}"))
+            return
+        self.loaded_sources[source.name] = include_full
+
+    def lookup(self, name: str) -> Case | None:
+        """A case by name, looked up in the case source whose prefix it has (nothing else is generated)."""
+        if dict.__contains__(self.cases, name):
+            return dict.__getitem__(self.cases, name)
+        for source in self.case_sources:
+            if name.startswith(source.prefix) and self._available(source):
+                try:
+                    found = source.lookup(name)
+                except Exception as exc:
+                    self.errors.append(LoadError(CASE_SOURCE_ORIGIN + source.name, f"{type(exc).__name__}: {_short(exc)}"))
+                    return None
+                if found is not None:
+                    found = found if found.source else _with_source(found, CASE_SOURCE_ORIGIN + source.name)
+                    dict.__setitem__(self.cases, name, found)
+                    return found
+        return None
 
     def select(self, names: Sequence[str] = (), keyword: str | None = None, tags: Sequence[str] = (),
                include_full: bool = False) -> list[Case]:
         """Cases by exact name, then filtered by tag and -k expression.
 
         Named cases are always taken whatever their size; otherwise `full`
-        cases need `include_full`.
+        cases need `include_full`. Case sources the selection can match are
+        loaded first (`sources.wanted`).
         """
-        unknown = [n for n in names if n not in self.cases]
+        from .sources import wanted
+
+        for source in self.case_sources:
+            if not names and wanted(source, keyword, tags, include_full, self):
+                self.load_source(source, include_full)
+        unknown = [n for n in names if self.lookup(n) is None]
         if unknown:
             hints = []
             for name in unknown:
@@ -241,14 +349,17 @@ def load_registry(paths: Sequence[str] = (), include_default: bool = True,
                 with _import_deadline(import_timeout_s, name):
                     module = loader()
                 found = list(_cases_in(module))
+                generators = list(getattr(module, "CASE_SOURCES", []))
             except BaseException as exc:  # sys.exit, Ctrl-C, a hang: a broken case module must not end the run
                 registry.errors.append(LoadError(name, f"{type(exc).__name__}: {_short(exc)}"))
                 continue
             for item in found:
-                if item.name in registry.cases:
-                    registry.errors.append(LoadError(name, f"case {item.name!r} is already defined in {registry.cases[item.name].source}"))
+                registry.add(item, name)
+            for generator in generators:
+                if any(s.name == generator.name for s in registry.case_sources):
+                    registry.errors.append(LoadError(name, f"case source {generator.name!r} is already declared"))
                     continue
-                registry.cases[item.name] = item if item.source else _with_source(item, name)
+                registry.case_sources.append(generator)
     return registry
 
 

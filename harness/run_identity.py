@@ -67,6 +67,10 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+# The package extra that installs a case's requirement (`requires=`); others come with `models`.
+EXTRA_FOR = {"expecttest": "opinfo"}
+
+
 def missing_requirements(case: Case) -> list[str]:
     import importlib.util
 

@@ -26,7 +26,7 @@ from .execution import Inputs, Results, Session, materialize_inputs
 from .inputs import seed_for
 from .layout import clone_exact
 from .registry import Case, Program
-from .run_identity import RunConfig, apply_known_failure, dtype_name, missing_requirements, new_record
+from .run_identity import EXTRA_FOR, RunConfig, apply_known_failure, dtype_name, missing_requirements, new_record
 
 class CaseFailure(Exception):
     """An exception raised inside the case, tagged with the stage it broke."""
@@ -44,7 +44,8 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
     record = new_record(case, dtype, mode, config)
     reason = device.unavailable_reason()
     if reason is None and (missing := missing_requirements(case)):
-        reason = f"needs {', '.join(missing)}: pip install -e '.[models]'"
+        extras = sorted({EXTRA_FOR.get(name, "models") for name in missing})
+        reason = f"needs {', '.join(missing)}: pip install -e '.[{','.join(extras)}]'"
     if reason is not None:
         record.status, record.reason = R.SKIP, reason
         return record
@@ -61,9 +62,19 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
             compiled = _compiled_run(observed, config, record)
             _conclude(observed, compiled, config, record)
         except CaseFailure as failure:
-            record.status, record.stage = R.ERROR, failure.stage
-            record.symptom = failure.symptom or (R.Symptom.OOM if _is_oom(failure.cause) else R.Symptom.CRASH)
-            record.error = R.ErrorInfo(type(failure.cause).__name__, _text(failure.cause), _traceback(failure.cause))
+            if failure.stage == R.Stage.EAGER and case.skip_eager_failures:
+                # No eager result, no reference: the inputs are not a test of the compiler.
+                record.status, record.stage = R.SKIP, failure.stage
+                record.reason = f"eager raises on these inputs ({type(failure.cause).__name__}: {_first_line(failure.cause)})"
+            else:
+                record.status, record.stage = R.ERROR, failure.stage
+                record.symptom = failure.symptom or (R.Symptom.OOM if _is_oom(failure.cause) else R.Symptom.CRASH)
+                record.error = R.ErrorInfo(type(failure.cause).__name__, _text(failure.cause),
+                                           _traceback(failure.cause))
+        except Exception as exc:  # noqa: BLE001 - the harness's own bug: this run errs, the worker and the run go on
+            record.status, record.stage, record.symptom = R.ERROR, R.Stage.WORKER, R.Symptom.CRASH
+            record.error = R.ErrorInfo(type(exc).__name__, f"the harness failed on this case (a harness bug): {_text(exc)}",
+                                       _traceback(exc))
         finally:
             record.duration_s = round(time.perf_counter() - started, 3)
             _release(device)

@@ -55,7 +55,7 @@ def main() -> int:
 
     from .inductor_compat import preload_compiler
     from .records import encode_json
-    from .registry import load_registry
+    from .registry import CASE_SOURCE_ORIGIN, Registry, load_registry
     from .runner import run_case
 
     # What is imported now lives as long as the worker: out of the collector's sight, the collection each
@@ -71,22 +71,25 @@ def main() -> int:
     config = pickle.loads(base64.b64decode(setup["config"]))
 
     # Only the module a task's case comes from is imported (once): a worker never pays for the whole registry.
-    modules: dict[str, dict] = {}
+    # A generated case (a case source's, e.g. OpInfo) is looked up by name in the registry of every case path.
+    registries: dict[str, Registry] = {}
     for line in sys.stdin:
         task = json.loads(line)
         source = task.get("source") or ""
-        if source not in modules:
+        if source.startswith(CASE_SOURCE_ORIGIN):
+            source = ""
+        if source not in registries:
             # Importing the case's module has a deadline of its own (the registry's); the case's timeout
             # starts with the case.
             results.write(json.dumps({"loading": source}) + "\n")
             paths = [source] if source else setup["case_paths"]
-            modules[source] = load_registry(paths, include_default=not source,
-                                            import_timeout_s=setup.get("import_timeout_s")).cases
-        case = modules[source].get(task["case"])
+            registries[source] = load_registry(paths, include_default=not source,
+                                               import_timeout_s=setup.get("import_timeout_s"))
+        case = registries[source].lookup(task["case"])
         if case is None and source:  # a source that is not a loadable module: look everywhere
-            if "" not in modules:
-                modules[""] = load_registry(setup["case_paths"], import_timeout_s=setup.get("import_timeout_s")).cases
-            case = modules[""].get(task["case"])
+            if "" not in registries:
+                registries[""] = load_registry(setup["case_paths"], import_timeout_s=setup.get("import_timeout_s"))
+            case = registries[""].lookup(task["case"])
         if case is None:
             results.write(json.dumps({"missing": task["case"]}) + "\n")
             continue

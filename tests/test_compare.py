@@ -185,3 +185,12 @@ def test_mismatch_map_is_bounded_and_written_compactly(tmp_path):
     counts = counts[:counts.index("]\n") + 1]
     assert len(counts) <= MAP_CELLS * (MAP_CELLS * 4 + 8), len(counts)
     assert json.loads(text)["records"][0]["outputs"][0]["mismatch_map"]["counts"] == grid.counts
+
+
+def test_complex32_without_an_equality_kernel_is_still_compared_element_by_element():
+    expected = torch.tensor([1 + 2j, 3 - 1j], dtype=torch.complex64).to(torch.complex32)
+    assert compare_tensors("same", expected.clone(), expected).bad == 0
+    shifted = expected.clone()
+    shifted[1] += 1j
+    differs = compare_tensors("shifted", shifted, expected)
+    assert (differs.passed, differs.bad) == (False, 1)

@@ -34,6 +34,20 @@ def test_build_error_is_a_record_with_its_stage():
     assert record.error.type == "ValueError" and "bad shapes" in record.error.traceback
 
 
+def test_a_harness_bug_on_one_case_is_an_error_record_not_a_crash(monkeypatch):
+    import harness.runner as runner
+
+    def broken_comparison(*args, **kwargs):
+        raise NotImplementedError('"equal_cpu" not implemented for some dtype')
+
+    monkeypatch.setattr(runner, "compare_results", broken_comparison)
+    record = run_case(simple_case(), torch.float32, "inference", EAGER)
+    assert (record.status, record.stage, record.symptom) == (R.ERROR, "worker", "crash")
+    assert record.error.type == "NotImplementedError"
+    assert record.error.message.startswith("the harness failed on this case")
+    assert "broken_comparison" in record.error.traceback
+
+
 def test_known_failure_is_strict():
     failing = Case(name="fails", build=lambda d: Program(lambda x: x.nonexistent(), [contiguous((4,))]),
                    known_failures=(KnownFailure("tracked upstream", device="cpu"),))

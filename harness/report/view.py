@@ -18,6 +18,7 @@ from . import svg
 from .baseline import MOVE_FACTOR, BaselineDiff, diff_against_baseline
 from .formatting import cosine as format_cosine
 from .formatting import number as format_number
+from .summary import COLUMNS as OPINFO_COLUMNS, summarize as summarize_ops
 
 # Failures first: what needs a human comes before what only needs a glance (the order `Status` declares).
 STATUS_ORDER = tuple(Status)
@@ -159,6 +160,9 @@ def build_context(records: list[CaseResult], run_meta: dict[str, Any], baseline:
         "diff": diff,
         "link_for": lambda record: links.get(id(record)) if record is not None else None,
         "move_factor": MOVE_FACTOR,
+        # Generated op cases (OpInfo): per op and per layout, shown first (None when there are none).
+        "opinfo": summarize_ops(records),
+        "opinfo_columns": OPINFO_COLUMNS,
     }
 
 

@@ -1,0 +1,116 @@
+"""PyTorch's OpInfo database as a source of harness cases, crossed with layouts.
+
+`cases/opinfo.py` declares the source (`opinfo_source`) with the failures
+known on it. Each case is one op variant, one dtype, one OpInfo sample and one
+layout (`catalog` names them), built on the CPU from seeded samples and laid
+out with the harness's layout constructors (`layouts`). Cases of the `ci`
+sample (about 200 runs, one case per op) have size `ci` and tag `ci`; the rest
+of the sweep has size `full`.
+
+Importing this package does not import op_db: that happens when the registry
+loads the source (`harness/sources.py` says when).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from ..registry import Case, CaseSource, KnownFailure, Program
+from . import catalog as C
+from .layouts import LAYOUTS, REGISTRY as LAYOUT_REGISTRY
+
+SOURCE = "opinfo"
+TAGS = ("opinfo", "ci")
+INSTALL = "pip install -e '.[opinfo]'"
+
+__all__ = ["OpFailure", "opinfo_source", "SOURCE", "LAYOUTS"]
+
+
+@dataclass(frozen=True)
+class OpFailure:
+    """A known failure of an op's cases: which op (`name` or `name.variant`), where, and the upstream issue."""
+
+    op: str
+    issue: str
+    failure: KnownFailure
+    layouts: tuple[str, ...] | None = None  # None: every layout
+    samples: tuple[int, ...] | None = None  # None: every sample
+
+
+def unavailable() -> str | None:
+    if importlib.util.find_spec("expecttest") is None:
+        return f"needs the expecttest package (torch's OpInfo database imports it): {INSTALL}"
+    return None
+
+
+def opinfo_source(known_failures: Sequence[OpFailure] = ()) -> CaseSource:
+    failures = tuple(known_failures)
+    return CaseSource(
+        name=SOURCE, prefix=C.PREFIX, tags=TAGS,
+        generate=functools.partial(_generate, failures), lookup=functools.partial(_lookup, failures),
+        unavailable=unavailable, skipped=_skipped,
+        description="torch's OpInfo samples (op_db), each op x dtype x sample x layout a case",
+    )
+
+
+def _generate(failures: tuple[OpFailure, ...], include_full: bool) -> Iterable[Case]:
+    ci = C.ci_sample()
+    ci_names = {e.name for e in ci}
+    for entry in ci:
+        yield make_case(entry, failures, ci=True)
+    if include_full:
+        for entry in C.full_catalogue():
+            if entry.name not in ci_names:
+                yield make_case(entry, failures, ci=False)
+
+
+def _lookup(failures: tuple[OpFailure, ...], name: str) -> Case | None:
+    entry = C.lookup(name)
+    if entry is None:
+        return None
+    return make_case(entry, failures, ci=any(e.name == name for e in C.ci_sample()))
+
+
+def _skipped() -> list[tuple[str, str]]:
+    skips: list[C.Skip] = []
+    C.full_catalogue(skips)
+    return [(s.what, s.reason) for s in skips]
+
+
+def make_case(entry: C.Entry, failures: Sequence[OpFailure], ci: bool) -> Case:
+    op = C.ops_by_piece()[entry.op_piece]
+    key = C.op_key(op)
+    mine = [f for f in failures if f.op == key and (f.layouts is None or entry.layout in f.layouts)
+            and (f.samples is None or entry.index in f.samples)]
+    tags = ["opinfo", op.name] + ([key] if key != op.name else []) + [entry.layout] + (["ci"] if ci else [])
+    tensors, _, _ = C.flatten(C.samples(entry.op_piece, entry.dtype)[entry.index])
+    shapes = ", ".join(str(tuple(t.shape)) for t in tensors) or "no tensor"
+    return Case(
+        name=entry.name,
+        build=functools.partial(build, entry),
+        tags=tuple(tags),
+        dtypes=(entry.dtype,),
+        modes=entry.modes,
+        size="ci" if ci else "full",
+        issue=mine[0].issue if mine else None,
+        known_failures=tuple(f.failure for f in mine),
+        skip_eager_failures=True,
+        description=(f"OpInfo {key} sample {entry.index} ({C.dtype_name(entry.dtype)}; inputs {shapes}), "
+                     f"{entry.layout}: {LAYOUT_REGISTRY[entry.layout].summary}"),
+        source=f"case source {SOURCE}",
+    )
+
+
+def build(entry: C.Entry, dtype: torch.dtype) -> Program:
+    if dtype != entry.dtype:
+        raise ValueError(f"{entry.name} is a {C.dtype_name(entry.dtype)} case, not {C.dtype_name(dtype)}")
+    op = C.ops_by_piece()[entry.op_piece]
+    from ..inputs import seed_for
+
+    tensors, structure = C.laid_out(entry.op_piece, entry.dtype, entry.index, entry.layout, seed_for(entry.name))
+    return Program(C.OpCall(op, structure), tensors)

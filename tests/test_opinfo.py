@@ -1,0 +1,337 @@
+"""The OpInfo case source: lazy loading, stable names, counts, layouts, the summary, and real runs on the CPU."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from harness import records as R
+from harness.layout import is_non_overlapping, is_non_overlapping_and_dense
+from harness.registry import Case, CaseSource, KnownFailure, Program, Registry, load_registry
+from harness.report.summary import console_lines, summarize
+from harness.sources import keyword_asks, wanted
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OP_DB_MODULE = "torch.testing._internal.common_methods_invocations"
+needs_expecttest = pytest.mark.skipif(__import__("importlib").util.find_spec("expecttest") is None,
+                                      reason="needs expecttest: pip install -e '.[opinfo]'")
+
+
+def _python(code: str, env: dict | None = None) -> str:
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+# Lazy loading.
+
+def test_a_plain_registry_and_selection_never_import_op_db():
+    out = _python(f"""
+        import sys
+        from harness.registry import load_registry
+        registry = load_registry()
+        assert any(s.name == "opinfo" for s in registry.case_sources)
+        sizes = [len(registry.select()), len(registry.select(keyword="seed")), len(registry.select(tags=["upstream"])),
+                 len(registry.select(keyword="not opinfo")), len(registry.select(["layernorm_gelu"]))]
+        assert all(n > 0 for n in sizes[:2] + sizes[3:]), sizes
+        assert not any(c.name.startswith("opinfo-") for c in registry.cases.values())
+        print("{OP_DB_MODULE}" in sys.modules)
+    """)
+    assert out.strip() == "False"
+
+
+def _source(**kw):
+    return CaseSource(name="opinfo", prefix="opinfo-", tags=("opinfo", "ci"), generate=lambda full: [],
+                      lookup=lambda name: None, **kw)
+
+
+@pytest.mark.parametrize("expression, asks", [
+    ("opinfo", True), ("opinfo and softmax", True), ("opinfo and not add", True), ("opinfo-add", True),
+    ("not slow", True), ("seed or opinfo", True),
+    ("seed", False), ("add", False), ("not opinfo", False), ("seed and not opinfo", False),
+])
+def test_a_keyword_loads_the_source_only_when_it_can_select_its_cases(expression, asks):
+    assert keyword_asks(_source(), expression) is asks
+
+
+def test_tags_and_full_load_the_source_by_the_documented_rule():
+    registry = Registry()
+    registry.cases["seed_case"] = Case("seed_case", build=lambda d: None, tags=("seed",))
+    source = _source()
+    assert wanted(source, None, ["opinfo"], False, registry)
+    assert wanted(source, None, ["nn.functional.conv2d"], False, registry)  # a tag no loaded case carries
+    assert not wanted(source, None, ["seed"], False, registry)
+    assert not wanted(source, None, [], False, registry)
+    assert wanted(source, None, [], True, registry)  # --full alone: the whole catalogue
+    assert not wanted(source, "seed", [], True, registry)
+
+
+def test_an_unavailable_source_is_one_line_naming_the_extra():
+    registry = Registry(case_sources=[_source(unavailable=lambda: "needs the expecttest package: pip install -e '.[opinfo]'")])
+    assert registry.select(tags=["opinfo"]) == []
+    assert [str(e) for e in registry.errors] == [
+        "cannot load cases from case source opinfo: needs the expecttest package: pip install -e '.[opinfo]'"]
+
+
+def test_opinfo_unavailable_without_expecttest(monkeypatch):
+    import importlib.util
+
+    from harness import opinfo
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "expecttest" else real(name, *a))
+    assert "pip install -e '.[opinfo]'" in opinfo.unavailable()
+
+
+# Generation.
+
+@pytest.fixture(scope="module")
+def registry():
+    if __import__("importlib").util.find_spec("expecttest") is None:
+        pytest.skip("needs expecttest: pip install -e '.[opinfo]'")
+    return load_registry()
+
+
+@pytest.fixture(scope="module")
+def ci_cases(registry):
+    return registry.select(tags=["opinfo"])
+
+
+@pytest.fixture(scope="module")
+def full_cases(registry):
+    return [c for c in registry.select(tags=["opinfo"], include_full=True)]
+
+
+def _runs(cases):
+    return sum(len(c.dtypes) * len(c.modes) for c in cases)
+
+
+def test_the_ci_sample_is_about_200_runs_one_case_per_op_every_layout(ci_cases):
+    from harness.opinfo.layouts import LAYOUTS
+
+    assert 190 <= _runs(ci_cases) <= 210
+    ops = [c.tags[-3] for c in ci_cases]
+    assert len(set(ops)) == len(ops) >= 100
+    assert all(c.size == "ci" and "ci" in c.tags and c.tags[0] == "opinfo" for c in ci_cases)
+    layouts = {layout: sum(c.tags[-2] == layout for c in ci_cases) for layout in LAYOUTS}
+    assert min(layouts.values()) >= 15, layouts
+
+
+def test_the_full_sweep_lists_at_least_5000_runs_of_300_ops(full_cases, ci_cases):
+    assert _runs(full_cases) >= 5000
+    assert len({c.tags[1] for c in full_cases}) >= 300
+    ci_names = {c.name for c in ci_cases}
+    assert ci_names <= {c.name for c in full_cases}
+    assert all(c.size == ("ci" if c.name in ci_names else "full") for c in full_cases)
+
+
+def test_names_are_stable_identifiers_that_parse_back(full_cases):
+    from harness.opinfo import catalog as C
+
+    names = [c.name for c in full_cases]
+    assert len(names) == len(set(names))
+    for case in full_cases[::97]:
+        op, dtype, index, layout = C.parse_name(case.name)
+        assert C.case_name(op, dtype, index, layout) == case.name
+        assert case.dtypes == (dtype,) and layout in case.tags
+        assert C.op_key(op) in case.tags
+
+
+def _fingerprint(names):
+    """What another process would make of these cases: names, modes and the exact input values and layouts."""
+    return f"""
+        import hashlib, json, sys, torch
+        from harness.registry import load_registry
+        registry = load_registry()
+        out = {{"ci": [c.name for c in registry.select(tags=["opinfo"])]}}
+        for name in {names!r}:
+            case = registry.cases[name]
+            program = case.build(case.dtypes[0])
+            digest = hashlib.sha256()
+            for t in program.inputs:
+                digest.update(str((tuple(t.shape), t.stride(), t.storage_offset(), t.dtype)).encode())
+                digest.update(t.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+            out[name] = [case.size, list(case.modes), digest.hexdigest()]
+        print(json.dumps(out))
+    """
+
+
+def test_generation_is_deterministic_across_processes(ci_cases):
+    names = [c.name for c in ci_cases[:12:3]] + [c.name for c in ci_cases if c.tags[-2] in ("gapped", "overlapping")][:2]
+    first = json.loads(_python(_fingerprint(names)))
+    second = json.loads(_python(_fingerprint(names), env={"PYTHONHASHSEED": "123"}))
+    assert first == second
+    assert first["ci"] == [c.name for c in ci_cases]  # this process made the same sample
+
+
+def _named(cases, op, layout, dtype="float32"):
+    return next(c.name for c in cases if c.tags[1] == op and layout in c.tags and c.dtypes[0] == getattr(torch, dtype))
+
+
+def test_a_case_is_looked_up_by_name_without_generating_the_others(full_cases, ci_cases):
+    name = _named([c for c in full_cases if c.size == "full"], "add", "gapped")
+    out = _python(f"""
+        from harness.opinfo import catalog as C
+        from harness.registry import load_registry
+        registry = load_registry()
+        case = registry.cases["{name}"]  # what a spawned worker does
+        print(case.name, case.size, C.samples.cache_info().currsize < 200)
+        assert registry.lookup("{name}".replace("-gapped", "-nonsense")) is None
+        assert registry.lookup("opinfo-add-float32-s99-gapped") is None
+    """)
+    assert out.split() == [name, "full", "True"]
+    assert load_registry().cases[ci_cases[0].name].size == "ci"
+
+
+# Layouts.
+
+def _primary(case):
+    return case.build(case.dtypes[0]).inputs[0]
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "permuted", "gapped", "broadcast", "storage_offset", "overlapping"])
+def test_layouts_have_the_strides_they_declare(full_cases, layout):
+    from harness.opinfo.layouts import OFFSET
+
+    chosen = [c for c in full_cases if c.tags[-1 if c.tags[-1] != "ci" else -2] == layout][::250][:8]
+    assert chosen
+    for case in chosen:
+        tensors = [t for t in case.build(case.dtypes[0]).inputs if isinstance(t, torch.Tensor)]
+        sized = [t for t in tensors if sum(n > 1 for n in t.shape) >= 1]
+        if layout == "contiguous":
+            assert all(t.is_contiguous() for t in tensors), case.name
+        elif layout == "permuted":
+            assert any(is_non_overlapping_and_dense(t) and not t.is_contiguous() for t in sized), case.name
+        elif layout == "gapped":
+            assert any(is_non_overlapping(t) and not is_non_overlapping_and_dense(t) for t in sized), case.name
+        elif layout == "storage_offset":
+            assert any(t.storage_offset() == OFFSET and t.is_contiguous() for t in tensors), case.name
+        elif layout == "broadcast":
+            first = tensors[0]
+            assert any(s == 0 and n > 1 for n, s in zip(first.shape, first.stride())), case.name
+            assert all(is_non_overlapping(t) for t in tensors[1:]), case.name
+        else:
+            assert not is_non_overlapping(tensors[0]) and all(is_non_overlapping(t) for t in tensors[1:]), case.name
+
+
+def test_aliasing_layouts_only_where_the_op_does_not_write(full_cases):
+    from harness.opinfo import catalog as C
+
+    writers = {e.op_piece for e in C.full_catalogue() if C.probe(e.op_piece, e.dtype, e.index).writes}
+    assert "_native_batch_norm_legit" in writers  # updates its running stats in place
+    aliasing = [c for c in full_cases if {"broadcast", "overlapping"} & set(c.tags)]
+    assert aliasing
+    for case in aliasing:
+        op, dtype, index, _ = C.parse_name(case.name)
+        assert not C.probe(C.name_piece(op), dtype, index).writes, case.name
+
+
+def test_a_writing_op_gets_no_aliasing_layout():
+    from harness.opinfo import catalog as C
+
+    index = next(i for i in range(C.DRAWN) if "overlapping" in C.layouts_of("add", torch.float32, i, C.Probe()))
+    layouts = C.layouts_of("add", torch.float32, index, C.Probe(writes=True))
+    assert "overlapping" not in layouts and "broadcast" not in layouts and "gapped" in layouts
+
+
+def test_skips_carry_reasons():
+    from harness.opinfo import catalog as C
+
+    skips = []
+    for piece in ("bernoulli", "nonzero", "empty_like", "resize_", "equal"):
+        op = C.ops_by_piece()[piece]
+        for dtype in C.dtypes_of(op)[:1]:
+            C.entries_of(op, dtype, skips)
+    reasons = " | ".join(f"{s.what}: {s.reason}" for s in skips)
+    for expected in ("random", "data-dependent", "undefined", "intentionally not handled", "equal"):
+        assert expected in reasons, reasons
+
+
+# The summary (records only).
+
+def _record(case, status, dtype="float32", layout="gapped", op="add", error=None, stats=None, ci=False):
+    tags = ["opinfo", op, layout] + (["ci"] if ci else [])
+    record = R.CaseResult(case=case, device="cpu", backend="inductor", dtype=dtype, mode="inference",
+                          status=R.status_of(status), tags=tags, injection_stats=stats)
+    if status == "fail":
+        record.outputs = [R.OutputComparison(name="out0", dtype=dtype, shape=[4], numel=4, bad=2, bad_pct=50.0,
+                                             max_abs=1.0, max_rel=1.0, passed=False, rule="tolerance")]
+    if error:
+        record.error = R.ErrorInfo("RuntimeError", error)
+        record.stage = "compile"
+    return record
+
+
+def test_the_summary_counts_per_op_and_layout_and_groups_failures_by_op():
+    records = [_record(f"opinfo-add-float32-s{i}-gapped", "fail", stats={"non_dense_args": 1, "converted_args": 2})
+               for i in range(300)]
+    records += [_record("opinfo-add-int64-s0-permuted", "pass", dtype="int64", layout="permuted"),
+                _record("opinfo-max-reduction_with_dim-float32-s0-overlapping", "error", op="max.reduction_with_dim",
+                        layout="overlapping", error="boom"),
+                _record("opinfo-sin-float32-s0-contiguous", "skip", op="sin", layout="contiguous", ci=True),
+                _record("opinfo-cos-float32-s0-contiguous", "xfail", op="cos", layout="contiguous"),
+                R.CaseResult(case="seed_x", device="cpu", backend="inductor", dtype="int64", mode="inference",
+                             status=R.FAIL, tags=["seed"])]
+    summary = summarize(records)
+    assert summary.total == 304
+    assert {c.name: c.counts["fail"] for c in summary.ops}["add"] == 300
+    assert {c.name: (c.counts["fail"], c.counts["pass"]) for c in summary.layouts}["gapped"] == (300, 0)
+    assert [g.op for g in summary.failures] == ["add", "max.reduction_with_dim"]
+    lines = console_lines(records)
+    add_lines = [line for line in lines if line.strip().startswith("add:")]
+    assert len(add_lines) == 1 and "300 fail" in add_lines[0] and "non-dense 64-bit arg reached a kernel" in add_lines[0]
+    assert any(line.startswith("overlapping") for line in lines)
+    assert summarize([records[-1]]) is None and console_lines([records[-1]]) == []
+
+    from harness.report import render_html
+
+    page = render_html(records, {})
+    assert page.index('id="opinfo-summary"') < page.index('id="summary"')
+    assert page.count("<td class=\"mono\">add</td>") >= 1 and "max.reduction_with_dim" in page
+    assert 'id="opinfo-summary"' not in render_html([records[-1]], {})
+
+
+# Real runs on the CPU.
+
+REAL = [("add", "gapped", "float32"), ("index_select", "permuted", "float32"), ("cumsum", "overlapping", "int64"),
+        ("softmax", "broadcast", "float32"), ("gather", "gapped", "bfloat16")]
+
+
+@pytest.mark.parametrize("op, layout, dtype", REAL)
+def test_real_opinfo_cases_pass_on_cpu(full_cases, op, layout, dtype):
+    from harness.runner import RunConfig, run_case
+
+    case = load_registry().cases[_named(full_cases, op, layout, dtype)]
+    for mode in case.modes:
+        record = run_case(case, case.dtypes[0], mode, RunConfig())
+        assert record.status == R.PASS, record.summary()
+
+
+@needs_expecttest
+def test_an_input_eager_rejects_is_a_skip_with_the_reason():
+    from harness.runner import RunConfig, run_case
+
+    def reject(x):
+        raise RuntimeError("not on this layout")
+
+    case = Case("opinfo-reject", build=lambda d: Program(reject, [torch.ones(3)]), skip_eager_failures=True)
+    record = run_case(case, torch.float32, "inference", RunConfig())
+    assert record.status == R.SKIP and "not on this layout" in record.reason
+
+
+@needs_expecttest
+def test_pytest_collects_the_ci_sample_and_not_for_other_selections():
+    def collect(*args):
+        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "cases/opinfo.py", *args],
+                              cwd=ROOT, capture_output=True, text=True, timeout=300)
+        return [line for line in done.stdout.splitlines() if "::" in line]
+
+    items = collect()
+    assert 190 <= len(items) <= 210 and all("opinfo-" in line for line in items)
+    assert collect("-k", "seed") == []

@@ -313,6 +313,16 @@ def test_real_opinfo_cases_pass_on_cpu(full_cases, op, layout, dtype):
         assert record.status == R.PASS, record.summary()
 
 
+def test_a_generated_case_runs_by_name_in_a_worker_process(full_cases, tmp_path):
+    # Workers import only the module a case comes from; a generated case has none and is looked up by name.
+    name = _named(full_cases, "add", "gapped", "float32")
+    done = subprocess.run([sys.executable, "-m", "harness", "run", name, "--mode", "inference",
+                           "--json", str(tmp_path / "r.json")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (record,) = json.loads((tmp_path / "r.json").read_text())["records"]
+    assert (record["case"], record["status"]) == (name, "pass")
+
+
 @needs_expecttest
 def test_an_input_eager_rejects_is_a_skip_with_the_reason():
     from harness.runner import RunConfig, run_case

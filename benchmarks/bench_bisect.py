@@ -77,7 +77,7 @@ def measure(kind: str, device: str, case_name: str, mode: str, inject: str | Non
             result["answer"] = {"answer": str(found.answer), "graph": found.graph, "launch_index": found.launch_index,
                                 "launches": found.launches, "name": found.name, "isolated": found.isolated,
                                 "stage": found.stage}
-            hits = (record.injection_stats or {}).get("hits") or []
+            hits = (record.injection_stats.hits if record.injection_stats else None) or []
             expected = hits[0].split(":", 1)[1] if hits else "relu"
             result["right_stage"] = found.stage == "inductor" and expected in (found.name or "")
         result["timings"] = record.timings

@@ -9,7 +9,9 @@ plainly (the baseline: what fails without any injection), under `--inject`
 `boundary-downcast-strided`). A run is *broken by the injection* when it passes
 plainly and fails, errs or passes unexpectedly under it. For every broken op it
 answers whether a non-dense int64/float64 argument reached a kernel in its
-broken runs (the records' `injection_stats.non_dense_args`), and writes:
+broken runs (the records' `injection_stats.non_dense_args`), and how many of
+its arguments shared a storage with another argument of the launch
+(`aliased_args`: a kernel writing slices of a buffer it also reads), and writes:
 
 - `blast_radius.md`: the op x layout table (broken runs / runs per cell), one
   line per broken op (dtypes, modes, non-dense 64-bit argument reached,
@@ -38,7 +40,7 @@ from typing import Any
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from harness.records import CaseResult, read_results  # noqa: E402  (no torch: records only)
+from harness.records import CaseResult, InjectionStats, read_results  # noqa: E402  (no torch: records only)
 from harness.report.summary import _LAYOUT_ORDER, op_and_layout  # noqa: E402
 
 FAILING = {"fail", "error", "xpass", "nondeterministic"}
@@ -86,7 +88,7 @@ def analyse(baseline: list[CaseResult], injected: list[CaseResult], fixed: list[
         ops[op].append(record)
     per_op = []
     for op, runs in sorted(ops.items(), key=lambda item: (-len(item[1]), item[0])):
-        stats = [r.injection_stats or {} for r in runs]
+        stats = [r.injection_stats or InjectionStats() for r in runs]
         diagnoses = defaultdict(int)
         for r in runs:
             text = r.diagnosis or (f"{r.stage} {r.error.type}" if r.error else "no diagnosis")
@@ -96,9 +98,11 @@ def analyse(baseline: list[CaseResult], injected: list[CaseResult], fixed: list[
             "op": op, "broken_runs": len(runs),
             "layouts": sorted({op_and_layout(r)[1] for r in runs}, key=_LAYOUT_ORDER.index),  # type: ignore[index]
             "dtypes": sorted({r.dtype for r in runs}), "modes": sorted({r.mode for r in runs}),
-            "non_dense_64bit_reached_kernel": any((s.get("non_dense_args") or 0) > 0 for s in stats),
-            "non_dense_args": sum(s.get("non_dense_args") or 0 for s in stats),
-            "converted_args": sum(s.get("converted_args") or 0 for s in stats),
+            "non_dense_64bit_reached_kernel": any((s.non_dense_args or 0) > 0 for s in stats),
+            "non_dense_args": sum(s.non_dense_args or 0 for s in stats),
+            "converted_args": sum(s.converted_args or 0 for s in stats),
+            # Arguments of one launch in one storage: converted one by one, a write through one misses the others.
+            "aliased_args": sum(s.aliased_args or 0 for s in stats),
             "diagnoses": dict(diagnoses), "first": runs[0].run_id,
             "first_symptom": _symptom(runs[0]),
         })
@@ -151,7 +155,8 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
             lines.append(f"- `{e['op']}`: {e['broken_runs']} runs ({', '.join(e['layouts'])}; {', '.join(e['dtypes'])}; "
                          f"{', '.join(e['modes'])}); non-dense int64/float64 argument reached its kernel: "
                          f"**{'yes' if e['non_dense_64bit_reached_kernel'] else 'no'}** ({e['non_dense_args']} of "
-                         f"{e['converted_args']} converted arguments non-dense); diagnosis: {diagnoses}; first: "
+                         f"{e['converted_args']} converted arguments non-dense, {e['aliased_args']} sharing a storage "
+                         f"with another argument of their launch); diagnosis: {diagnoses}; first: "
                          f"`{e['first']}`: {e['first_symptom']}")
     return "\n".join(lines) + "\n"
 

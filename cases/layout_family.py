@@ -83,4 +83,20 @@ CASES += [
         dtypes=(torch.int64,), issue=ISSUE,
         description="index_put_ into a gapped int64 buffer: a scatter writes a non-dense output.",
     ),
+    Case(
+        name="layout_output_slices_of_one_buffer",
+        build=lambda dtype: Program(blocks_on_a_diagonal, [
+            contiguous((1, 5), fill="arange", low=START),
+            contiguous((2, 5), fill="arange", low=START),
+            contiguous((3, 5), fill="arange", low=START),
+        ]),
+        tags=("layout", "output-side", "aliasing", "block_diag"),
+        dtypes=WIDE_DTYPES, issue=ISSUE,
+        description="block_diag: one kernel writes slices of a buffer (views at offsets, each non-dense) and reads "
+                    "the buffer back; a launcher converting each argument on its own loses the writes.",
+    ),
 ]
+
+
+def blocks_on_a_diagonal(a, b, c):
+    return torch.block_diag(a, b, c)

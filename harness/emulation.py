@@ -15,7 +15,12 @@ Every record made under one of these carries its name in `emulation`.
   back in the converted layout: what the kernel reads is exactly what the NPU
   kernel reads, value for value (int64 beyond 2**31 wraps, float64 rounds).
 - `boundary-downcast-strided`: the fix: the conversion buffer keeps the
-  argument's size, stride and offset (the whole storage span is converted).
+  argument's size, stride and offset (the whole storage span is converted),
+  and arguments of one launch that share a storage (a kernel writing slices of
+  a buffer it also reads, as `cat` and `block_diag` do) share one conversion
+  buffer, as they share memory: converted one by one, a write through one
+  would not reach a read through another, which `boundary-downcast` (the
+  launcher as it is) does.
 - `fault-<corruption>@<selector>`: corrupt the outputs of the launches chosen
   by launch index (`@3`) or kernel-name glob (`@*relu*`), for testing localization.
 - `reduction-partial`, `reduction-axis-order` (optionally `@<selector>`):
@@ -32,6 +37,7 @@ import torch
 
 from .inductor_compat import ROLE_INOUT, ROLE_OUT, Launch
 from .layout import extent, is_non_overlapping_and_dense
+from .records import InjectionStats
 
 # What the NPU vector core cannot hold, and what the launcher narrows it to.
 NARROWED_DTYPES = {torch.int64: torch.int32, torch.float64: torch.float32}
@@ -62,27 +68,33 @@ class BoundaryDowncast:
         self.narrowing = NARROWED_DTYPES if narrowing is None else narrowing
         # What reached the boundary: how many launches, arguments converted, and
         # of those, how many had a non-dense layout (the ones a collapse breaks).
-        self.stats = {"launches": 0, "converted_args": 0, "non_dense_args": 0}
+        # `aliased_args`: converted arguments that share a storage with another argument of their launch.
+        self.stats = InjectionStats(converted_args=0, non_dense_args=0, aliased_args=0)
 
     def __call__(self, launch: Launch) -> Any:
-        self.stats["launches"] += not launch.replay
+        self.stats.launches += not launch.replay
         if launch.kernel.kind == "extern":  # library calls (mm, bmm, ...) take 64-bit types as they are
             return launch.run()
         args, write_backs = list(launch.args), []
-        for position, arg in enumerate(launch.args):
-            if not isinstance(arg, torch.Tensor) or (self.narrowing and arg.dtype not in self.narrowing):
-                continue
+        converted_positions = [p for p, arg in enumerate(launch.args) if isinstance(arg, torch.Tensor)
+                               and not (self.narrowing and arg.dtype not in self.narrowing)]
+        sharing = _storage_sharers([launch.args[p] for p in converted_positions])
+        shared_buffers = self._shared_buffers(launch.args[p] for p in converted_positions) if self.keep_layout else {}
+        for position in converted_positions:
+            arg = launch.args[position]
             role = launch.kernel.role(position)
             # C++ kernels carry no mutated_arg_names, and a mutated graph input is
             # often passed only as an `out_ptr` (a scatter writes part of it): there
             # an output starts from the argument's contents. For a fully written
             # output, as every Triton out_ptr that is not mutated, that changes nothing.
             fresh = role == ROLE_OUT and launch.kernel.kind != "cpp"
-            converted = self.convert(arg, fresh=fresh)
+            shared = shared_buffers.get(_storage_key(arg))
+            converted = self._view_of_shared(arg, *shared) if shared else self.convert(arg, fresh=fresh)
             args[position] = converted.passed
             if not launch.replay:
-                self.stats["converted_args"] += 1
-                self.stats["non_dense_args"] += not is_non_overlapping_and_dense(arg)
+                self.stats.converted_args += 1
+                self.stats.non_dense_args += not is_non_overlapping_and_dense(arg)
+                self.stats.aliased_args += sharing.get(_storage_key(arg), 0) > 1
             if role in (ROLE_OUT, ROLE_INOUT):
                 write_backs.append((arg, converted.logical))
         result = launch.run(args)
@@ -110,9 +122,43 @@ class BoundaryDowncast:
         passed = buffer.as_strided(arg.shape, arg.stride())
         return _Converted(passed, passed)
 
+    def _shared_buffers(self, args) -> dict[tuple, tuple[torch.Tensor, int]]:
+        """Storage -> (one conversion buffer over every converted argument's span in it, its first element),
+        for storages that several arguments of the launch share."""
+        spans: dict[tuple, list[tuple[int, int, torch.Tensor]]] = {}
+        for arg in args:
+            if arg.numel():
+                first = arg.storage_offset()
+                spans.setdefault(_storage_key(arg), []).append((first, first + extent(arg.shape, arg.stride()), arg))
+        buffers = {}
+        for key, found in spans.items():
+            if len(found) > 1:
+                first, end = min(f for f, _, _ in found), max(e for _, e, _ in found)
+                whole = found[0][2].detach().as_strided((end - first,), (1,), first)
+                buffers[key] = (self._round_trip(whole), first)
+        return buffers
+
+    @staticmethod
+    def _view_of_shared(arg: torch.Tensor, buffer: torch.Tensor, first: int) -> _Converted:
+        passed = buffer.as_strided(arg.shape, arg.stride(), arg.storage_offset() - first)
+        return _Converted(passed, passed)
+
     def _round_trip(self, t: torch.Tensor) -> torch.Tensor:
         narrow = self.narrowing.get(t.dtype)
         return t.to(narrow).to(t.dtype) if narrow is not None else t
+
+
+def _storage_key(t: torch.Tensor) -> tuple:
+    return (t.device, t.untyped_storage().data_ptr(), t.dtype)
+
+
+def _storage_sharers(args: list[torch.Tensor]) -> dict[tuple, int]:
+    """Storage -> how many of `args` (with elements) live in it."""
+    counts: dict[tuple, int] = {}
+    for arg in args:
+        if arg.numel():
+            counts[_storage_key(arg)] = counts.get(_storage_key(arg), 0) + 1
+    return counts
 
 
 def _corrupt_scale(t: torch.Tensor) -> None:
@@ -164,7 +210,7 @@ class KernelFault:
     def __init__(self, corruption: str, selector: str):
         self.corruption = corruption
         self.selector = selector
-        self.stats: dict[str, Any] = {"launches": 0, "hits": []}
+        self.stats = InjectionStats(hits=[])
 
     def selects(self, launch: Launch) -> bool:
         if self.selector.isdigit():
@@ -173,11 +219,11 @@ class KernelFault:
 
     def __call__(self, launch: Launch) -> Any:
         if not self.selects(launch):
-            self.stats["launches"] += not launch.replay
+            self.stats.launches += not launch.replay
             return launch.run()
         if not launch.replay:
-            self.stats["launches"] += 1
-            self.stats["hits"].append(f"{launch.index}:{launch.kernel.name}")
+            self.stats.launches += 1
+            self.stats.hits.append(f"{launch.index}:{launch.kernel.name}")
         if self.corruption == "stride-collapse":
             return BoundaryDowncast(keep_layout=False, narrowing={})(launch)
         result = launch.run()

@@ -387,6 +387,25 @@ class Localization:
 
 
 @dataclass
+class InjectionStats:
+    """What an emulation or fault saw at the launch boundary. A count an injection does not keep stays
+    None, and out of the JSON."""
+
+    launches: int = 0  # kernel launches of the compiled run (replays by the probe not counted)
+    # boundary-downcast*: 64-bit tensor arguments converted; of those, the non-dense ones, and the ones that
+    # share a storage with another argument of their launch.
+    converted_args: int | None = None
+    non_dense_args: int | None = None
+    aliased_args: int | None = None
+    # Faults and rewritten kernels: the launches they selected, "index:kernel".
+    hits: list[str] | None = None
+    rewritten_kernels: list[str] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclass
 class ErrorInfo:
     type: str
     message: str
@@ -430,9 +449,8 @@ class CaseResult:
     # A sentence on the cause, when the harness can tell it (e.g. precision
     # narrowing vs misaddressing under a narrowing emulation).
     diagnosis: str | None = None
-    # What the emulation or fault saw at the launch boundary (launches, converted
-    # arguments, non-dense ones; or the launches a fault hit).
-    injection_stats: dict[str, Any] | None = None
+    # What the emulation or fault saw at the launch boundary.
+    injection_stats: InjectionStats | None = None
     reference: str = "eager"
     # Filled by localization (`--bisect`): the answer and its evidence.
     first_divergent_kernel: Localization | None = None
@@ -476,7 +494,10 @@ class CaseResult:
         return "\n    ".join([head, *lines])
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if self.injection_stats is not None:
+            data["injection_stats"] = self.injection_stats.to_dict()
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CaseResult":
@@ -493,7 +514,8 @@ _NESTED: dict[type, dict[str, type]] = {
     OutputComparison: {"samples": Sample, "mismatch_map": MismatchMap, "error_histogram": ErrorHistogram},
     Localization: {"args": KernelArgument, "metrics": OutputComparison, "visible_at": BufferDivergence,
                    "absorbed": BufferDivergence, "kernels": LaunchEntry},
-    CaseResult: {"outputs": OutputComparison, "error": ErrorInfo, "first_divergent_kernel": Localization},
+    CaseResult: {"outputs": OutputComparison, "error": ErrorInfo, "first_divergent_kernel": Localization,
+                 "injection_stats": InjectionStats},
 }
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 

@@ -7,7 +7,7 @@ dotted module a user names, so teams can keep private cases next to ours.
 
 A module may also declare `CASE_SOURCES`: generators of many cases (OpInfo's
 thousands) that cost seconds to load. The registry records them and loads one
-only when a selection asks for it (`CaseSource`, `harness/sources.py`).
+only when a selection asks for it (`CaseSource`, `harness/source_selection.py`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 
+from .source_selection import wanted
 from .tolerances import Tolerance
 
 MODES = ("inference", "training", "train_step")
@@ -197,7 +198,7 @@ class CaseSource:
     """Cases made on demand by a generator too costly to run on every load (OpInfo).
 
     Declared in a case module's `CASE_SOURCES`; `Registry.select` loads it only
-    when the selection can match its cases (the rule is `sources.wanted`):
+    when the selection can match its cases (the rule is `source_selection.wanted`):
     a case name with its `prefix`, a `--tag` among its `tags` (or one no loaded
     case carries), a `-k` expression that names it, or `--full` alone.
     """
@@ -242,6 +243,10 @@ class Registry:
     def __post_init__(self) -> None:
         cases, self.cases = self.cases, _Cases(self)
         self.cases.update(cases)
+
+    def known_tags(self) -> set[str]:
+        """The tags of the cases loaded so far."""
+        return {t for c in self.cases.values() for t in c.tags}
 
     def describe_sources(self) -> str:
         return "searched: " + (", ".join(self.sources) if self.sources else "nothing")
@@ -298,12 +303,11 @@ class Registry:
 
         Named cases are always taken whatever their size; otherwise `full`
         cases need `include_full`. Case sources the selection can match are
-        loaded first (`sources.wanted`).
+        loaded first (`source_selection.wanted`).
         """
-        from .sources import wanted
-
+        known_tags = self.known_tags() if tags else ()
         for source in self.case_sources:
-            if not names and wanted(source, keyword, tags, include_full, self):
+            if not names and wanted(source, keyword, tags, include_full, known_tags):
                 self.load_source(source, include_full)
         unknown = [n for n in names if self.lookup(n) is None]
         if unknown:

@@ -30,6 +30,7 @@ import fnmatch
 from typing import Any
 
 from .inductor_compat import Launch
+from .records import InjectionStats
 from .inductor_compat.kernel_variants import variant
 
 REWRITE_INJECTIONS = {
@@ -47,7 +48,7 @@ class RewrittenKernels:
         self.rewriter, self.selector = rewriter, selector
         # What the runner activates around the compiled run (kernel_variants.rewriting).
         self.rewriters = (rewriter,)
-        self.stats: dict[str, Any] = {"launches": 0, "hits": [], "rewritten_kernels": []}
+        self.stats = InjectionStats(hits=[], rewritten_kernels=[])
 
     def selects(self, launch: Launch) -> bool:
         if self.selector is None:
@@ -57,12 +58,12 @@ class RewrittenKernels:
         return fnmatch.fnmatchcase(launch.kernel.name, self.selector)
 
     def __call__(self, launch: Launch) -> Any:
-        self.stats["launches"] += not launch.replay
+        self.stats.launches += not launch.replay
         found = variant(launch.kernel, self.rewriter)
         if found is None or not self.selects(launch):
             return launch.run()
         if not launch.replay:
-            self.stats["hits"].append(f"{launch.index}:{launch.kernel.name}")
-            if launch.kernel.name not in self.stats["rewritten_kernels"]:
-                self.stats["rewritten_kernels"].append(launch.kernel.name)
+            self.stats.hits.append(f"{launch.index}:{launch.kernel.name}")
+            if launch.kernel.name not in self.stats.rewritten_kernels:
+                self.stats.rewritten_kernels.append(launch.kernel.name)
         return found.invoke(*launch.args, **launch.kwargs)

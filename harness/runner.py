@@ -9,6 +9,7 @@ restored after every case, so no verdict depends on the cases run before it.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import gc
 import time
@@ -235,7 +236,7 @@ def _compiled_run(observed: _Observation, config: RunConfig, record: R.CaseResul
     # Summation noise is allowed only where the compiled program sums (no compiled graph: allowed).
     observed.verdict = dataclasses.replace(observed.verdict, accumulated=program_accumulates(capture.called))
     if handler is not None:
-        record.injection_stats = dict(handler.stats)
+        record.injection_stats = copy.deepcopy(handler.stats)
     return _Compiled(session, results, observed.judge(results), handler_factory)
 
 
@@ -280,11 +281,11 @@ def _conclude(observed: _Observation, compiled: _Compiled, config: RunConfig, re
         if observed.case.culprit and record.status == R.FAIL:
             record.culprit_found = record.first_divergent_kernel.names(observed.case.culprit)
     record.reference = observed.reference
-    stats = record.injection_stats or {}
-    if "hits" in stats and not stats["hits"]:
-        record.diagnosis = f"the injected fault selected none of the {stats['launches']} kernel launches"
+    stats = record.injection_stats or R.InjectionStats()
+    if stats.hits is not None and not stats.hits:
+        record.diagnosis = f"the injected fault selected none of the {stats.launches} kernel launches"
     narrows = config.inject is not None and parse_injection(config.inject)[0].narrows
-    if narrows and stats.get("converted_args") and _narrowing_visible(record):
+    if narrows and stats.converted_args and _narrowing_visible(record):
         with _stage(R.Stage.REFERENCE, record.timings):
             record.diagnosis = narrowing_diagnosis(observed, compiled)
 

@@ -63,12 +63,12 @@ def _launch_indices():
 def test_fault_at_launch_k_is_answered_at_k(index, fault):
     """A fault at launch k (forward or backward, generated or extern) makes a failing run that names k."""
     record, kernel = bisect("relu_mlp", torch.float32, "training", inject=f"fault-{fault}@{index}")
-    assert record.injection_stats["hits"] and record.injection_stats["hits"][0].startswith(f"{index}:")
+    assert record.injection_stats.hits and record.injection_stats.hits[0].startswith(f"{index}:")
     if record.status == R.PASS:  # a fault the outputs absorb (a zero buffer scaled, one ulp): nothing to localize
         assert kernel is None
         return
     assert kernel.launch_index == index and kernel.answer in (R.Answer.KERNEL, R.Answer.DRIFT)
-    assert kernel.name == record.injection_stats["hits"][0].split(":", 1)[1]
+    assert kernel.name == record.injection_stats.hits[0].split(":", 1)[1]
     if fault != "ulp":
         assert kernel.answer == R.Answer.KERNEL and kernel.isolated.startswith("kernel is wrong")
 

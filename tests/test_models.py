@@ -48,6 +48,6 @@ def test_a_fault_in_one_backward_kernel_of_longformer_is_named():
     kernel = faulted.first_divergent_kernel
     assert faulted.status == R.FAIL
     assert kernel.answer == R.Answer.KERNEL and (kernel.graph, kernel.launch_index) == (graph, target)
-    assert kernel.name == faulted.injection_stats["hits"][0].split(":", 1)[1]
+    assert kernel.name == faulted.injection_stats.hits[0].split(":", 1)[1]
     assert kernel.isolated.startswith("kernel is wrong")
     assert faulted.graphs["graphs"] >= 2 and faulted.graphs["graph_breaks"] >= 1

@@ -1,7 +1,6 @@
 """The OpInfo case source: lazy loading, stable names, counts, layouts, the summary, and real runs on the CPU."""
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -12,9 +11,9 @@ import torch
 
 from harness import records as R
 from harness.layout import is_non_overlapping, is_non_overlapping_and_dense
-from harness.registry import Case, CaseSource, KnownFailure, Program, Registry, load_registry
+from harness.registry import Case, CaseSource, Program, Registry, load_registry
 from harness.report.summary import console_lines, summarize
-from harness.sources import keyword_asks, wanted
+from harness.source_selection import keyword_asks, wanted
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OP_DB_MODULE = "torch.testing._internal.common_methods_invocations"
@@ -63,13 +62,13 @@ def test_a_keyword_loads_the_source_only_when_it_can_select_its_cases(expression
 def test_tags_and_full_load_the_source_by_the_documented_rule():
     registry = Registry()
     registry.cases["seed_case"] = Case("seed_case", build=lambda d: None, tags=("seed",))
-    source = _source()
-    assert wanted(source, None, ["opinfo"], False, registry)
-    assert wanted(source, None, ["nn.functional.conv2d"], False, registry)  # a tag no loaded case carries
-    assert not wanted(source, None, ["seed"], False, registry)
-    assert not wanted(source, None, [], False, registry)
-    assert wanted(source, None, [], True, registry)  # --full alone: the whole catalogue
-    assert not wanted(source, "seed", [], True, registry)
+    source, known = _source(), registry.known_tags()
+    assert wanted(source, None, ["opinfo"], False, known)
+    assert wanted(source, None, ["nn.functional.conv2d"], False, known)  # a tag no loaded case carries
+    assert not wanted(source, None, ["seed"], False, known)
+    assert not wanted(source, None, [], False, known)
+    assert wanted(source, None, [], True, known)  # --full alone: the whole catalogue
+    assert not wanted(source, "seed", [], True, known)
 
 
 def test_an_unavailable_source_is_one_line_naming_the_extra():
@@ -269,7 +268,7 @@ def _record(case, status, dtype="float32", layout="gapped", op="add", error=None
 
 
 def test_the_summary_counts_per_op_and_layout_and_groups_failures_by_op():
-    records = [_record(f"opinfo-add-float32-s{i}-gapped", "fail", stats={"non_dense_args": 1, "converted_args": 2})
+    records = [_record(f"opinfo-add-float32-s{i}-gapped", "fail", stats=R.InjectionStats(non_dense_args=1, converted_args=2))
                for i in range(300)]
     records += [_record("opinfo-add-int64-s0-permuted", "pass", dtype="int64", layout="permuted"),
                 _record("opinfo-max-reduction_with_dim-float32-s0-overlapping", "error", op="max.reduction_with_dim",

@@ -280,7 +280,7 @@ def test_family_hits_and_misses(name, injection):
     assert record.status == (R.FAIL if should_fail else R.PASS), record.summary()
     assert record.emulation == injection
     # A miss is the kernel left alone, not a rewrite that happened to compute right.
-    assert bool(record.injection_stats["hits"]) == should_fail
+    assert bool(record.injection_stats.hits) == should_fail
     if should_fail:  # small integers: a correct kernel is exact, so every failure is large
         assert record.outputs[0].bad >= 7 and record.outputs[0].max_abs >= 100
 
@@ -291,7 +291,7 @@ def test_variants_reach_modules_loaded_earlier_and_cache_hits():
     assert run_case(case, torch.float32, "inference", RunConfig()).status == R.PASS
     for _ in range(2):
         record = run_case(case, torch.float32, "inference", RunConfig(inject="reduction-partial"))
-        assert record.status == R.FAIL and len(record.injection_stats["hits"]) == 1
+        assert record.status == R.FAIL and len(record.injection_stats.hits) == 1
     assert run_case(case, torch.float32, "inference", RunConfig()).status == R.PASS
 
 
@@ -308,7 +308,7 @@ def test_seed_passes_clean_and_fails_under_partial_in_the_weight_gradient_kernel
     assert kernel.buffer == "buf0" and kernel.metrics.bad == 128  # the float32 sum, before its bf16 cast
     assert kernel.isolated.startswith("kernel is wrong")
     assert kernel.stage == "inductor"
-    assert record.injection_stats["hits"] == [f"0:{kernel.name}"]
+    assert record.injection_stats.hits == [f"0:{kernel.name}"]
 
 
 def test_seed_fails_under_axis_order_in_the_same_kernel():
@@ -320,7 +320,7 @@ def test_seed_fails_under_axis_order_in_the_same_kernel():
 
 def test_a_selector_that_matches_no_launch_leaves_the_seed_correct():
     record = run_case(CASES[SEED], torch.bfloat16, "inference", RunConfig(inject="reduction-partial@5"))
-    assert record.status == R.PASS and record.injection_stats["hits"] == []
+    assert record.status == R.PASS and record.injection_stats.hits == []
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -298,6 +298,9 @@ class _CppProxy:
 
 
 class _TritonProxy:
+    # kernel_variants unwraps proxies by this mark (it cannot import this module: it is imported by it).
+    wraps_an_observed_kernel = True
+
     def __init__(self, kernel: Any, info: KernelInfo):
         self.kernel, self.info = kernel, info
 

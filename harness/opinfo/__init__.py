@@ -8,7 +8,7 @@ sample (about 200 runs, one case per op) have size `ci` and tag `ci`; the rest
 of the sweep has size `full`.
 
 Importing this package does not import op_db: that happens when the registry
-loads the source (`harness/sources.py` says when).
+loads the source (`harness/source_selection.py` says when).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import torch
 

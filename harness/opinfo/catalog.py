@@ -23,15 +23,15 @@ import os
 import itertools
 import random
 import re
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
 
 import torch
 
 from ..inputs import seed_for
 from ..layout import clone_exact
 from . import layouts as L
-from .skips import dtype_skip, op_skip
+from .skips import dtype_skip, op_key, op_skip
 
 PREFIX = "opinfo-"
 # The dtypes the issue names, wherever OpInfo declares them (on the CPU or CUDA).
@@ -71,11 +71,6 @@ def op_db() -> tuple[Any, ...]:
 
 def _call(op: Any, *args: Any, **kwargs: Any) -> Any:
     return op(*args, **kwargs)
-
-
-def op_key(op: Any) -> str:
-    """PyTorch's name for an op variant: `max.reduction_with_dim`."""
-    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
 
 
 def _piece(text: str) -> str:

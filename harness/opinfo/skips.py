@@ -14,6 +14,8 @@ eager's exception as its reason.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 f32, bf16, f16, i64, i32, b8 = torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.bool
@@ -24,6 +26,11 @@ INTENTIONAL = "intentionally not handled by Inductor (PyTorch's Inductor OpInfo 
 SPARSE = "sparse tensors: not compiled by Inductor"
 FLAKY = "flaky under Inductor on CPU (PyTorch's Inductor OpInfo test: inductor_skips['cpu'])"
 RANDOM_BY_NAME = "random: draws random numbers, so eager and compiled draw different ones"
+
+def op_key(op: Any) -> str:
+    """PyTorch's name for an op variant, `max.reduction_with_dim`: what the skip tables are keyed by."""
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
 
 # op key ("name" or "name.variant") -> reason, for every dtype.
 OP_SKIPS: dict[str, str] = {
@@ -48,8 +55,6 @@ DTYPE_SKIPS: dict[str, tuple[frozenset, str]] = {
 
 def op_skip(op) -> str | None:
     """Why a whole op variant is left out, or None."""
-    from .catalog import op_key
-
     key = op_key(op)
     if key in OP_SKIPS:
         return OP_SKIPS[key]
@@ -65,7 +70,5 @@ def op_skip(op) -> str | None:
 
 
 def dtype_skip(op, dtype: torch.dtype) -> str | None:
-    from .catalog import op_key
-
     dtypes, reason = DTYPE_SKIPS.get(op_key(op), (frozenset(), ""))
     return reason if dtype in dtypes else None

@@ -17,7 +17,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from harness.records import CaseResult, Status, is_failing
+from harness.records import CaseResult, is_failing
 
 SOURCE_TAG = "opinfo"
 COLUMNS = ("pass", "fail", "error", "xfail", "xpass", "skip", "nondeterministic")
@@ -109,7 +109,7 @@ class FailureGroup:
         stats = [r.injection_stats for r in self.runs if r.injection_stats is not None]
         if not stats:
             return None
-        return any((s.get("non_dense_args") or 0) > 0 for s in stats)
+        return any((s.non_dense_args or 0) > 0 for s in stats)
 
 
 @dataclass

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import gc
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -78,7 +77,7 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
                                        _traceback(exc))
         finally:
             record.duration_s = round(time.perf_counter() - started, 3)
-            _release(device)
+            device.release()
     if changed:
         shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
         record.warnings.append(f"the case changed global torch state, restored after it: {shown}")
@@ -462,6 +461,3 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def _release(device: Device) -> None:
-    gc.collect()
-    device.release()

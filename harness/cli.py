@@ -267,7 +267,7 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any) -> int:
     say(f"running {_plural(len(plan.tasks), 'case run')} on {config.device} with backend {config.backend}"
         + (f" (emulation: {config.inject})" if config.inject else "")
         + (f", {_plural(len(plan.carried), 'run')} carried from {args.resume}" if plan.carried else "")
-        + (f", shard {args.shard}" if args.shard else ""))
+        + (f", shard {args.shard[0]}/{args.shard[1]}" if args.shard else ""))
     results: list[R.CaseResult] = list(plan.carried)
     stopped: _Stopped | None = None
     try:

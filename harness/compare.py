@@ -346,9 +346,15 @@ def _unravel(position: int, shape: torch.Size) -> list[int]:
     return index[::-1]
 
 
+# Unsigned types beyond uint8 have almost no kernels (no max, no abs): their magnitudes are read in float64.
+_BAREBONES_UNSIGNED = (torch.uint16, torch.uint32, torch.uint64)
+
+
 def _finite_max(values: torch.Tensor) -> float | None:
     if values.is_complex():
         values = values.abs()
+    if values.dtype in _BAREBONES_UNSIGNED:
+        values = values.to(torch.float64)
     if is_exact_dtype(values.dtype):
         return float(values.max().item()) if values.numel() else None
     finite = values[values.isfinite()]

@@ -135,9 +135,10 @@ class Case:
     strict_eager: bool = False
     # Whether Dynamo must produce a graph: a compiled run that compiled nothing is an error, not a pass.
     compiles: bool = True
-    # Generated cases (OpInfo samples): an input eager rejects is no test of the compiler, so an
-    # exception in the eager run makes the run a skip with the exception as its reason, not an error.
-    skip_eager_failures: bool = False
+    # Generated cases (OpInfo samples): what is no test of the compiler is a skip with its reason, not an
+    # error: an input eager rejects (an exception in the eager run), or a program of which Dynamo compiles
+    # nothing (every frame breaks, e.g. on a data-dependent op).
+    generated: bool = False
     # Where the bug is known to be, for judging localization: an ATen op pattern the blamed kernel
     # computes ("aten.mul", alternatives with "|"), or "stage:<stage>" (aot_eager, ...).
     culprit: str | None = None

@@ -62,10 +62,14 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
             compiled = _compiled_run(observed, config, record)
             _conclude(observed, compiled, config, record)
         except CaseFailure as failure:
-            if failure.stage == R.Stage.EAGER and case.skip_eager_failures:
+            if case.generated and failure.stage == R.Stage.EAGER:
                 # No eager result, no reference: the inputs are not a test of the compiler.
                 record.status, record.stage = R.SKIP, failure.stage
                 record.reason = f"eager raises on these inputs ({type(failure.cause).__name__}: {_first_line(failure.cause)})"
+            elif case.generated and isinstance(failure.cause, NothingCompiled):
+                record.status, record.stage = R.SKIP, failure.stage
+                breaks = "; ".join(record.graph_break_reasons[:3]) or "no graph break reported"
+                record.reason = f"Dynamo compiled nothing of this sample ({breaks}): no test of Inductor"
             else:
                 record.status, record.stage = R.ERROR, failure.stage
                 record.symptom = failure.symptom or (R.Symptom.OOM if _is_oom(failure.cause) else R.Symptom.CRASH)

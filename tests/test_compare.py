@@ -194,3 +194,14 @@ def test_complex32_without_an_equality_kernel_is_still_compared_element_by_eleme
     shifted[1] += 1j
     differs = compare_tensors("shifted", shifted, expected)
     assert (differs.passed, differs.bad) == (False, 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_unsigned_types_without_kernels_are_compared_exactly(dtype):
+    expected = torch.tensor([1, 7, 40000], dtype=torch.int64).to(dtype)
+    same = compare_tensors("same", expected.clone(), expected)
+    assert (same.passed, same.bad, same.expected_max) == (True, 0, 40000.0)
+    differs = expected.clone()
+    differs[0] = 2
+    result = compare_tensors("differs", differs, expected)
+    assert (result.passed, result.bad, result.max_abs) == (False, 1, 1.0)

@@ -192,6 +192,7 @@ def test_shards_add_up_to_the_whole_run(cases, tmp_path):
     split = {**records_of(tmp_path / "part1.json"), **records_of(tmp_path / "part2.json")}
     assert set(split) == set(one) and {k: r["status"] for k, r in split.items()} == {k: r["status"] for k, r in one.items()}
     assert not set(records_of(tmp_path / "part1.json")) & set(records_of(tmp_path / "part2.json"))
+    assert ", shard 2/2" in parts[1].stdout.splitlines()[0]
     merged = harness("report", str(tmp_path / "part1.json"), str(tmp_path / "part2.json"), "-o", str(tmp_path / "m.html"))
     assert merged.returncode == EXIT_OK and "4 case runs" in (tmp_path / "m.html").read_text()
 

@@ -329,9 +329,22 @@ def test_an_input_eager_rejects_is_a_skip_with_the_reason():
     def reject(x):
         raise RuntimeError("not on this layout")
 
-    case = Case("opinfo-reject", build=lambda d: Program(reject, [torch.ones(3)]), skip_eager_failures=True)
+    case = Case("opinfo-reject", build=lambda d: Program(reject, [torch.ones(3)]), generated=True)
     record = run_case(case, torch.float32, "inference", RunConfig())
     assert record.status == R.SKIP and "not on this layout" in record.reason
+
+
+def test_a_sample_dynamo_compiles_nothing_of_is_a_skip_with_the_reason():
+    from harness.runner import RunConfig, run_case
+
+    def data_dependent(x):
+        return x.nonzero()
+
+    generated = Case("opinfo-nothing", build=lambda d: Program(data_dependent, [torch.ones(3)]), generated=True)
+    record = run_case(generated, torch.float32, "inference", RunConfig())
+    assert record.status == R.SKIP and "Dynamo compiled nothing" in record.reason, record.summary()
+    written = Case("nothing", build=lambda d: Program(data_dependent, [torch.ones(3)]))
+    assert run_case(written, torch.float32, "inference", RunConfig()).status == R.ERROR  # a hand-written case
 
 
 @needs_expecttest

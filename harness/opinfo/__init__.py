@@ -99,7 +99,7 @@ def make_case(entry: C.Entry, failures: Sequence[OpFailure], ci: bool) -> Case:
         size="ci" if ci else "full",
         issue=mine[0].issue if mine else None,
         known_failures=tuple(f.failure for f in mine),
-        skip_eager_failures=True,
+        generated=True,
         description=(f"OpInfo {key} sample {entry.index} ({C.dtype_name(entry.dtype)}; inputs {shapes}), "
                      f"{entry.layout}: {LAYOUT_REGISTRY[entry.layout].summary}"),
         source=f"case source {SOURCE}",

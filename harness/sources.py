@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from .registry import Case, CaseSource, Registry, load_registry
+from .registry import CASE_SOURCE_ORIGIN, Case, CaseSource, Registry, load_registry
 from .source_selection import keyword_asks, wanted
 
 
@@ -36,7 +36,8 @@ def unavailable_case(source: CaseSource, reason: str) -> Case:
         raise RuntimeError(reason)
 
     return Case(name=f"{source.prefix}unavailable", build=build, tags=source.tags[:1], requires=_missing(reason),
-                description=f"placeholder for the {source.name} case source: {reason}", source=f"case source {source.name}")
+                description=f"placeholder for the {source.name} case source: {reason}",
+                source=CASE_SOURCE_ORIGIN + source.name)
 
 
 def _missing(reason: str) -> tuple[str, ...]:

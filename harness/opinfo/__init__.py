@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 
 import torch
 
-from ..registry import Case, CaseSource, KnownFailure, Program
+from ..registry import CASE_SOURCE_ORIGIN, Case, CaseSource, KnownFailure, Program
 from . import catalog as C
 from .layouts import LAYOUTS, REGISTRY as LAYOUT_REGISTRY
 
@@ -102,7 +102,7 @@ def make_case(entry: C.Entry, failures: Sequence[OpFailure], ci: bool) -> Case:
         generated=True,
         description=(f"OpInfo {key} sample {entry.index} ({C.dtype_name(entry.dtype)}; inputs {shapes}), "
                      f"{entry.layout}: {LAYOUT_REGISTRY[entry.layout].summary}"),
-        source=f"case source {SOURCE}",
+        source=CASE_SOURCE_ORIGIN + SOURCE,
     )
 
 

@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 
 from .inductor_compat import ROLE_INOUT, ROLE_OUT, Launch
-from .layout import extent, is_non_overlapping_and_dense
+from .layout import extent, is_non_overlapping_and_dense, span
 from .records import InjectionStats
 
 # What the NPU vector core cannot hold, and what the launcher narrows it to.
@@ -78,8 +78,8 @@ class BoundaryDowncast:
         args, write_backs = list(launch.args), []
         converted_positions = [p for p, arg in enumerate(launch.args) if isinstance(arg, torch.Tensor)
                                and not (self.narrowing and arg.dtype not in self.narrowing)]
-        sharing = _storage_sharers([launch.args[p] for p in converted_positions])
-        shared_buffers = self._shared_buffers(launch.args[p] for p in converted_positions) if self.keep_layout else {}
+        by_storage = _by_storage(launch.args[p] for p in converted_positions)
+        shared_buffers = self._shared_buffers(by_storage) if self.keep_layout else {}
         for position in converted_positions:
             arg = launch.args[position]
             role = launch.kernel.role(position)
@@ -94,7 +94,7 @@ class BoundaryDowncast:
             if not launch.replay:
                 self.stats.converted_args += 1
                 self.stats.non_dense_args += not is_non_overlapping_and_dense(arg)
-                self.stats.aliased_args += sharing.get(_storage_key(arg), 0) > 1
+                self.stats.aliased_args += len(by_storage.get(_storage_key(arg), ())) > 1
             if role in (ROLE_OUT, ROLE_INOUT):
                 write_backs.append((arg, converted.logical))
         result = launch.run(args)
@@ -122,19 +122,15 @@ class BoundaryDowncast:
         passed = buffer.as_strided(arg.shape, arg.stride())
         return _Converted(passed, passed)
 
-    def _shared_buffers(self, args) -> dict[tuple, tuple[torch.Tensor, int]]:
+    def _shared_buffers(self, by_storage: dict[tuple, list[torch.Tensor]]) -> dict[tuple, tuple[torch.Tensor, int]]:
         """Storage -> (one conversion buffer over every converted argument's span in it, its first element),
         for storages that several arguments of the launch share."""
-        spans: dict[tuple, list[tuple[int, int, torch.Tensor]]] = {}
-        for arg in args:
-            if arg.numel():
-                first = arg.storage_offset()
-                spans.setdefault(_storage_key(arg), []).append((first, first + extent(arg.shape, arg.stride()), arg))
         buffers = {}
-        for key, found in spans.items():
-            if len(found) > 1:
-                first, end = min(f for f, _, _ in found), max(e for _, e, _ in found)
-                whole = found[0][2].detach().as_strided((end - first,), (1,), first)
+        for key, sharers in by_storage.items():
+            if len(sharers) > 1:
+                spans = [span(arg) for arg in sharers]
+                first, end = min(f for f, _ in spans), max(e for _, e in spans)
+                whole = sharers[0].detach().as_strided((end - first,), (1,), first)
                 buffers[key] = (self._round_trip(whole), first)
         return buffers
 
@@ -152,13 +148,13 @@ def _storage_key(t: torch.Tensor) -> tuple:
     return (t.device, t.untyped_storage().data_ptr(), t.dtype)
 
 
-def _storage_sharers(args: list[torch.Tensor]) -> dict[tuple, int]:
-    """Storage -> how many of `args` (with elements) live in it."""
-    counts: dict[tuple, int] = {}
+def _by_storage(args: Iterable[torch.Tensor]) -> dict[tuple, list[torch.Tensor]]:
+    """Storage -> the `args` (with elements) that live in it."""
+    groups: dict[tuple, list[torch.Tensor]] = {}
     for arg in args:
         if arg.numel():
-            counts[_storage_key(arg)] = counts.get(_storage_key(arg), 0) + 1
-    return counts
+            groups.setdefault(_storage_key(arg), []).append(arg)
+    return groups
 
 
 def _corrupt_scale(t: torch.Tensor) -> None:

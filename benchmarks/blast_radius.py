@@ -48,7 +48,7 @@ FAILING = {"fail", "error", "xpass", "nondeterministic"}
 
 def run_sweep(args: argparse.Namespace, inject: str | None, path: str) -> float:
     command = [sys.executable, "-m", "harness", "run", "--tag", "opinfo", "--device", args.device,
-               "--json", path, "--timeout", str(args.timeout)]
+               "--json", path, "--timeout", str(args.timeout), "--workers", str(args.workers)]
     if args.full:
         command.append("--full")
     if args.keyword:
@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-k", dest="keyword", help="restrict the sweep (harness -k expression)")
     parser.add_argument("--out", default=os.path.join(ROOT, "reports", "blast-radius"))
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per case run")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes per sweep (harness run --workers)")
     parser.add_argument("--baseline", help="reuse a results file of the plain sweep")
     parser.add_argument("--bug", help="reuse a results file of the sweep under --inject")
     parser.add_argument("--fix-results", help="reuse a results file of the sweep under --fix")

@@ -156,14 +156,16 @@ def _select(args: argparse.Namespace):
     from .registry import load_registry
 
     registry = load_registry(args.case_path)
-    for error in registry.errors:
-        say(f"error: {error}", error=True)
     try:
         chosen = registry.select(args.cases, args.keyword, args.tag, include_full=args.full)
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
     except Exception as exc:  # a malformed -k expression
         raise UsageError(f"bad selection: {exc}") from None
+    finally:
+        # After the selection: it loads the case sources it asks for, and one may be unavailable here.
+        for error in registry.errors:
+            say(f"error: {error}", error=True)
     if not registry.cases and not registry.errors:
         raise UsageError(f"no cases found: this installation has no cases/ directory ({registry.describe_sources()}); "
                          "point at case modules with --case-path DIR")

@@ -121,16 +121,26 @@ def compare_tensors(
     wide = torch.complex128 if (expected.is_complex() or actual.is_complex()) else torch.float64
     a = actual.detach().to(device=expected.device, dtype=wide)
     e = expected.detach().to(wide)
+    both_finite = _all_finite(a) & _all_finite(e)
+    all_finite = bool(both_finite.all())
+    # |a - e| over elements finite on both sides; matching NaN or inf counts as no difference, and a
+    # non-finite mismatch is counted by its own mask (and makes max_abs infinite below).
+    abs_diff = (a - e).abs()
+    if not all_finite:
+        abs_diff = torch.where(both_finite, abs_diff, torch.zeros((), dtype=torch.float64, device=a.device))
     if exact:
         bad_mask = actual.detach().to(expected.device) != expected.detach()
-    else:
+    elif a.is_complex():
         bad_mask = ~torch.isclose(a, e, rtol=tol.rtol, atol=tol.atol, equal_nan=True)
-    nan_mask, inf_mask = _nonfinite_mismatches(a, e)
-    bad_mask = bad_mask | nan_mask | inf_mask
-
-    # |a - e| over elements whose non-finite parts agree; matching NaN or inf counts as no difference.
-    agree = ~(nan_mask | inf_mask)
-    abs_diff = torch.where(agree & _all_finite(a) & _all_finite(e), (a - e).abs(), torch.zeros((), dtype=torch.float64, device=a.device))
+    else:
+        # torch.isclose's rule for finite values (|a - e| <= atol + rtol |e|), on the difference already
+        # computed; non-finite elements are judged by the masks below (equal infs and NaN pairs agree).
+        bad_mask = abs_diff > tol.atol + tol.rtol * e.abs()
+    if all_finite:
+        nan_mask = inf_mask = torch.zeros_like(bad_mask)
+    else:
+        nan_mask, inf_mask = _nonfinite_mismatches(a, e)
+        bad_mask = bad_mask | nan_mask | inf_mask
     rel_diff = abs_diff / e.abs()
     rel_diff = torch.where((abs_diff == 0) | rel_diff.isnan(), torch.zeros_like(rel_diff), rel_diff)
 
@@ -167,9 +177,9 @@ def compare_tensors(
     else:
         result.max_abs, result.max_abs_index = _max_with_index(abs_diff, expected.shape)
         result.max_rel, result.max_rel_index = _max_with_index(rel_diff, expected.shape)
-        result.cosine = _cosine(a, e)
-    result.actual_max = _finite_max(a)
-    result.expected_max = _finite_max(e)
+        result.cosine = _cosine(a, e, None if all_finite else both_finite)
+    result.actual_max = _finite_max(a, all_finite)
+    result.expected_max = _finite_max(e, all_finite)
     if bad:
         result.samples = _samples(bad_mask, actual, expected)
         result.mismatch_map = _mismatch_map(bad_mask)
@@ -350,20 +360,23 @@ def _unravel(position: int, shape: torch.Size) -> list[int]:
 _BAREBONES_UNSIGNED = (torch.uint16, torch.uint32, torch.uint64)
 
 
-def _finite_max(values: torch.Tensor) -> float | None:
+def _finite_max(values: torch.Tensor, all_finite: bool = False) -> float | None:
+    """The largest finite value (magnitude, for complex values); None when there is none."""
     if values.is_complex():
         values = values.abs()
     if values.dtype in _BAREBONES_UNSIGNED:
         values = values.to(torch.float64)
-    if is_exact_dtype(values.dtype):
+    if is_exact_dtype(values.dtype) or all_finite:
         return float(values.max().item()) if values.numel() else None
     finite = values[values.isfinite()]
     return float(finite.max().item()) if finite.numel() else None
 
 
-def _cosine(a: torch.Tensor, e: torch.Tensor) -> float | None:
-    finite = _all_finite(a) & _all_finite(e)
-    a, e = _parts(a[finite]).reshape(-1), _parts(e[finite]).reshape(-1)
+def _cosine(a: torch.Tensor, e: torch.Tensor, finite: torch.Tensor | None = None) -> float | None:
+    """Cosine similarity over the elements finite on both sides (`finite`; None: every element is)."""
+    if finite is not None:
+        a, e = a[finite], e[finite]
+    a, e = _parts(a).reshape(-1), _parts(e).reshape(-1)
     norms = float(a.norm().item()) * float(e.norm().item())
     if norms == 0.0:
         return 1.0 if bool(torch.equal(a, e)) else 0.0

@@ -10,9 +10,11 @@ TOML (or JSON with the same shape), one table per issue:
     backend = "inductor"                    #   device, backend, npu_backend, dtype, mode, emulation,
     torch = ">=2.9"                         #   torch (a version range)
     status = "fail"                         # optional: the failing status expected (fail or error)
+    strict = false                          # optional: a failure seen in some runs only; a pass stays pass
 
 A matching failing run becomes `xfail`; a matching run that passes becomes
-`xpass`, which fails the run: the fix is seen the night it lands.
+`xpass`, which fails the run: the fix is seen the night it lands (unless the
+issue says `strict = false`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, fields
 from . import records as R
 from .registry import KnownFailure
 
-_FILTERS = {f.name for f in fields(KnownFailure)} - {"reason"}
+_FILTERS = {f.name for f in fields(KnownFailure)} - {"reason", "strict"}
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class KnownIssue:
             mode=record.mode, emulation=record.emulation, torch=record.versions.get("torch"))
 
     def apply(self, record: R.CaseResult) -> None:
+        if record.status == R.PASS and not self.failure.strict:
+            record.reason = f"known issue that shows in some runs only, not in this one: {self.failure.reason} ({self.link})"
+            return
         if record.status == R.PASS:
             record.status = R.XPASS
         elif R.is_failing(record.status) and record.status != R.XPASS and self.status in (None, str(record.status)):
@@ -69,12 +74,15 @@ def load_known_issues(path: str) -> list[KnownIssue]:
     issues = []
     for number, entry in enumerate(entries, 1):
         missing = [k for k in ("case", "link") if not entry.get(k)]
-        unknown = sorted(set(entry) - _FILTERS - {"case", "link", "reason", "status"})
+        if not isinstance(entry.get("strict", True), bool):
+            raise ValueError(f"{path}: issue {number}: strict must be true or false")
+        unknown = sorted(set(entry) - _FILTERS - {"case", "link", "reason", "status", "strict"})
         if missing or unknown:
             raise ValueError(f"{path}: issue {number}: " + "; ".join(
                 ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown keys {', '.join(unknown)}"] if unknown else [])))
         filters = {k: str(v) for k, v in entry.items() if k in _FILTERS}
-        issues.append(KnownIssue(entry["case"], entry["link"], KnownFailure(entry.get("reason", "known issue"), **filters),
+        issues.append(KnownIssue(entry["case"], entry["link"], KnownFailure(entry.get("reason", "known issue"), **filters,
+                                                                      strict=entry.get("strict", True)),
                                  entry.get("status")))
     return issues
 

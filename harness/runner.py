@@ -54,7 +54,7 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
     record.device_name = device.device_name()
     started = time.perf_counter()
     changed: list[str] = []
-    with torch_state.preserved(changed):
+    with device.numerics(), torch_state.preserved(changed):
         try:
             record.compile_options = {**device.compile_options(config), **case.compile_options,
                                       **config.compile_options}
@@ -267,20 +267,19 @@ def _conclude(observed: _Observation, compiled: _Compiled, config: RunConfig, re
     record.status = R.FAIL if diverged else R.PASS
     if diverged:
         record.stage, record.symptom = R.Stage.COMPARE, R.Symptom.DIVERGENCE
-        # A divergence is retried once (no recompilation): one that does not come back is nondeterminism.
-        with _launches_through(compiled.handler_factory()):
-            again = compiled.session.run()
-        record.reproduced = not all_pass(again, observed.expected, observed.references, observed.verdict)
-        if not record.reproduced:
-            record.status, record.symptom = R.NONDETERMINISTIC, R.Symptom.NONDETERMINISM
-            record.diagnosis = "the compiled result differs between two runs: it diverged once, then passed"
     if observed.nondeterministic:
         record.status, record.stage, record.symptom = R.NONDETERMINISTIC, R.Stage.EAGER, R.Symptom.NONDETERMINISM
         record.diagnosis = f"two eager runs differ ({', '.join(observed.nondeterministic[:5])}): no verdict on compiled"
-        record.reproduced = None
+    elif diverged and not config.bisect:
+        # A divergence is retried once (no recompilation): one that does not come back is nondeterminism.
+        # (With --bisect, localization's first run, which changes no value, is that retry.)
+        _settle_reproduction(record, _reproduces(observed, compiled))
     if config.bisect and (record.status == R.FAIL or (config.bisect == "always" and record.status == R.PASS)):
         with _stage("localize", record.timings, wrap=False):
-            record.first_divergent_kernel = _localize(observed, compiled, config, record)
+            found = _localize(observed, compiled, config, record)
+        if record.status == R.FAIL:
+            _settle_reproduction(record, found is not None)
+        record.first_divergent_kernel = found
         if observed.case.culprit and record.status == R.FAIL:
             record.culprit_found = record.first_divergent_kernel.names(observed.case.culprit)
     record.reference = observed.reference
@@ -298,8 +297,24 @@ def _narrowing_visible(record: R.CaseResult) -> bool:
     return any(not o.passed or (o.dtype in ("int64", "float64") and (o.max_abs > 0 or o.bad)) for o in record.outputs)
 
 
-def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig, record: R.CaseResult) -> R.Localization:
-    from .probe import CompiledProgram, localize
+def _reproduces(observed: _Observation, compiled: _Compiled) -> bool:
+    """Whether the compiled program, run once more (no recompilation), diverges again."""
+    with _launches_through(compiled.handler_factory()):
+        again = compiled.session.run()
+    return not all_pass(again, observed.expected, observed.references, observed.verdict)
+
+
+def _settle_reproduction(record: R.CaseResult, reproduced: bool) -> None:
+    record.reproduced = reproduced
+    if not reproduced:
+        record.status, record.symptom = R.NONDETERMINISTIC, R.Symptom.NONDETERMINISM
+        record.diagnosis = "the compiled result differs between two runs: it diverged once, then passed"
+
+
+def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig,
+              record: R.CaseResult) -> R.Localization | None:
+    """Localization's answer; None when a failing run's first probe run (its retry) passed."""
+    from .probe import CompiledProgram, NotReproduced, localize
 
     def passes(results: Results) -> bool:
         if all_pass(results, observed.expected, observed.references, observed.verdict):
@@ -319,7 +334,11 @@ def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig, re
         found = localize(program, observed.verdict, failing)
         found.check(record.status)
         return found
+    except NotReproduced:
+        return None
     except Exception as exc:  # the probe's own failure must never cost the run its verdict
+        if failing and not _reproduces(observed, compiled):
+            return None
         answer = R.Answer.UNLOCALIZED if failing else R.Answer.NONE
         return R.Localization(answer=answer, diverged=failing, reason=f"the probe itself failed ({type(exc).__name__}: "
                               f"{_first_line(exc)})", problems=[_traceback(exc)[-2000:]])

@@ -88,6 +88,19 @@ def test_opinfo_unavailable_without_expecttest(monkeypatch):
     assert "pip install -e '.[opinfo]'" in opinfo.unavailable()
 
 
+@pytest.mark.parametrize("command", ["list", "run"])
+def test_the_cli_says_why_opinfo_cases_are_missing(monkeypatch, capsys, command):
+    """The selection loads the source: its reason is printed after it, not lost before it."""
+    import importlib.util
+
+    from harness.cli import EXIT_USAGE, main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "expecttest" else real(name, *a))
+    assert main([command, "--tag", "opinfo"]) == EXIT_USAGE
+    assert "case source opinfo: needs the expecttest package" in capsys.readouterr().err
+
+
 # Generation.
 
 @pytest.fixture(scope="module")

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from harness import records as R
@@ -59,6 +60,34 @@ def test_known_failure_is_strict():
     assert run_case(other_device, torch.float32, "inference", EAGER).status == R.PASS
 
 
+def test_a_known_failure_seen_in_some_runs_only_keeps_a_pass():
+    flaky = KnownFailure("a race between thread blocks", backend="eager", strict=False)
+    record = run_case(simple_case(known_failures=(flaky,)), torch.float32, "inference", EAGER)
+    assert record.status == R.PASS and "some runs only" in record.reason and "a race" in record.reason
+    failing = Case(name="fails", build=lambda d: Program(lambda x: x.nonexistent(), [contiguous((4,))]),
+                   known_failures=(flaky,))
+    assert run_case(failing, torch.float32, "inference", EAGER).status == R.XFAIL
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_cuda_runs_in_full_float32_and_gives_the_users_settings_back(monkeypatch, frozen):
+    """Also once torch's test utilities (which OpInfo imports) froze the cuDNN flags against assignment."""
+    from harness.devices import get_device
+    from harness.inductor_compat.torch_state import backend_flags_mutable
+
+    with backend_flags_mutable():
+        torch.backends.cudnn.allow_tf32 = True  # torch's default: cuDNN may pick TF32 for a float32 convolution
+    if frozen:  # what torch.backends.disable_global_flags() does
+        monkeypatch.setitem(torch.backends.flags_frozen.__globals__, "__allow_nonbracketed_mutation_flag", False)
+        with pytest.raises(RuntimeError, match="disable_global_flags"):
+            torch.backends.cudnn.allow_tf32 = True
+    with get_device("cuda").numerics():
+        assert torch.backends.cudnn.allow_tf32 is False and torch.backends.cuda.matmul.allow_tf32 is False
+    assert torch.backends.cudnn.allow_tf32 is True
+    with get_device("cpu").numerics():
+        assert torch.backends.cudnn.allow_tf32 is True
+
+
 def test_missing_device_or_package_is_a_skip_that_says_how_to_fix_it():
     if not torch.cuda.is_available():
         record = run_case(simple_case(), torch.float32, "inference", RunConfig(device="cuda"))
@@ -108,6 +137,40 @@ def test_train_step_compares_loss_gradients_and_updated_parameters():
     record = run_case(case, torch.float32, "train_step", EAGER)
     assert record.status == R.PASS
     assert [o.name for o in record.outputs] == ["loss", "grad.weight", "param.weight", "grad.bias", "param.bias"]
+
+
+@pytest.mark.parametrize("bisect", [None, "on-failure"])
+def test_a_compiled_divergence_that_does_not_come_back_is_nondeterministic(monkeypatch, bisect):
+    """The compiled run diverges, its retry passes; with --bisect, localization's first run is that retry."""
+    import harness.runner as runner
+
+    made = []
+
+    def faulty_first_run_only(name):
+        made.append(name)
+        return runner_make_handler(name) if len(made) == 1 else (lambda launch: launch.run())
+
+    runner_make_handler = runner.make_handler
+    monkeypatch.setattr(runner, "make_handler", faulty_first_run_only)
+    record = run_case(load_registry().cases["relu_mlp"], torch.float32, "inference",
+                      RunConfig(inject="fault-offset@0", bisect=bisect))
+    assert (record.status, record.symptom, record.reproduced) == (R.NONDETERMINISTIC, "nondeterminism", False)
+    assert "diverged once, then passed" in record.diagnosis and record.first_divergent_kernel is None
+    assert len(made) == 2  # the compiled run and one more: no separate retry before localizing
+
+
+def test_a_divergence_localized_is_retried_by_the_probe_run_itself(monkeypatch):
+    import harness.runner as runner
+
+    made = []
+    runner_make_handler = runner.make_handler
+    monkeypatch.setattr(runner, "make_handler", lambda name: made.append(name) or runner_make_handler(name))
+    record = run_case(load_registry().cases["relu_mlp"], torch.float32, "inference",
+                      RunConfig(inject="fault-offset@0", bisect="on-failure"))
+    assert (record.status, record.reproduced) == (R.FAIL, True)
+    assert record.first_divergent_kernel.answer == R.Answer.KERNEL
+    # The compiled run, the probe run (also the retry), and the run that makes the kernel's outputs eager.
+    assert len(made) == 3
 
 
 def test_two_eager_runs_that_differ_are_their_own_status():

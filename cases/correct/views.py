@@ -95,12 +95,18 @@ def gather_index_select(x, index, rows):
 
 @case(tags=("correct", "views", "gather", "index_select", "index"), dtypes=FLOATS, modes=BOTH_MODES)
 def correct_gather_index_select(dtype):
-    """gather along dim 1 and index_select along dim 0 with int64 indices (repeats), then reductions."""
-    return Program(gather_index_select, [
-        contiguous((64, 1024), requires_grad=True),
-        contiguous((64, 300), dtype=torch.int64, fill="randint", low=0, high=1024),
-        contiguous((40,), dtype=torch.int64, fill="randint", low=0, high=64),
-    ])
+    """gather along dim 1 and index_select along dim 0 with int64 indices, then reductions.
+
+    The indices are distinct within each gathered row and among the selected
+    rows: the backward of a repeated index adds into one element with atomics on
+    CUDA, in eager as well, and in bfloat16 two eager runs then differ (a
+    `nondeterministic` verdict, not a test of the compiler). Accumulation into
+    repeated indices is covered by the index_put/scatter cases.
+    """
+    generator = torch.Generator().manual_seed(0)
+    index = torch.rand(64, 1024, generator=generator).argsort(dim=1)[:, :300]
+    rows = torch.randperm(64, generator=generator)[:40]
+    return Program(gather_index_select, [contiguous((64, 1024), requires_grad=True), index, rows])
 
 
 def cat_of_matmuls(x, w1, w2, w3):

@@ -9,6 +9,12 @@ then applies the `as_strided` (a ReinterpretView) to that smaller buffer, so
 half the output is read past its end: garbage that changes run to run, but
 always wrong. Blamed: aten.as_strided over a realized slice.
 
+The issue's input is one value repeated, so a read past the buffer that
+happens to land on a leftover copy of it (a fresh CUDA worker) gives the right
+answer. The case repeats two distinct values instead: then the second element
+is wrong in bounds too (the materialised buffer holds the slice's values, not
+`full`'s), whatever the memory past the buffer holds.
+
 The case multiplies the view by 1.0 so the compiled result is a dense buffer
 whose values can be compared; returning the view itself (as the issue does)
 gives a tensor whose storage is too small to read (`setStorage ... out of
@@ -29,11 +35,11 @@ def as_strided_over_slice_of_repeat(x):
 
 @case(tags=("upstream", "inductor", "view", "layout", "as_strided"), dtypes=(torch.float32,), issue=ISSUE, culprit="aten.as_strided",
       known_failures=(
-          KnownFailure("as_strided of a materialised slice reads past the 3-element buffer (pytorch#197431)",
-                       device="cpu", torch="2.13"),
+          KnownFailure("as_strided with full's strides over the materialised slice: wrong elements, some read "
+                       "past its buffer (pytorch#197431)", device="cpu", torch="2.13"),
           KnownFailure("as_strided ReinterpretView of a realized slice (IR-level, device independent; pytorch#197431)",
                        device="cuda", torch=">=2.11"),
       ))
 def upstream_197431_as_strided_of_sliced_repeat(dtype):
-    """as_strided over full[:, ::2] with full's strides (times 1.0): half the output is read out of bounds."""
-    return Program(as_strided_over_slice_of_repeat, [torch.full((1, 1), 1.5, dtype=dtype)])
+    """as_strided over full[:, ::2] with full's strides (times 1.0): wrong in bounds, and half read out of bounds."""
+    return Program(as_strided_over_slice_of_repeat, [torch.tensor([[1.5, -2.25]], dtype=dtype)])

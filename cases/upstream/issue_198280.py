@@ -8,6 +8,12 @@ reordering after fusion; the copy then fuses with the transposed read and
 overwrites elements before they are read. Thousands of wrong elements at shape
 (80000, 5, 5) on CUDA, varying run to run; correct with
 `loop_ordering_after_fusion=False` and on CPU (seen on 2.13.0).
+
+A race between thread blocks: a block's stores reach elements another block
+has yet to load only when the scheduler runs them in that order. Some runs
+are right (on the H200 with torch 2.11, one CLI run passed where an earlier
+in-process run failed), so the declaration is not strict: a passing run stays
+`pass`, a failing one is `xfail`.
 """
 
 import torch
@@ -26,7 +32,7 @@ def transpose_in_place(x):
       issue=ISSUE, culprit="aten.copy",
       known_failures=(
           KnownFailure("copy_ into x fused with the transposed read of x after loop reordering (pytorch#198280)",
-                       device="cuda", torch=">=2.10"),
+                       device="cuda", torch=">=2.10", strict=False),
       ))
 def upstream_198280_inplace_transpose_copy(dtype):
     """x.copy_(x.mT * 1.0) for (80000, 5, 5): compiled CUDA overwrites values before reading them."""

@@ -91,3 +91,18 @@ def preserved(changed: list[str]) -> Iterator[None]:
         found = [name for name in saved if name in now and _differs(now[name], saved[name])]
         _restore(saved, found)
         changed.extend(found)
+
+
+def backend_flags_mutable() -> contextlib.AbstractContextManager:
+    """Allow setting cuDNN/MKLDNN flags by attribute while the block runs.
+
+    Importing torch's test utilities (`torch.testing._internal.common_utils`, which
+    OpInfo's database imports) freezes them (`torch.backends.disable_global_flags()`):
+    an assignment then raises, and only `torch.backends.cudnn.flags(...)`, whose
+    parameters change between releases, may set them. That context manager unfreezes
+    them with `torch.backends.__allow_nonbracketed_mutation()` (torch 1.x to 2.13), as
+    this does; without it, nothing to unfreeze.
+    """
+    unfreeze = getattr(torch.backends, "__allow_nonbracketed_mutation", None)
+    return unfreeze() if unfreeze is not None else contextlib.nullcontext()
+

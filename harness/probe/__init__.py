@@ -7,7 +7,7 @@
 - `localize`: the answer (kernel, stage, drift, unlocalized) for a run.
 """
 
-from .localize import COARSE_STAGES, CompiledProgram, localize
+from .localize import COARSE_STAGES, CompiledProgram, NotReproduced, localize
 from .probe import KernelProbe
 
-__all__ = ["COARSE_STAGES", "CompiledProgram", "KernelProbe", "localize"]
+__all__ = ["COARSE_STAGES", "CompiledProgram", "KernelProbe", "NotReproduced", "localize"]

@@ -69,13 +69,22 @@ class CompiledProgram:
         return self.passes(self.rerun(probe))
 
 
+class NotReproduced(Exception):
+    """A failing run's first probe run passed: the compiled program is not deterministic."""
+
+
 def localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Localization:
+    """The answer for a run (failing, or passing under `--bisect always`).
+
+    The first probe run changes no value: for a failing run it is also the
+    retry that tells a divergence from nondeterminism (NotReproduced when it
+    passes), so localizing costs no separate retry.
+    """
     probe = _probe(program, verdict, stop_at_wrong=failing)
     outputs_pass = program.run(probe)
-    found = _evidence(probe)
     if failing and outputs_pass:
-        found.problems.append("the probe run passed where the first compiled run failed: the compiled program "
-                              "is not deterministic, so launch-level evidence may not match the failure")
+        raise NotReproduced()
+    found = _evidence(probe)
     if not failing:
         found.answer, found.diverged = R.Answer.NONE, False
         found.absorbed = [_absorbed(d) for d in probe.divergences]

@@ -55,7 +55,11 @@ class _Stepper(torch.fx.Interpreter):
         # by another node, not at the end of the graph, so saved activations do not pile up.
         self._dead_after = _last_uses_before_output(gm.graph)
         self.env = {}
-        self.args_iter: Iterator[Any] = iter([clone_exact(a) if isinstance(a, torch.Tensor) else a for a in inputs])
+        # The caller's inputs are read where they are, not copied: a node about to write into one (through
+        # any view of it) first gets a copy of that storage (`_own`). A backward graph's inputs are the saved
+        # activations, so a copy up front would hold them twice; most graphs write none of them.
+        self._borrowed = {_storage_key(a) for a in inputs if isinstance(a, torch.Tensor)}
+        self.args_iter: Iterator[Any] = iter(list(inputs))
         self._pending: Iterator[torch.fx.Node] = iter(gm.graph.nodes)
 
     def advance_to(self, name: str) -> None:
@@ -81,6 +85,9 @@ class _Stepper(torch.fx.Interpreter):
         return super().call_function(target, args, kwargs)
 
     def run_node(self, node: torch.fx.Node) -> Any:
+        for argument in written_nodes(node):
+            if isinstance(self.env.get(argument), torch.Tensor):
+                self._own(self.env[argument])
         written = [self.env[n] for n in written_nodes(node) if isinstance(self.env.get(n), torch.Tensor)]
         for tensor in written:
             self._protect(tensor)
@@ -102,6 +109,25 @@ class _Stepper(torch.fx.Interpreter):
         for name in self._by_storage.pop(_storage_key(tensor), []):
             if name in self.kept:
                 self.kept[name] = clone_exact(self.kept[name])
+
+    def _own(self, tensor: torch.Tensor) -> None:
+        """Before the first write into a caller's input: copy its storage, and move every value on it there."""
+        key = _storage_key(tensor)
+        if key not in self._borrowed:
+            return
+        self._borrowed.discard(key)
+        copy = tensor.untyped_storage().clone()
+
+        def moved(value: Any) -> Any:
+            if isinstance(value, torch.Tensor) and _storage_key(value) == key:
+                return torch.empty((0,), dtype=value.dtype, device=value.device).set_(
+                    copy, value.storage_offset(), value.size(), value.stride())
+            if isinstance(value, (list, tuple)):
+                return type(value)(moved(item) for item in value)
+            return value
+
+        self.env = {node: moved(value) for node, value in self.env.items()}
+        self.args_iter = iter([moved(value) for value in self.args_iter])
 
     def _densify_written(self, node: torch.fx.Node) -> None:
         """An in-place op on an expanded or overlapping tensor cannot run eagerly: give it a dense copy."""

@@ -366,10 +366,15 @@ def _finite_max(values: torch.Tensor, all_finite: bool = False) -> float | None:
         values = values.abs()
     if values.dtype in _BAREBONES_UNSIGNED:
         values = values.to(torch.float64)
+    if not values.numel():
+        return None
     if is_exact_dtype(values.dtype) or all_finite:
-        return float(values.max().item()) if values.numel() else None
-    finite = values[values.isfinite()]
-    return float(finite.max().item()) if finite.numel() else None
+        return float(values.max().item())
+    finite = values.isfinite()
+    if bool(finite.all()):  # the common case, without copying the finite elements out
+        return float(values.max().item())
+    kept = values[finite]
+    return float(kept.max().item()) if kept.numel() else None
 
 
 def _cosine(a: torch.Tensor, e: torch.Tensor, finite: torch.Tensor | None = None) -> float | None:

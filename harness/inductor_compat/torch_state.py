@@ -105,4 +105,3 @@ def backend_flags_mutable() -> contextlib.AbstractContextManager:
     """
     unfreeze = getattr(torch.backends, "__allow_nonbracketed_mutation", None)
     return unfreeze() if unfreeze is not None else contextlib.nullcontext()
-

@@ -17,8 +17,8 @@ import torch
 
 # Reduced-precision math a device may pick for float32 on its own (TF32 on NVIDIA, HF32 on Ascend), as
 # (module path under torch, attribute, value while a case runs). Whether eager and compiled get it
-# depends on the algorithm each call picks (a cuDNN convolution in the channels-last layout Inductor
-# prefers takes TF32 where eager's did not), so with it allowed a float32 verdict would judge the
+# depends on the algorithm each call picks (on the H200, Inductor's convolution in a correct conv +
+# batch norm took TF32 where eager's did not), so with it allowed a float32 verdict would judge the
 # device's algorithm choice, not the compiler: both sides run in full float32.
 FULL_FLOAT32: dict[str, tuple[tuple[str, str, Any], ...]] = {
     "cuda": (("backends.cudnn", "allow_tf32", False), ("backends.cuda.matmul", "allow_tf32", False)),

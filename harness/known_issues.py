@@ -43,7 +43,8 @@ class KnownIssue:
 
     def apply(self, record: R.CaseResult) -> None:
         if record.status == R.PASS and not self.failure.strict:
-            record.reason = f"known issue that shows in some runs only, not in this one: {self.failure.reason} ({self.link})"
+            record.reason = (f"known issue that shows in some runs only, not in this one: {self.failure.reason} "
+                             f"({self.link})")
             return
         if record.status == R.PASS:
             record.status = R.XPASS
@@ -81,9 +82,8 @@ def load_known_issues(path: str) -> list[KnownIssue]:
             raise ValueError(f"{path}: issue {number}: " + "; ".join(
                 ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown keys {', '.join(unknown)}"] if unknown else [])))
         filters = {k: str(v) for k, v in entry.items() if k in _FILTERS}
-        issues.append(KnownIssue(entry["case"], entry["link"], KnownFailure(entry.get("reason", "known issue"), **filters,
-                                                                      strict=entry.get("strict", True)),
-                                 entry.get("status")))
+        failure = KnownFailure(entry.get("reason", "known issue"), **filters, strict=entry.get("strict", True))
+        issues.append(KnownIssue(entry["case"], entry["link"], failure, entry.get("status")))
     return issues
 
 

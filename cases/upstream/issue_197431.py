@@ -41,5 +41,5 @@ def as_strided_over_slice_of_repeat(x):
                        device="cuda", torch=">=2.11"),
       ))
 def upstream_197431_as_strided_of_sliced_repeat(dtype):
-    """as_strided over full[:, ::2] with full's strides (times 1.0): wrong in bounds, and half read out of bounds."""
+    """as_strided over full[:, ::2] with full's strides (times 1.0): 2 elements wrong in bounds, 2 out of bounds."""
     return Program(as_strided_over_slice_of_repeat, [torch.tensor([[1.5, -2.25]], dtype=dtype)])

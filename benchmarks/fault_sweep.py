@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import collections
 import concurrent.futures
+import functools
 import json
 import multiprocessing
 import os
@@ -41,13 +42,17 @@ def _share_cores(processes: int) -> None:
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // processes))
 
 
-def _run(device: str, case_name: str, mode: str, inject: str | None) -> dict:
-    import torch  # noqa: F401  (the worker process imports torch once)
-
+@functools.lru_cache(maxsize=None)
+def _registry():  # once per worker process
     from harness.registry import load_registry
+
+    return load_registry()
+
+
+def _run(device: str, case_name: str, mode: str, inject: str | None) -> dict:
     from harness.runner import RunConfig, run_case
 
-    case = load_registry().cases[case_name]
+    case = _registry().cases[case_name]
     record = run_case(case, case.dtypes[0], mode,
                       RunConfig(device=device, inject=inject, bisect="on-failure" if inject else "always"))
     found = record.first_divergent_kernel

@@ -638,3 +638,17 @@ def encode_json(value: Any) -> Any:
 def safe_text(text: str) -> str:
     """Text that encodes anywhere: lone surrogates (undecodable bytes of a file name, say) escaped."""
     return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+
+
+def exception_text(exc: BaseException) -> str:
+    """An exception's message, even when its __str__ raises; undecodable bytes escaped."""
+    try:
+        return safe_text(str(exc))
+    except Exception:
+        return f"<{type(exc).__name__} whose message could not be read>"
+
+
+def exception_line(exc: BaseException, limit: int | None = None) -> str:
+    """The first line of an exception's message (at most `limit` characters), or its type's name."""
+    lines = exception_text(exc).strip().splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:limit]

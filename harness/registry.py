@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import torch
 
+from .records import exception_line
 from .source_selection import wanted
 from .tolerances import Tolerance
 
@@ -281,7 +282,8 @@ class Registry:
                     continue  # looked up by name, or loaded at ci size, before
                 self.add(item, origin)
         except Exception as exc:  # a broken generator must not hide the other cases
-            self.errors.append(LoadError(CASE_SOURCE_ORIGIN + source.name, f"{type(exc).__name__}: {_short(exc)}"))
+            self.errors.append(LoadError(CASE_SOURCE_ORIGIN + source.name,
+                                         f"{type(exc).__name__}: {exception_line(exc)}"))
             return
         self.loaded_sources[source.name] = include_full
 
@@ -294,7 +296,8 @@ class Registry:
                 try:
                     found = source.lookup(name)
                 except Exception as exc:
-                    self.errors.append(LoadError(CASE_SOURCE_ORIGIN + source.name, f"{type(exc).__name__}: {_short(exc)}"))
+                    self.errors.append(LoadError(CASE_SOURCE_ORIGIN + source.name,
+                                         f"{type(exc).__name__}: {exception_line(exc)}"))
                     return None
                 if found is not None:
                     found = found if found.source else _with_source(found, CASE_SOURCE_ORIGIN + source.name)
@@ -360,7 +363,7 @@ def load_registry(paths: Sequence[str] = (), include_default: bool = True,
                 found = list(_cases_in(module))
                 generators = list(getattr(module, "CASE_SOURCES", []))
             except BaseException as exc:  # sys.exit, Ctrl-C, a hang: a broken case module must not end the run
-                registry.errors.append(LoadError(name, f"{type(exc).__name__}: {_short(exc)}"))
+                registry.errors.append(LoadError(name, f"{type(exc).__name__}: {exception_line(exc)}"))
                 continue
             for item in found:
                 registry.add(item, name)
@@ -445,8 +448,3 @@ def _with_source(item: Case, source: str) -> Case:
     import dataclasses
 
     return dataclasses.replace(item, source=source)
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else repr(exc)

@@ -65,7 +65,8 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
             if case.generated and failure.stage == R.Stage.EAGER:
                 # No eager result, no reference: the inputs are not a test of the compiler.
                 record.status, record.stage = R.SKIP, failure.stage
-                record.reason = f"eager raises on these inputs ({type(failure.cause).__name__}: {_first_line(failure.cause)})"
+                cause = failure.cause
+                record.reason = f"eager raises on these inputs ({type(cause).__name__}: {R.exception_line(cause)})"
             elif case.generated and isinstance(failure.cause, NothingCompiled):
                 record.status, record.stage = R.SKIP, failure.stage
                 breaks = "; ".join(record.graph_break_reasons[:3]) or "no graph break reported"
@@ -73,11 +74,12 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
             else:
                 record.status, record.stage = R.ERROR, failure.stage
                 record.symptom = failure.symptom or (R.Symptom.OOM if _is_oom(failure.cause) else R.Symptom.CRASH)
-                record.error = R.ErrorInfo(type(failure.cause).__name__, _text(failure.cause),
+                record.error = R.ErrorInfo(type(failure.cause).__name__, R.exception_text(failure.cause),
                                            _traceback(failure.cause))
         except Exception as exc:  # noqa: BLE001 - the harness's own bug: this run errs, the worker and the run go on
             record.status, record.stage, record.symptom = R.ERROR, R.Stage.WORKER, R.Symptom.CRASH
-            record.error = R.ErrorInfo(type(exc).__name__, f"the harness failed on this case (a harness bug): {_text(exc)}",
+            record.error = R.ErrorInfo(type(exc).__name__,
+                                       f"the harness failed on this case (a harness bug): {R.exception_text(exc)}",
                                        _traceback(exc))
         finally:
             record.duration_s = round(time.perf_counter() - started, 3)
@@ -154,8 +156,8 @@ class _Observation:
             return True
         except Exception as exc:  # an op without a float64 kernel, a dtype the program fixes: tolerance decides
             self.references = Results()
-            self.record.warnings.append(f"the float64 reference failed ({type(exc).__name__}: {_first_line(exc)}); "
-                                        "float outputs were judged by tolerance alone")
+            self.record.warnings.append(f"the float64 reference failed ({type(exc).__name__}: "
+                                        f"{R.exception_line(exc)}); float outputs were judged by tolerance alone")
             return False
         finally:
             self.timings["reference"] = round(self.timings.get("reference", 0.0) + time.perf_counter() - started, 3)
@@ -341,7 +343,7 @@ def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig,
             return None
         answer = R.Answer.UNLOCALIZED if failing else R.Answer.NONE
         return R.Localization(answer=answer, diverged=failing, reason=f"the probe itself failed ({type(exc).__name__}: "
-                              f"{_first_line(exc)})", problems=[_traceback(exc)[-2000:]])
+                              f"{R.exception_line(exc)})", problems=[_traceback(exc)[-2000:]])
 
 
 def _probe_run(observed: _Observation, compiled: _Compiled, config: RunConfig, record: R.CaseResult,
@@ -458,17 +460,9 @@ def _stage(stage: str, timings: dict[str, float], wrap: bool = True) -> Iterator
 
 
 def _is_oom(exc: BaseException) -> bool:
-    text = _text(exc).lower()
+    text = R.exception_text(exc).lower()
     return (isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or "out of memory" in text
             or "can't allocate memory" in text or "cannot allocate memory" in text)
-
-
-def _text(exc: BaseException) -> str:
-    """An exception's message, even when its __str__ raises; undecodable bytes escaped."""
-    try:
-        return R.safe_text(str(exc))
-    except Exception:
-        return f"<{type(exc).__name__} whose message could not be read>"
 
 
 def _traceback(exc: BaseException) -> str:
@@ -476,11 +470,4 @@ def _traceback(exc: BaseException) -> str:
     try:
         return "".join(traceback.format_exception(exc))
     except Exception:
-        return "".join(traceback.format_tb(exc.__traceback__)) + f"{type(exc).__name__}: {_text(exc)}"
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = _text(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
-
-
+        return "".join(traceback.format_tb(exc.__traceback__)) + f"{type(exc).__name__}: {R.exception_text(exc)}"

@@ -30,6 +30,7 @@ import torch
 
 from ..inputs import seed_for
 from ..layout import clone_exact
+from ..records import exception_line
 from . import layouts as L
 from .skips import dtype_skip, op_key, op_skip
 
@@ -288,7 +289,7 @@ def probe(op_piece: str, dtype: torch.dtype, index: int) -> Probe:
             with recorder:
                 output = OpCall(op, structure)(*copies)
     except Exception as exc:
-        text = f"{type(exc).__name__}: {_first_line(exc)}"
+        text = f"{type(exc).__name__}: {exception_line(exc, 200)}"
         skip = f"eager raises on OpInfo's sample ({text})" if dtype in declared(op, "cpu") else None
         return Probe(skip=skip, eager_error=text, writes=bool(recorder.writes))
     writes = bool(recorder.writes) or any(t._version != v for t, v in zip(copies, versions))
@@ -327,9 +328,6 @@ def does_something(op_piece: str, dtype: torch.dtype, index: int, layout: str) -
     return recorder.calls > 0
 
 
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0][:200] if lines else ""
 
 
 # Layouts a sample can take.
@@ -405,7 +403,8 @@ def entries_of(op: Any, dtype: torch.dtype, skips: list[Skip] | None = None) -> 
         drawn = samples(piece, dtype)
     except Exception as exc:
         if skips is not None:
-            skips.append(Skip(f"{key} {dtype_name(dtype)}", f"OpInfo cannot draw samples ({type(exc).__name__}: {_first_line(exc)})"))
+            skips.append(Skip(f"{key} {dtype_name(dtype)}",
+                              f"OpInfo cannot draw samples ({type(exc).__name__}: {exception_line(exc, 200)})"))
         return []
     usable, reasons = [], []
     for index in range(len(drawn)):

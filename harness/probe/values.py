@@ -28,6 +28,7 @@ import torch.fx
 
 from ..inductor_compat.graphs import AFTER, GraphInfo, float64_copy, written_nodes
 from ..layout import clone_exact, is_non_overlapping
+from ..records import exception_line
 
 # Ops whose results an eager rerun cannot reproduce.
 RANDOM_OPS = ("rand", "randn", "randint", "randperm", "bernoulli", "dropout", "native_dropout", "normal",
@@ -164,7 +165,8 @@ class GraphValues:
                 self._stepper.advance_to(node)
             except Exception as exc:
                 self._broken = True
-                self.problems.append(f"eager run of the post-grad graph failed ({type(exc).__name__}: {_short(exc)})")
+                self.problems.append(f"eager run of the post-grad graph failed ({type(exc).__name__}: "
+                                     f"{exception_line(exc, 300)})")
                 return None
             if node in self._stepper.kept:
                 return self._stepper.kept[node]
@@ -221,10 +223,11 @@ class GraphValues:
             if float64:
                 self._float64_broken = True
                 self.problems.append(f"float64 run of the post-grad graph failed ({type(exc).__name__}: "
-                                     f"{_short(exc)}); buffers were judged by tolerance alone")
+                                     f"{exception_line(exc, 300)}); buffers were judged by tolerance alone")
             else:
                 self._broken = True
-                self.problems.append(f"eager run of the post-grad graph failed ({type(exc).__name__}: {_short(exc)})")
+                self.problems.append(f"eager run of the post-grad graph failed ({type(exc).__name__}: "
+                                     f"{exception_line(exc, 300)})")
             return None
         return stepper.kept
 
@@ -258,8 +261,3 @@ def _random_dependent(gm: torch.fx.GraphModule) -> set[str]:
         elif any(arg.name in tainted for arg in node.all_input_nodes):
             tainted.add(node.name)
     return tainted
-
-
-def _short(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0][:300] if lines else repr(exc)

@@ -217,6 +217,8 @@ class _Compiled:
     results: Results
     comparisons: list[R.OutputComparison]
     handler_factory: Callable[[], Any]
+    # A probe run saw a graph input change with no launch writing it: later probe runs copy every input.
+    copy_graph_inputs: bool = False
 
 
 def _compiled_run(observed: _Observation, config: RunConfig, record: R.CaseResult) -> _Compiled:
@@ -349,6 +351,20 @@ def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig,
 def _probe_run(observed: _Observation, compiled: _Compiled, config: RunConfig, record: R.CaseResult,
                probe: Any) -> Results:
     """One more run of the compiled program with `probe` installed."""
+    probe.copy_inputs = probe.copy_inputs or compiled.copy_graph_inputs
+    results = _probe_run_once(observed, compiled, config, record, probe)
+    if probe.unannounced_writes and not probe.copy_inputs:
+        compiled.copy_graph_inputs = True
+        graphs = ", ".join(probe.unannounced_writes)
+        probe.restart(copy_inputs=True)
+        probe.problems.append(f"{graphs}: a graph input changed with no kernel launch writing it (an ATen call in "
+                              "the wrapper): probed again with every graph input copied up front")
+        results = _probe_run_once(observed, compiled, config, record, probe)
+    return results
+
+
+def _probe_run_once(observed: _Observation, compiled: _Compiled, config: RunConfig, record: R.CaseResult,
+                    probe: Any) -> Results:
     from .inductor_compat import adopt_facts, capture_graphs, intercept_launches
 
     with capture_graphs(probe.observe_graph) as capture, intercept_launches(probe.on_launch):

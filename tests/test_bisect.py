@@ -1,5 +1,6 @@
 """Localization to the first diverging kernel, on CPU Inductor (C++ and extern kernels)."""
 
+import dataclasses
 import random
 
 import pytest
@@ -110,6 +111,33 @@ def test_a_drift_is_traced_to_the_kernel_where_it_starts():
     assert "no single kernel is wrong beyond tolerance" in kernel.reason and record.summary().count("drift:") == 1
 
 
+def amplify_reshaped(x, w):
+    a = (x @ w).view(2, 8, 16)     # launch 1 updates the mm's buffer in place, under another name and shape
+    return (a / 32.0 - 1.0) * 1e6
+
+
+@pytest.mark.parametrize("program", [amplify, amplify_reshaped])
+def test_an_in_place_kernel_after_a_drift_is_replayed_on_the_state_before_it(program):
+    case = dataclasses.replace(DRIFT, build=lambda d: Program(program, DRIFT.build(d).inputs))
+    record = run_case(case, torch.float32, "inference", RunConfig(bisect=True, inject="fault-ulp@0",
+                                                                    compile_options={"max_autotune_gemm": False}))
+    kernel = record.first_divergent_kernel
+    assert (kernel.answer, kernel.launch_index) == (R.Answer.DRIFT, 0)
+    assert kernel.visible_at.launch_index == 1 and "upstream drift amplified here" in kernel.visible_at.isolated
+
+
+def test_an_in_place_kernel_whose_prior_state_is_unknown_is_not_called_wrong(monkeypatch):
+    from harness.probe.regions import RegionMap
+
+    monkeypatch.setattr(RegionMap, "_same_memory_write", lambda self, tensor: None)  # the prior state unmapped
+    case = dataclasses.replace(DRIFT, build=lambda d: Program(amplify_reshaped, DRIFT.build(d).inputs))
+    record = run_case(case, torch.float32, "inference", RunConfig(bisect=True, inject="fault-ulp@0",
+                                                                    compile_options={"max_autotune_gemm": False}))
+    kernel = record.first_divergent_kernel
+    assert (kernel.answer, kernel.launch_index) == (R.Answer.DRIFT, 0)
+    assert "the kernel reads its state before the launch, which has no eager twin" in kernel.visible_at.isolated
+
+
 def two_matmuls_concatenated(x, w1, w2):
     # Inductor writes each mm straight into its slice of the cat's buffer: two kernels, one buffer.
     return torch.cat([x @ w1, x @ w2], dim=1) * 2
@@ -128,3 +156,63 @@ def test_a_buffer_written_a_slice_at_a_time_is_compared_slice_by_slice():
     kernel = faulted.first_divergent_kernel
     assert (kernel.launch_index, kernel.name) == (1, "extern_kernels.mm")
     assert kernel.metrics.shape == [16, 8] and kernel.metrics.bad == 128
+
+
+@torch.library.custom_op("harness_test::halve_", mutates_args=("x",))
+def halve_(x: torch.Tensor) -> None:
+    x.mul_(0.5)
+
+
+def halve_then_sin(x):
+    halve_(x)  # an ATen call in the wrapper writes the input itself: no kernel launch announces it
+    return x.sin()
+
+
+def scale_in_place(x):
+    x.mul_(2)  # a generated kernel writes the input in place
+    return x.cos()
+
+
+WRITTEN_BY_ATEN = Case(name="written_by_aten", build=lambda d: Program(halve_then_sin, [contiguous((64,))]))
+WRITTEN_BY_KERNEL = Case(name="written_by_kernel", build=lambda d: Program(scale_in_place, [contiguous((64,))]))
+PROBED_AGAIN = "probed again with every graph input copied up front"
+
+
+def clean_probe(case):
+    record = run_case(case, torch.float32, "inference", RunConfig(bisect="always"))
+    kernel = record.first_divergent_kernel
+    assert record.status == R.PASS and kernel.answer == R.Answer.NONE and not kernel.absorbed
+    return kernel
+
+
+def test_an_input_the_graph_writes_is_copied_before_it_runs():
+    assert not any(PROBED_AGAIN in p for p in clean_probe(WRITTEN_BY_ATEN).problems)
+
+
+def test_an_input_a_launch_writes_is_copied_at_that_launch(monkeypatch):
+    from harness.inductor_compat import GraphInfo
+
+    monkeypatch.setattr(GraphInfo, "written_inputs", lambda self: set())  # leave the write to the launch
+    assert not any(PROBED_AGAIN in p for p in clean_probe(WRITTEN_BY_KERNEL).problems)
+
+
+def test_a_write_nothing_announced_is_caught_and_probed_again_with_copies(monkeypatch):
+    from harness.inductor_compat import GraphInfo
+
+    monkeypatch.setattr(GraphInfo, "written_inputs", lambda self: set())  # as if the schema analysis missed it
+    assert any(PROBED_AGAIN in p for p in clean_probe(WRITTEN_BY_ATEN).problems)
+
+
+def test_the_inputs_a_graph_writes_are_read_off_its_schemas():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from harness.inductor_compat import written_inputs
+
+    def program(x, y, z):
+        x[0].add_(1)  # through a view
+        halve_(z.view(-1))
+        return y.t() * 2
+
+    gm = make_fx(program)(torch.ones(2, 3), torch.ones(3, 2), torch.ones(4))
+    assert written_inputs(gm) == {0, 2}
+    assert written_inputs(make_fx(lambda x: x.sin())(torch.ones(2))) == set()

@@ -78,6 +78,13 @@ class GraphInfo:
     # (kernel name, buffers it computes) in codegen order, which is the wrapper's launch order.
     kernels: list[tuple[str, list[str]]]
     node_order: dict[str, int] = field(default_factory=dict)
+    _written_inputs: set[int] | None = field(default=None, repr=False, compare=False)
+
+    def written_inputs(self) -> set[int]:
+        """Positions of the inputs whose storage the graph may write (`written_inputs`), computed once."""
+        if self._written_inputs is None:
+            self._written_inputs = written_inputs(self.gm)
+        return self._written_inputs
 
     def order_of(self, value_node: str | None) -> int:
         """Graph position of the node whose value this is ("X@N": after N ran)."""
@@ -354,6 +361,53 @@ def written_nodes(node: Any) -> list[Any]:
             if isinstance(item, torch.fx.Node):
                 written.append(item)
     return written
+
+
+def written_inputs(gm: Any) -> set[int]:
+    """Positions of the graph inputs whose storage the graph may write, through any view of them.
+
+    Read off the ops' schemas: an output annotated `Tensor(a)` shares its
+    argument's storage, `Tensor(a!)` is written. An op without a schema (a
+    higher-order op, a user Triton kernel) is taken to write every tensor it
+    is given: a copy too many costs memory, a missed write a false blame.
+    """
+    import operator
+
+    import torch.fx
+
+    parent: dict[Any, Any] = {}
+
+    def root(node: Any) -> Any:
+        while parent.get(node, node) is not node:
+            node = parent[node]
+        return node
+
+    written: set[Any] = set()
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target is operator.getitem:  # an item of a list of views shares their storage
+            parent[root(node)] = root(node.args[0])
+            continue
+        schema = getattr(node.target, "_schema", None)
+        if schema is None:
+            written.update(root(a) for a in node.all_input_nodes)
+            continue
+        returned = {alias for ret in schema.returns if ret.alias_info is not None
+                    for alias in ret.alias_info.before_set}
+        for position, argument in enumerate(schema.arguments):
+            if argument.alias_info is None:
+                continue
+            value = node.args[position] if position < len(node.args) else node.kwargs.get(argument.name)
+            items = [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, torch.fx.Node)]
+            for item in items:
+                if argument.alias_info.is_write:
+                    written.add(root(item))
+                if returned & set(argument.alias_info.before_set):
+                    parent[root(node)] = root(item)
+    written = {root(n) for n in written}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return {i for i, n in enumerate(placeholders) if root(n) in written}
 
 
 def _numel(size: list[int]) -> int:

@@ -10,6 +10,12 @@ by the same verdict policy:
 - matching, while a read argument overlapped a written one in the real
   launch: the kernel reads what it writes (aliasing inside the kernel);
 - matching otherwise: its inputs were already off, and it amplified that.
+
+An argument updated in place (`in_out_ptr`) whose state before the launch
+has no eager twin starts from what the launch left there. Most such kernels
+write before they read (a fresh buffer, or one Inductor reused), and a second
+replay from zeros shows it; a kernel whose outputs depend on that state is
+not judged ("not isolated"): it would be reading its own output.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import torch
 
 from ..compare import Verdict
 from ..inductor_compat import Launch
+from ..inductor_compat.launches import ROLE_INOUT
 from ..layout import clone_exact, is_non_overlapping_and_dense, overlap
 from .regions import Region, RegionMap
 from .values import GraphValues
@@ -46,6 +53,8 @@ class Replay:
     kept: list[str]  # inputs left as computed (no eager twin, no recomputation)
     group: list[int]  # earlier launches whose recomputed outputs it read
     error: str | None = None
+    # Arguments updated in place whose state before the launch has no eager twin (given what it left there).
+    unknown_priors: list[str] = field(default_factory=list)
 
 
 # Looks up an unmapped input recomputed on eager inputs by the launch that wrote it: (launch, tensor).
@@ -53,8 +62,12 @@ Recomputed = Callable[[torch.Tensor], "tuple[int, torch.Tensor] | None"]
 
 
 def replay(launch: Launch, regions: RegionMap, values: GraphValues, run: Callable[[Launch], Any],
-           recomputed: Recomputed | None = None) -> Replay:
-    """Run `launch` again on eager values of its inputs (call before `regions` records this launch's writes)."""
+           recomputed: Recomputed | None = None, zero_unknown_priors: bool = False) -> Replay:
+    """Run `launch` again on eager values of its inputs (call before `regions` records this launch's writes).
+
+    An argument updated in place whose prior state has no eager twin starts from what the launch left
+    there (or zeros, with `zero_unknown_priors`: two replays tell whether the kernel reads that state).
+    """
     regions_needed = [regions.read(launch, t) for _, t in launch.tensor_args()]
     regions_needed += [regions.written(launch, t) for _, t in launch.written_args()]
     values.prefetch(n for region in regions_needed for n in region.nodes())
@@ -76,20 +89,25 @@ def replay(launch: Launch, regions: RegionMap, values: GraphValues, run: Callabl
             kept.append(name + (f" (written by launch {region.written_by})" if region.written_by is not None else ""))
             continue
         _put(args, kwargs, key, fresh)
-    outputs = []
+    outputs, unknown_priors = [], []
     for key, tensor in launch.written_args():
         written = regions.written(launch, tensor)
         prior = regions.read(launch, tensor)
         fresh = _filled(tensor, prior.eager(values) if prior.mapped else None)
+        name = regions.local_of(launch, tensor) or launch.param_name(key)
         if fresh is None:
             fresh = clone_exact(tensor)  # what the launch wrote: its prior state is not known
+            if launch.role(key) == ROLE_INOUT:
+                unknown_priors.append(name)
+                if zero_unknown_priors:
+                    fresh.zero_()
         _put(args, kwargs, key, fresh)
-        outputs.append((regions.local_of(launch, tensor) or launch.param_name(key), written, fresh))
+        outputs.append((name, written, fresh))
     try:
         run(dataclasses.replace(launch, args=args, kwargs=kwargs, caller_locals={}, replay=True))
     except Exception as exc:
-        return Replay(outputs, kept, group, f"{type(exc).__name__}: {exc}")
-    return Replay(outputs, kept, group)
+        return Replay(outputs, kept, group, f"{type(exc).__name__}: {exc}", unknown_priors)
+    return Replay(outputs, kept, group, unknown_priors=unknown_priors)
 
 
 def isolate(launch: Launch, regions: RegionMap, values: GraphValues, verdict: Verdict,
@@ -109,6 +127,11 @@ def isolate(launch: Launch, regions: RegionMap, values: GraphValues, verdict: Ve
         if not comparison.passed:
             still_wrong.append(f"{name} bad={comparison.bad}/{comparison.numel}")
     kept, group = again.kept, again.group
+    if still_wrong and again.unknown_priors and _reads_unknown_priors(launch, regions, values, run, recomputed, again):
+        # In-place kernels often write a buffer before reading it back (a fresh buffer, or one Inductor reused);
+        # this one reads what was there, and that state is gone: the replay read its own output instead.
+        kept = kept + [f"{name} (updated in place; the kernel reads its state before the launch, which has no "
+                       "eager twin)" for name in again.unknown_priors]
     on = "eager values of its inputs" + (f" (kept as computed: {', '.join(kept)})" if kept else "")
     if group:
         on += f" (with the outputs of launch {', '.join(map(str, group))} recomputed on eager inputs: they have no eager twin)"
@@ -129,6 +152,21 @@ def isolate(launch: Launch, regions: RegionMap, values: GraphValues, verdict: Ve
                                    f"and written by the same launch; on {on} it diverges when they share memory "
                                    "as in the compiled call, and matches eager when they are apart", group)
     return Isolation(DRIFT, f"upstream drift amplified here: on {on} this kernel matches eager", group)
+
+
+def _reads_unknown_priors(launch: Launch, regions: RegionMap, values: GraphValues, run: Callable[[Launch], Any],
+                         recomputed: Recomputed | None, first: Replay) -> bool:
+    """Whether the replay's outputs change when the in-place arguments of unknown prior state start as zeros."""
+    again = replay(launch, regions, values, run, recomputed, zero_unknown_priors=True)
+    if again.error is not None:
+        return True
+    return not all(_same(a, b) for (_, _, a), (_, _, b) in zip(first.outputs, again.outputs))
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.is_floating_point() or a.is_complex():
+        return bool(((a == b) | (a.isnan() & b.isnan())).all())
+    return torch.equal(a, b)
 
 
 def reads_what_it_writes(launch: Launch, regions: RegionMap) -> list[str]:

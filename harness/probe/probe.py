@@ -1,8 +1,9 @@
 """The linear probe: every kernel launch's written buffers against eager, in launch order.
 
 A `KernelProbe` is a graph observer and a launch handler in one. For each call
-of a compiled graph it runs the post-grad graph eagerly on copies of the
-call's inputs (`GraphValues`), then lets the compiled graph run unchanged;
+of a compiled graph it runs the post-grad graph eagerly on the call's inputs
+(`GraphValues`; copies of those the graph writes, see `_eager_inputs`), in step
+with the compiled graph, which runs unchanged;
 after each launch (C++, Triton, extern) it resolves what every written
 argument holds (`RegionMap`) and judges it with the verdict policy. It only
 reads, except in substitution mode, where launches up to a threshold have
@@ -24,7 +25,7 @@ from ..inductor_compat import GraphInfo, Launch
 from ..layout import clone_exact
 from .isolation import ALIASING, DRIFT, WRONG, Isolation, isolate, replay
 from .regions import Region, RegionMap, describe_reason, region_key
-from .values import GraphValues
+from .values import GraphValues, fingerprint
 
 MAX_SOURCE_CHARS = 20_000
 MAX_UNMAPPED_NAMES = 20
@@ -92,6 +93,10 @@ class KernelProbe:
     divergences: list[Divergence] = field(default_factory=list)
     described: dict[int, Divergence] = field(default_factory=dict)
     substituted: int = 0
+    # Copy every graph input before the compiled graph runs, instead of only those its FX graph writes.
+    copy_inputs: bool = False
+    # Graphs whose shared inputs changed without a launch announcing the write (see observe_graph).
+    unannounced_writes: list[str] = field(default_factory=list)
     _current: _GraphCall | None = None
     _labels: dict[str, str] = field(default_factory=dict)
 
@@ -115,21 +120,29 @@ class KernelProbe:
         try:
             if not self._needs_values():
                 return call(args)
-            inputs = [clone_exact(a) if isinstance(a, torch.Tensor) else a for a in args]
+            inputs, shared = _eager_inputs(info, args, self.copy_inputs)
+            before = {key: fingerprint(storage) for key, storage in shared.items()}
             uses = Counter(n for b in info.buffers.values() for n in (b.value_node, b.part_of) if n)
-            values = GraphValues(info, inputs, set(uses), uses)
+            values = GraphValues(info, inputs, set(uses), uses, shared=shared)
             self._current = _GraphCall(info, label, values, RegionMap(info, values))
             try:
                 return call(args)
             finally:
                 self.problems.extend(f"{label}: {p}" for p in values.problems if f"{label}: {p}" not in self.problems)
                 self._current = None
+                if any(fingerprint(shared[key]) != before[key] for key in values.shared):
+                    # Written by something no launch announced (an ATen fallback in the wrapper): eager may
+                    # have read the new contents. The run is made again with every input copied up front.
+                    self.unannounced_writes.append(label)
         finally:
             self.graph_launches.setdefault(label, [first, self.launches - first])
 
     # Launch handler: intercept_launches(probe.on_launch)
     def on_launch(self, launch: Launch) -> Any:
         call = self._current
+        if call is not None and not launch.replay:
+            for _, tensor in launch.written_args():
+                call.values.before_write(tensor)
         result = self._run(launch)
         self.launches += 1
         if call is not None and not launch.replay:
@@ -221,13 +234,36 @@ class KernelProbe:
         if len(names) < MAX_UNMAPPED_NAMES:
             names.append(f"{label}:{region.buffer or '?'}")
 
-    def restart(self) -> None:
+    def restart(self, copy_inputs: bool | None = None) -> None:
         """Forget everything seen (a run that has to be made again), keeping the mode and the problems."""
-        problems = self.problems
+        problems, copy = self.problems, self.copy_inputs if copy_inputs is None else copy_inputs
         fresh = KernelProbe(self.verdict, self.inner, self.stop_at_wrong, self.compare_after, self.substitute,
                             self.immaterial, self.describe)
         self.__dict__.update(fresh.__dict__)
-        self.problems = problems
+        self.problems, self.copy_inputs = problems, copy
+
+
+def _eager_inputs(info: GraphInfo, args: list, copy_all: bool) -> tuple[list, dict[int, Any]]:
+    """The inputs eager runs on, and the storages it shares with the compiled graph (by data pointer).
+
+    An input the FX graph writes is copied up front: the compiled graph updates it in place, maybe
+    through an ATen fallback no launch handler sees. The others are shared: a backward graph's inputs
+    are the saved activations, and a copy of them all would hold them twice. A launch writing a shared
+    storage (Inductor reusing an input's memory for a buffer) gets it copied first (`before_write`).
+    """
+    keys = [_storage_pointer(a) for a in args]
+    written = range(len(args)) if copy_all else info.written_inputs()
+    copied = {keys[i] for i in written if i < len(args) and keys[i] is not None}  # with every view on them
+    inputs = [clone_exact(a) if key in copied else a for a, key in zip(args, keys)]
+    shared = {key: a.untyped_storage() for a, key in zip(args, keys) if key is not None and key not in copied}
+    return inputs, shared
+
+
+def _storage_pointer(value: Any) -> int | None:
+    try:
+        return value.untyped_storage().data_ptr() if isinstance(value, torch.Tensor) else None
+    except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse): eager reads it as it is
+        return None
 
 
 def _kernel_accumulates(launch: Launch, info: GraphInfo, region: Region) -> bool:

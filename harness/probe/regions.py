@@ -30,7 +30,7 @@ from typing import Callable
 import torch
 
 from ..inductor_compat import GraphInfo, Launch
-from ..layout import clone_exact, is_non_overlapping, span
+from ..layout import clone_exact, is_non_overlapping, is_non_overlapping_and_dense, span
 from .values import GraphValues
 
 Layout = Callable[[torch.Tensor], "torch.Tensor | None"]
@@ -132,6 +132,9 @@ class RegionMap:
         key = region_key(tensor)
         if key in self._writes:
             return self._check(self._writes[key], tensor)
+        moved = self._same_memory_write(tensor)
+        if moved is not None:
+            return self._check(moved, tensor)
         local = self.local_of(launch, tensor)
         if local is not None:
             return self._check(self._known(local, tensor), tensor)
@@ -153,6 +156,31 @@ class RegionMap:
                 del self._writes[key]
         self._writes[region_key(tensor)] = region
         self._written_storages[pointer] += 1
+
+    def _same_memory_write(self, tensor: torch.Tensor) -> Region | None:
+        """The region last written over this memory under another name, shape or order, laid out as `tensor`.
+
+        Inductor hands a buffer on in place (`buf45 = reinterpret_tensor(buf44, ...)`, then a kernel
+        updates buf45): the elements are where the earlier write put them. A write whose layout tiles
+        its span (dense) and covers `tensor`'s span says what every element of `tensor` holds.
+        """
+        pointer, (start, end) = tensor.untyped_storage().data_ptr(), span(tensor)
+        for (other, offset, shape, stride, (first, last)), region in self._writes.items():
+            if other != pointer or not first <= start < end <= last or region.before is not None \
+                    or not region.mapped or not is_non_overlapping_and_dense(torch.empty_strided(shape, stride, device="meta")):
+                continue
+            inner, size, steps, at = region.layout, tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset() - offset
+
+            def relaid(value: torch.Tensor) -> torch.Tensor | None:
+                value = inner(value)
+                if value is None or tuple(value.shape) != shape:
+                    return None
+                memory = torch.empty_strided(shape, stride, dtype=value.dtype, device=value.device)
+                memory.copy_(value)
+                return memory.as_strided(size, steps, at)
+
+            return dataclasses.replace(region, layout=relaid)
+        return None
 
     def _known(self, local: str, tensor: torch.Tensor, before_writes: bool = False) -> Region:
         """A local read before any probed launch wrote it: a graph input, or a buffer an unprobed op made."""

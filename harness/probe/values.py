@@ -1,8 +1,11 @@
 """Eager values of a compiled graph's FX nodes, for one call of that graph, computed in step with it.
 
-The post-grad graph runs eagerly (an FX interpreter) on copies of the very
-inputs the compiled graph receives, one node at a time and only as far as the
-launches need: a node's value is computed when a launch asks for it, kept
+The post-grad graph runs eagerly (an FX interpreter) on the very inputs the
+compiled graph receives, one node at a time and only as far as the launches
+need. Neither side may change what the other reads: the interpreter copies an
+input's storage before its first write into it, and a launch about to write
+a storage eager still reads gets it copied first (`before_write`). A node's
+value is computed when a launch asks for it, kept
 until every buffer holding it was judged, then released. So the probe holds
 about what an eager run of the graph holds, not every intermediate at once;
 a released value asked for again (an isolation replay needs a kernel's
@@ -114,21 +117,23 @@ class _Stepper(torch.fx.Interpreter):
     def _own(self, tensor: torch.Tensor) -> None:
         """Before the first write into a caller's input: copy its storage, and move every value on it there."""
         key = _storage_key(tensor)
-        if key not in self._borrowed:
-            return
-        self._borrowed.discard(key)
-        copy = tensor.untyped_storage().clone()
+        if key in self._borrowed:
+            self._borrowed.discard(key)
+            self.relocate(key, tensor.untyped_storage().clone(), borrowed=False)
 
-        def moved(value: Any) -> Any:
-            if isinstance(value, torch.Tensor) and _storage_key(value) == key:
-                return torch.empty((0,), dtype=value.dtype, device=value.device).set_(
-                    copy, value.storage_offset(), value.size(), value.stride())
-            if isinstance(value, (list, tuple)):
-                return type(value)(moved(item) for item in value)
-            return value
-
+    def relocate(self, key: int, copy: Any, borrowed: bool = True) -> None:
+        """Point every value on storage `key` (inputs still to be read, computed and kept values) at `copy`."""
+        moved = _mover(key, copy)
         self.env = {node: moved(value) for node, value in self.env.items()}
         self.args_iter = iter([moved(value) for value in self.args_iter])
+        on_storage = self._by_storage.pop(key, [])
+        self.kept = {name: moved(value) for name, value in self.kept.items()}
+        if on_storage:
+            self._by_storage.setdefault(copy.data_ptr(), []).extend(on_storage)
+        if key in self._borrowed:
+            self._borrowed.discard(key)
+            if borrowed:
+                self._borrowed.add(copy.data_ptr())
 
     def _densify_written(self, node: torch.fx.Node) -> None:
         """An in-place op on an expanded or overlapping tensor cannot run eagerly: give it a dense copy."""
@@ -141,9 +146,13 @@ class _Stepper(torch.fx.Interpreter):
 class GraphValues:
     """Eager (and on demand float64) values of the nodes a compiled graph's buffers hold, for one call."""
 
-    def __init__(self, info: GraphInfo, inputs: list[Any], wanted: Iterable[str], uses: Counter | None = None):
+    def __init__(self, info: GraphInfo, inputs: list[Any], wanted: Iterable[str], uses: Counter | None = None,
+                 shared: Iterable[int] = ()):
         self.info = info
-        self.inputs = inputs  # untouched copies of the graph's inputs
+        self.inputs = inputs  # the graph's inputs as they were when it was called
+        # Storages of `inputs` that the compiled graph runs on too: it may write them (an input mutation, a
+        # buffer reused in place of an input), so a launch about to write one first gets `before_write`.
+        self.shared = set(shared)
         self.wanted = set(wanted)
         self.random = _random_dependent(info.gm)
         self.problems: list[str] = []
@@ -154,6 +163,19 @@ class GraphValues:
         self._again: dict[str, torch.Tensor] = {}  # released values computed again on demand
         self._float64: dict[str, torch.Tensor | None] = {}
         self._float64_broken = False
+
+    def before_write(self, tensor: torch.Tensor) -> None:
+        """The compiled program is about to write `tensor`: if eager still reads that storage, copy it first
+        and move every eager value on it to the copy."""
+        key = _storage_key(tensor)
+        if key not in self.shared:
+            return
+        self.shared.discard(key)
+        copy = tensor.untyped_storage().clone()
+        moved = _mover(key, copy)
+        self.inputs = [moved(value) for value in self.inputs]
+        self._again = {name: moved(value) for name, value in self._again.items()}
+        self._stepper.relocate(key, copy)
 
     def value(self, node: str) -> torch.Tensor | None:
         if self._broken or not node:
@@ -249,6 +271,27 @@ def _last_uses_before_output(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[
 
 def _storage_key(tensor: torch.Tensor) -> int:
     return tensor.untyped_storage().data_ptr()
+
+
+def _mover(key: int, copy: Any) -> Any:
+    """value -> the same value (tensors in lists and tuples too) with views of storage `key` made views of `copy`."""
+    def moved(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and _storage_key(value) == key:
+            return torch.empty((0,), dtype=value.dtype, device=value.device).set_(
+                copy, value.storage_offset(), value.size(), value.stride())
+        if isinstance(value, (list, tuple)):
+            return type(value)(moved(item) for item in value)
+        return value
+    return moved
+
+
+def fingerprint(storage: Any) -> int:
+    """A sum over a storage's bytes, read as 32-bit words where they fit: it changes when any word does.
+    Integer sums are exact in any order, so equal contents give equal fingerprints on every device."""
+    words = torch.empty((0,), dtype=torch.uint8, device=storage.device).set_(storage)
+    if words.numel() % 4 == 0:
+        words = words.view(torch.int32)
+    return int(words.sum(dtype=torch.int64))
 
 
 def _random_dependent(gm: torch.fx.GraphModule) -> set[str]:

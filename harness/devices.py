@@ -7,6 +7,7 @@ lazily, so nothing else in the harness needs Ascend's CANN runtime.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import importlib
 import importlib.metadata
@@ -99,13 +100,19 @@ class Device:
         return _attributes_set(FULL_FLOAT32.get(self.name, ()))
 
     def versions(self) -> dict[str, str]:
-        found = {"torch": torch.__version__, "python": platform.python_version()}
-        for package in ("triton", "triton-ascend", "torch_npu"):
-            try:
-                found[package] = importlib.metadata.version(package)
-            except importlib.metadata.PackageNotFoundError:
-                pass
-        return found
+        return {"torch": torch.__version__, "python": platform.python_version(), **_package_versions()}
+
+
+@functools.lru_cache(maxsize=None)
+def _package_versions() -> dict[str, str]:
+    """Installed compiler packages (a metadata scan each: once per process, not once per case)."""
+    found = {}
+    for package in ("triton", "triton-ascend", "torch_npu"):
+        try:
+            found[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return found
 
 
 class Cpu(Device):

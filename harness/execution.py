@@ -163,7 +163,8 @@ def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     if a.is_floating_point() or a.is_complex():
-        return bool(((a == b) | (a.isnan() & b.isnan())).all())
+        # One kernel for the common answer; NaN is never equal to itself, so NaNs take the second check.
+        return bool(torch.equal(a, b)) or bool(((a == b) | (a.isnan() & b.isnan())).all())
     return bool(torch.equal(a, b))
 
 

@@ -179,3 +179,18 @@ def test_two_eager_runs_that_differ_are_their_own_status():
     assert (record.status, record.symptom) == (R.NONDETERMINISTIC, "nondeterminism")
     assert "two eager runs differ" in record.diagnosis and "loss" in record.diagnosis
 
+
+
+def test_torch_structured_tracing_is_off_unless_asked(monkeypatch):
+    """Without TORCH_TRACE, torch's lazy trace handler must not stay behind the harness's quieter level:
+    while a handler is attached, every compile event is serialized to JSON that nobody reads."""
+    import logging
+
+    from harness.inductor_compat import quiet_torch_logging
+
+    monkeypatch.delenv("TORCH_TRACE", raising=False)
+    trace = logging.getLogger("torch.__trace")
+    lazy = type("LazyTraceHandler", (logging.Handler,), {"emit": lambda self, record: None})()
+    monkeypatch.setattr(trace, "handlers", [lazy])
+    quiet_torch_logging()
+    assert lazy not in trace.handlers and trace.level == logging.WARNING

@@ -23,7 +23,13 @@ def quiet_torch_logging() -> None:
     """Keep torch's own logging out of the harness's output, unless the user asked for it (TORCH_TRACE,
     TORCH_LOGS)."""
     if not os.environ.get("TORCH_TRACE"):
-        logging.getLogger(_TRACE_LOGGER).setLevel(logging.WARNING)
+        trace = logging.getLogger(_TRACE_LOGGER)
+        if trace.level != logging.WARNING:  # setLevel clears every logger's cache: once, not per case
+            trace.setLevel(logging.WARNING)
+        # torch's structured tracing serializes each event to JSON whenever its logger has a handler. The
+        # handler torch installs without TORCH_TRACE removes itself on its first record, which the level
+        # above never lets through: every compile would then pay for JSON nobody reads.
+        trace.handlers = [h for h in trace.handlers if type(h).__name__ != "LazyTraceHandler"]
     if not os.environ.get("TORCH_LOGS"):
         for name in ("torch", "torch._dynamo"):
             for handler in logging.getLogger(name).handlers:

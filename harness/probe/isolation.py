@@ -27,6 +27,7 @@ from typing import Any, Callable
 import torch
 
 from ..compare import Verdict
+from ..execution import same_values
 from ..inductor_compat import Launch
 from ..inductor_compat.launches import ROLE_INOUT
 from ..layout import clone_exact, is_non_overlapping_and_dense, overlap
@@ -160,13 +161,7 @@ def _reads_unknown_priors(launch: Launch, regions: RegionMap, values: GraphValue
     again = replay(launch, regions, values, run, recomputed, zero_unknown_priors=True)
     if again.error is not None:
         return True
-    return not all(_same(a, b) for (_, _, a), (_, _, b) in zip(first.outputs, again.outputs))
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.is_floating_point() or a.is_complex():
-        return bool(((a == b) | (a.isnan() & b.isnan())).all())
-    return torch.equal(a, b)
+    return not all(same_values(a, b) for (_, _, a), (_, _, b) in zip(first.outputs, again.outputs))
 
 
 def reads_what_it_writes(launch: Launch, regions: RegionMap) -> list[str]:

@@ -126,14 +126,15 @@ class KernelProbe:
             values = GraphValues(info, inputs, set(uses), uses, shared=shared)
             self._current = _GraphCall(info, label, values, RegionMap(info, values))
             try:
-                return call(args)
+                result = call(args)
             finally:
                 self.problems.extend(f"{label}: {p}" for p in values.problems if f"{label}: {p}" not in self.problems)
                 self._current = None
-                if any(fingerprint(shared[key]) != before[key] for key in values.shared):
-                    # Written by something no launch announced (an ATen fallback in the wrapper): eager may
-                    # have read the new contents. The run is made again with every input copied up front.
-                    self.unannounced_writes.append(label)
+            if any(fingerprint(shared[key]) != before[key] for key in values.shared):
+                # Written by something no launch announced (an ATen fallback in the wrapper): eager may
+                # have read the new contents. The run is made again with every input copied up front.
+                self.unannounced_writes.append(label)
+            return result
         finally:
             self.graph_launches.setdefault(label, [first, self.launches - first])
 

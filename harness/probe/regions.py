@@ -167,9 +167,12 @@ class RegionMap:
         pointer, (start, end) = tensor.untyped_storage().data_ptr(), span(tensor)
         for (other, offset, shape, stride, (first, last)), region in self._writes.items():
             if other != pointer or not first <= start < end <= last or region.before is not None \
-                    or not region.mapped or not is_non_overlapping_and_dense(torch.empty_strided(shape, stride, device="meta")):
+                    or not region.mapped:
                 continue
-            inner, size, steps, at = region.layout, tuple(tensor.shape), tuple(tensor.stride()), tensor.storage_offset() - offset
+            if not is_non_overlapping_and_dense(torch.empty_strided(shape, stride, device="meta")):
+                continue
+            inner, size, steps = region.layout, tuple(tensor.shape), tuple(tensor.stride())
+            at = tensor.storage_offset() - offset
 
             def relaid(value: torch.Tensor) -> torch.Tensor | None:
                 value = inner(value)

@@ -286,8 +286,9 @@ def _mover(key: int, copy: Any) -> Any:
 
 
 def fingerprint(storage: Any) -> int:
-    """A sum over a storage's bytes, read as 32-bit words where they fit: it changes when any word does.
-    Integer sums are exact in any order, so equal contents give equal fingerprints on every device."""
+    """A sum over a storage's bytes, read as 32-bit words where they fit. Any one changed word changes it
+    (changes that cancel in the sum do not); integer sums are exact in any order, so equal contents give
+    equal fingerprints on every device."""
     words = torch.empty((0,), dtype=torch.uint8, device=storage.device).set_(storage)
     if words.numel() % 4 == 0:
         words = words.view(torch.int32)

@@ -24,7 +24,7 @@ from .devices import Device, get_device
 from .emulation import NARROWED_DTYPES, make_handler, parse_injection
 from .execution import Inputs, Results, Session, materialize_inputs
 from .inputs import seed_for
-from .layout import clone_exact
+from .layout import clone_exact, is_non_overlapping
 from .registry import Case, Program
 from .run_identity import EXTRA_FOR, RunConfig, apply_known_failure, dtype_name, missing_requirements, new_record
 
@@ -67,6 +67,8 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
                 record.status, record.stage = R.SKIP, failure.stage
                 cause = failure.cause
                 record.reason = f"eager raises on these inputs ({type(cause).__name__}: {R.exception_line(cause)})"
+            elif case.generated and isinstance(failure.cause, NoEagerReference):
+                record.status, record.stage, record.reason = R.SKIP, failure.stage, str(failure.cause)
             elif case.generated and isinstance(failure.cause, NothingCompiled):
                 record.status, record.stage = R.SKIP, failure.stage
                 breaks = "; ".join(record.graph_break_reasons[:3]) or "no graph break reported"
@@ -122,6 +124,14 @@ class _Observation:
         with _stage(R.Stage.EAGER, timings):
             eager = Session(program.fn, inputs, mode, device, seed)
             expected = eager.run()
+        if overlapping := _self_overlapping_outputs(expected, eager):
+            why = NoEagerReference(
+                f"eager wrote its result {', '.join(overlapping[:3])} into fresh memory whose elements overlap (it "
+                "kept an overlapping input's strides): its values depend on the order of the writes, so they are "
+                "no reference")
+            if case.generated:
+                raise CaseFailure(R.Stage.EAGER, why)
+            record.warnings.append(str(why))
         policy = config.reference or case.reference
         verdict = Verdict(case.tolerances, case.cosine_fallback, config.strict_eager or case.strict_eager,
                           use_reference=policy != "none")
@@ -250,6 +260,21 @@ def _compiled_run(observed: _Observation, config: RunConfig, record: R.CaseResul
 
 class NothingCompiled(Exception):
     pass
+
+
+class NoEagerReference(Exception):
+    pass
+
+
+def _self_overlapping_outputs(results: Results, session: Session) -> list[str]:
+    """Tensor results whose elements share addresses in memory of their own (not a view of an input,
+    a parameter or a buffer)."""
+    module = session.module
+    owned = list(results.state.values()) + (list(module.parameters()) + list(module.buffers()) if module else [])
+    inputs = {t.untyped_storage().data_ptr() for t in owned}
+    return [name for name, value in results.values.items()
+            if isinstance(value, torch.Tensor) and value.numel() > 1 and value.layout == torch.strided
+            and not is_non_overlapping(value) and value.untyped_storage().data_ptr() not in inputs]
 
 
 class NothingCompared(Exception):

@@ -194,3 +194,40 @@ def test_torch_structured_tracing_is_off_unless_asked(monkeypatch):
     monkeypatch.setattr(trace, "handlers", [lazy])
     quiet_torch_logging()
     assert lazy not in trace.handlers and trace.level == logging.WARNING
+
+
+def _scatter_into_overlapping(x, src):
+    return torch.select_scatter(x, src, 0, 0)
+
+
+def _overlapping_case(generated):
+    from harness.inputs import contiguous, strided
+    from harness.registry import Case, Program
+
+    # Eager's select_scatter allocates its result with the input's strides, elements shared, and writes it.
+    return Case(name="scatter_into_overlapping", generated=generated, dtypes=(torch.int64,), build=lambda d: Program(
+        _scatter_into_overlapping, [strided((5, 5, 5), (2, 1, 3)), contiguous((5, 5), fill="ones")]))
+
+
+@pytest.mark.parametrize("generated", [True, False])
+def test_an_eager_result_whose_elements_overlap_is_no_reference(generated):
+    from harness import records as R
+    from harness.runner import RunConfig, run_case
+
+    record = run_case(_overlapping_case(generated), torch.int64, "inference", RunConfig())
+    said = "into fresh memory whose elements overlap"
+    if generated:  # a generated sample gets a skip with the reason
+        assert record.status == R.SKIP and said in record.reason
+    else:  # a hand-written case is still judged, with the warning in its record
+        assert any(said in w for w in record.warnings)
+
+
+def test_a_view_of_an_overlapping_input_is_a_reference():
+    from harness import records as R
+    from harness.inputs import strided
+    from harness.registry import Case, Program
+    from harness.runner import RunConfig, run_case
+
+    case = Case(name="transposed_overlapping", generated=True, build=lambda d: Program(
+        lambda x: x.t() * 1, [strided((4, 4), (1, 1))]))
+    assert run_case(case, torch.float32, "inference", RunConfig()).status == R.PASS

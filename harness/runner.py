@@ -62,13 +62,13 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
             compiled = _compiled_run(observed, config, record)
             _conclude(observed, compiled, config, record)
         except CaseFailure as failure:
-            if case.generated and failure.stage == R.Stage.EAGER:
+            if case.generated and isinstance(failure.cause, NoEagerReference):
+                record.status, record.stage, record.reason = R.SKIP, failure.stage, str(failure.cause)
+            elif case.generated and failure.stage == R.Stage.EAGER:
                 # No eager result, no reference: the inputs are not a test of the compiler.
                 record.status, record.stage = R.SKIP, failure.stage
                 cause = failure.cause
                 record.reason = f"eager raises on these inputs ({type(cause).__name__}: {R.exception_line(cause)})"
-            elif case.generated and isinstance(failure.cause, NoEagerReference):
-                record.status, record.stage, record.reason = R.SKIP, failure.stage, str(failure.cause)
             elif case.generated and isinstance(failure.cause, NothingCompiled):
                 record.status, record.stage = R.SKIP, failure.stage
                 breaks = "; ".join(record.graph_break_reasons[:3]) or "no graph break reported"
@@ -126,8 +126,8 @@ class _Observation:
             expected = eager.run()
         if overlapping := _self_overlapping_outputs(expected, eager):
             why = NoEagerReference(
-                f"eager wrote its result {', '.join(overlapping[:3])} into fresh memory whose elements overlap (it "
-                "kept an overlapping input's strides): its values depend on the order of the writes, so they are "
+                f"eager wrote its result {', '.join(overlapping[:3])} into fresh memory whose elements overlap "
+                "(laid out like an overlapping input): its values depend on the order of the writes, so they are "
                 "no reference")
             if case.generated:
                 raise CaseFailure(R.Stage.EAGER, why)

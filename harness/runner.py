@@ -271,7 +271,7 @@ def _self_overlapping_outputs(results: Results, session: Session) -> list[str]:
     a parameter or a buffer)."""
     module = session.module
     owned = list(results.state.values()) + (list(module.parameters()) + list(module.buffers()) if module else [])
-    inputs = {t.untyped_storage().data_ptr() for t in owned}
+    inputs = {t.untyped_storage().data_ptr() for t in owned if t.layout == torch.strided}
     return [name for name, value in results.values.items()
             if isinstance(value, torch.Tensor) and value.numel() > 1 and value.layout == torch.strided
             and not is_non_overlapping(value) and value.untyped_storage().data_ptr() not in inputs]

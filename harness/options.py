@@ -139,6 +139,8 @@ RUN_OPTIONS: tuple[Option, ...] = (
            "eager, but beyond eager's tolerance, fails", flag=True),
     Option("inject", "emulate another backend's launch boundary or inject a kernel fault "
            "(see `harness list --injections`)", parse=parse_injection),
+    Option("fresh-compile", "on a failure whose compile came from the compile caches, compile once more with "
+           "them off and say whether that passes (a cache entry made for another program)", flag=True),
     Option("bisect", "localize divergences: name the kernel, stage or drift behind a failure (on-failure, the "
            "default), or also probe passing runs (always)", choices=_bisect_modes, bare="on-failure"),
 )
@@ -197,5 +199,6 @@ def run_config_from(values: Mapping[str, Any]):
         device=device, backend=values.get("backend") or "inductor", npu_backend=values.get("npu_backend"),
         compile_mode=values.get("compile_mode"), compile_options=options, reference=values.get("reference"),
         inject=values.get("inject"), bisect=values.get("bisect"), strict_eager=bool(values.get("strict_eager")),
+        fresh_compile=bool(values.get("fresh_compile")),
         case_paths=tuple(os.path.abspath(p) if os.path.exists(p) else p for p in values.get("case_path") or ()),
     )

@@ -31,6 +31,9 @@ class RunConfig:
     bisect: str | bool | None = None
     # Eager's dtype semantics are the contract: no pass by being closer to float64.
     strict_eager: bool = False
+    # On a failure whose compile took graphs from the compile caches: compile once more with them off, and say
+    # whether that passes (a cache entry made for another program: a key that misses what the code depends on).
+    fresh_compile: bool = False
     # Case modules beyond the project's (for the reproduction command).
     case_paths: tuple[str, ...] = ()
 
@@ -60,6 +63,8 @@ class RunConfig:
             parts.append("--bisect" if self.bisect == "on-failure" else f"--bisect {self.bisect}")
         if self.strict_eager:
             parts.append("--strict-eager")
+        if self.fresh_compile:
+            parts.append("--fresh-compile")
         return " ".join(parts)
 
 

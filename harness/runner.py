@@ -230,12 +230,14 @@ class _Compiled:
     handler_factory: Callable[[], Any]
     # A probe run saw a graph input change with no launch writing it: later probe runs copy every input.
     copy_graph_inputs: bool = False
+    # Graphs the compile took from Inductor's or AOT autograd's cache.
+    cache_hits: int = 0
 
 
 def _compiled_run(observed: _Observation, config: RunConfig, record: R.CaseResult) -> _Compiled:
     """The compiled run, through the injection when asked for; counts graphs; judges."""
-    from .inductor_compat import capture_graphs, dynamo_graph_counts, graph_break_reasons, install_lowering_hook, \
-        program_accumulates, reset_dynamo_counters
+    from .inductor_compat import capture_graphs, compile_cache_hits, dynamo_graph_counts, graph_break_reasons, \
+        install_lowering_hook, program_accumulates, reset_dynamo_counters
 
     def handler_factory() -> Any:
         return make_handler(config.inject) if config.inject else None
@@ -255,7 +257,7 @@ def _compiled_run(observed: _Observation, config: RunConfig, record: R.CaseResul
     observed.verdict = dataclasses.replace(observed.verdict, accumulated=program_accumulates(capture.called))
     if handler is not None:
         record.injection_stats = copy.deepcopy(handler.stats)
-    return _Compiled(session, results, observed.judge(results), handler_factory)
+    return _Compiled(session, results, observed.judge(results), handler_factory, cache_hits=compile_cache_hits())
 
 
 class NothingCompiled(Exception):
@@ -312,6 +314,13 @@ def _conclude(observed: _Observation, compiled: _Compiled, config: RunConfig, re
         record.first_divergent_kernel = found
         if observed.case.culprit and record.status == R.FAIL:
             record.culprit_found = record.first_divergent_kernel.names(observed.case.culprit)
+    # (Not with an injected fault: it fails afresh too, by construction.)
+    if config.fresh_compile and record.status == R.FAIL and compiled.cache_hits and not config.inject and \
+            _passes_compiled_afresh(observed, config, record):
+        cached = (f"compiled again with the compile caches off, it passes: the failing program came from "
+                  f"{compiled.cache_hits} cache entr{'y' if compiled.cache_hits == 1 else 'ies'} made for another "
+                  "(a cache key that misses something the generated code depends on)")
+        record.diagnosis = f"{record.diagnosis}; {cached}" if record.diagnosis else cached
     record.reference = observed.reference
     stats = record.injection_stats or R.InjectionStats()
     if stats.hits is not None and not stats.hits:
@@ -320,6 +329,21 @@ def _conclude(observed: _Observation, compiled: _Compiled, config: RunConfig, re
     if narrows and stats.converted_args and _narrowing_visible(record):
         with _stage(R.Stage.REFERENCE, record.timings):
             record.diagnosis = narrowing_diagnosis(observed, compiled)
+
+
+def _passes_compiled_afresh(observed: _Observation, config: RunConfig, record: R.CaseResult) -> bool:
+    """Whether the program, compiled again with Inductor's and AOT autograd's caches off, passes."""
+    from .inductor_compat import compile_caches_off
+
+    torch.compiler.reset()
+    try:
+        with _stage("fresh_compile", record.timings, wrap=False), compile_caches_off():
+            session = Session(observed.program.fn, observed.inputs, observed.mode, observed.device, observed.seed,
+                              wrap=observed.compiler(config.backend, **_compile_kwargs(config, record.compile_options)))
+            results = session.run()
+    except Exception:  # no answer from this check: the verdict and the other diagnoses stand
+        return False
+    return all_pass(results, observed.expected, observed.references, observed.verdict)
 
 
 def _narrowing_visible(record: R.CaseResult) -> bool:

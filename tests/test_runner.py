@@ -232,3 +232,32 @@ def test_a_view_of_an_overlapping_input_is_a_reference():
     case = Case(name="transposed_overlapping", generated=True, build=lambda d: Program(
         lambda x: x.t() * 1, [strided((4, 4), (1, 1))]))
     assert run_case(case, torch.float32, "inference", RunConfig()).status == R.PASS
+
+
+def _as_strided_copy_from_storage(x):
+    return torch.as_strided_copy(x, (2, 2), (1, 2), 1)  # an offset into x's storage, not into x
+
+
+def test_a_failure_that_only_a_cached_compile_shows_is_diagnosed_when_asked(monkeypatch, tmp_path):
+    """Two programs that differ only in the input's storage offset share one compile-cache entry in the torch
+    versions whose key misses the offset (torch 2.13, seen); the second then fails, and compiled afresh it passes."""
+    from harness.inputs import strided
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "plain"))
+    base = torch.arange(20.0)
+    torch.compiler.reset()
+    torch.compile(_as_strided_copy_from_storage)(base[0:9])
+    torch.compiler.reset()
+    if torch.equal(torch.compile(_as_strided_copy_from_storage)(base[5:14]), _as_strided_copy_from_storage(base[5:14])):
+        pytest.skip("this torch's compile cache keeps the two programs apart: no collision to diagnose")
+    cases = [Case(name=f"offset_{offset}", build=lambda d, offset=offset: Program(
+        _as_strided_copy_from_storage, [strided((9,), (1,), storage_offset=offset, storage_numel=20, fill="arange")]))
+        for offset in (0, 5)]
+    said = "compiled again with the compile caches off, it passes"
+    for asked in (False, True):
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / f"harness-{asked}"))
+        config = RunConfig(fresh_compile=asked)
+        first, second = (run_case(case, torch.float32, "inference", config) for case in cases)
+        assert first.status == R.PASS and second.status == R.FAIL
+        assert (said in (second.diagnosis or "")) == asked
+        assert ("--fresh-compile" in second.command) == asked

@@ -34,8 +34,8 @@ What is relied on, and why there is no public API for it:
 
 from . import torch_state
 from .versions import OLDEST_TORCH, NEWEST_TESTED_TORCH, torch_version_problem
-from .dynamo import (dynamo_graph_counts, graph_break_reasons, mode_options, preload_compiler, quiet_torch_logging,
-                     reset_dynamo_counters)
+from .dynamo import (compile_cache_hits, compile_caches_off, dynamo_graph_counts, graph_break_reasons, mode_options,
+                     preload_compiler, quiet_torch_logging, reset_dynamo_counters)
 from .graphs import (BufferFact, Capture, GraphInfo, GraphObserver, adopt_facts, capture_graphs, float64_copy,
                      graph_info, install_lowering_hook, program_accumulates, written_inputs)
 from .launches import (ROLE_IN, ROLE_INOUT, ROLE_OUT, ROLE_SCALAR, KernelInfo, Launch, LaunchHandler,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from typing import Any
@@ -41,6 +42,24 @@ def reset_dynamo_counters() -> None:
     from torch._dynamo.utils import counters
 
     counters.clear()
+
+
+def compile_cache_hits() -> int:
+    """Compiled graphs taken from Inductor's FX graph cache or AOT autograd's cache since the last reset."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"])
+
+
+def compile_caches_off() -> contextlib.ExitStack:
+    """Inductor's FX graph cache and AOT autograd's cache off while the block runs: every graph is lowered."""
+    import torch._functorch.config as functorch_config
+    from torch._inductor import config as inductor_config
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(inductor_config.patch(fx_graph_cache=False))
+    stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
+    return stack
 
 
 def dynamo_graph_counts() -> dict[str, int]:

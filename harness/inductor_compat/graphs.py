@@ -448,8 +448,7 @@ def capture_graphs(observer: GraphObserver | None = None, cold: bool = False) ->
     A graph without facts (a cache entry made without this hook) is recorded in
     `missing`; `cold=True` (caches off) lowers every graph again.
     """
-    import torch._functorch.config as functorch_config
-    from torch._inductor import config as inductor_config
+    from .dynamo import compile_caches_off
 
     install_lowering_hook()
     capture = Capture()
@@ -468,7 +467,7 @@ def capture_graphs(observer: GraphObserver | None = None, cold: bool = False) ->
     _state.graph_observer = observe
     try:
         if cold:
-            with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+            with compile_caches_off():
                 yield capture
         else:
             yield capture

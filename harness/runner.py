@@ -317,9 +317,10 @@ def _conclude(observed: _Observation, compiled: _Compiled, config: RunConfig, re
     # (Not with an injected fault: it fails afresh too, by construction.)
     if config.fresh_compile and record.status == R.FAIL and compiled.cache_hits and not config.inject and \
             _passes_compiled_afresh(observed, config, record):
-        cached = (f"compiled again with the compile caches off, it passes: the failing program came from "
-                  f"{compiled.cache_hits} cache entr{'y' if compiled.cache_hits == 1 else 'ies'} made for another "
-                  "(a cache key that misses something the generated code depends on)")
+        hits = f"{compiled.cache_hits} hit{'' if compiled.cache_hits == 1 else 's'}"
+        cached = (f"compiled again with the compile caches off, it passes: the failing program came from the "
+                  f"compile caches ({hits}), from an entry made for another program (a cache key that misses "
+                  "something the generated code depends on)")
         record.diagnosis = f"{record.diagnosis}; {cached}" if record.diagnosis else cached
     record.reference = observed.reference
     stats = record.injection_stats or R.InjectionStats()

@@ -297,7 +297,7 @@ class Registry:
                     found = source.lookup(name)
                 except Exception as exc:
                     self.errors.append(LoadError(CASE_SOURCE_ORIGIN + source.name,
-                                         f"{type(exc).__name__}: {exception_line(exc)}"))
+                                                 f"{type(exc).__name__}: {exception_line(exc)}"))
                     return None
                 if found is not None:
                     found = found if found.source else _with_source(found, CASE_SOURCE_ORIGIN + source.name)

@@ -176,6 +176,11 @@ class _Observation:
     def compiler(self, backend: str, **compile_kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         return lambda fn: torch.compile(fn, backend=backend, dynamic=self.case.dynamic, **compile_kwargs)
 
+    def compiled_session(self, backend: str, **compile_kwargs: Any) -> Session:
+        """The program on the same inputs, compiled with `backend` (compiled on its first run)."""
+        return Session(self.program.fn, self.inputs, self.mode, self.device, self.seed,
+                       wrap=self.compiler(backend, **compile_kwargs))
+
 
 def compare_results(actual: Results, expected: Results, references: Results | None,
                     verdict: Verdict) -> list[R.OutputComparison]:
@@ -248,8 +253,7 @@ def _compiled_run(observed: _Observation, config: RunConfig, record: R.CaseResul
     install_lowering_hook()
     reset_dynamo_counters()
     with _stage(R.Stage.COMPILE, observed.timings), _launches_through(handler), capture_graphs() as capture:
-        session = Session(observed.program.fn, observed.inputs, observed.mode, observed.device, observed.seed,
-                          wrap=observed.compiler(config.backend, **kwargs))
+        session = observed.compiled_session(config.backend, **kwargs)
         results = session.run()
     record.graphs = dynamo_graph_counts()
     record.graph_break_reasons = graph_break_reasons()
@@ -339,8 +343,7 @@ def _passes_compiled_afresh(observed: _Observation, config: RunConfig, record: R
     torch.compiler.reset()
     try:
         with _stage("fresh_compile", record.timings, wrap=False), compile_caches_off():
-            session = Session(observed.program.fn, observed.inputs, observed.mode, observed.device, observed.seed,
-                              wrap=observed.compiler(config.backend, **_compile_kwargs(config, record.compile_options)))
+            session = observed.compiled_session(config.backend, **_compile_kwargs(config, record.compile_options))
             results = session.run()
     except Exception:  # no answer from this check: the verdict and the other diagnoses stand
         return False
@@ -425,8 +428,7 @@ def _probe_run_once(observed: _Observation, compiled: _Compiled, config: RunConf
         # and leave the facts beside the cached entries for the next run.
         torch.compiler.reset()
         kwargs = _compile_kwargs(config, record.compile_options)
-        compiled.session = Session(observed.program.fn, observed.inputs, observed.mode, observed.device,
-                                   observed.seed, wrap=observed.compiler(config.backend, **kwargs))
+        compiled.session = observed.compiled_session(config.backend, **kwargs)
         probe.restart()
         with _rewriting_for(probe.inner), capture_graphs(probe.observe_graph, cold=True) as lowered, \
                 intercept_launches(probe.on_launch):
@@ -446,8 +448,7 @@ def coarse_stage(observed: _Observation) -> str:
     from .probe import COARSE_STAGES
 
     for backend in COARSE_STAGES:
-        session = Session(observed.program.fn, observed.inputs, observed.mode, observed.device, observed.seed,
-                          wrap=observed.compiler(backend))
+        session = observed.compiled_session(backend)
         if not all(c.passed for c in observed.judge(session.run())):
             return backend
     return "inductor"

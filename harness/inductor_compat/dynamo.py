@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Any
+from typing import Any, Iterator
 
 # torch's structured-trace logger emits a DEBUG record per compile event for TORCH_TRACE. pytest attaches its
 # capture handlers to every non-propagating logger, so without TORCH_TRACE those records fill a failure's
@@ -51,15 +51,14 @@ def compile_cache_hits() -> int:
     return int(counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"])
 
 
-def compile_caches_off() -> contextlib.ExitStack:
+@contextlib.contextmanager
+def compile_caches_off() -> Iterator[None]:
     """Inductor's FX graph cache and AOT autograd's cache off while the block runs: every graph is lowered."""
     import torch._functorch.config as functorch_config
     from torch._inductor import config as inductor_config
 
-    stack = contextlib.ExitStack()
-    stack.enter_context(inductor_config.patch(fx_graph_cache=False))
-    stack.enter_context(functorch_config.patch(enable_autograd_cache=False))
-    return stack
+    with inductor_config.patch(fx_graph_cache=False), functorch_config.patch(enable_autograd_cache=False):
+        yield
 
 
 def dynamo_graph_counts() -> dict[str, int]:

@@ -328,8 +328,6 @@ def does_something(op_piece: str, dtype: torch.dtype, index: int, layout: str) -
     return recorder.calls > 0
 
 
-
-
 # Layouts a sample can take.
 
 def layouts_of(op_piece: str, dtype: torch.dtype, index: int, found: Probe) -> list[str]:

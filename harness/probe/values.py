@@ -5,8 +5,8 @@ compiled graph receives, one node at a time and only as far as the launches
 need. Neither side may change what the other reads: the interpreter copies an
 input's storage before its first write into it, and a launch about to write
 a storage eager still reads gets it copied first (`before_write`). A node's
-value is computed when a launch asks for it, kept
-until every buffer holding it was judged, then released. So the probe holds
+value is computed when a launch asks for it, kept until every buffer holding
+it was judged, then released. So the probe holds
 about what an eager run of the graph holds, not every intermediate at once;
 a released value asked for again (an isolation replay needs a kernel's
 inputs) is computed again in a pass of its own.

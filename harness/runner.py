@@ -37,9 +37,10 @@ class CaseFailure(Exception):
 
 
 def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.CaseResult:
-    from .inductor_compat import quiet_torch_logging, torch_state
+    from .inductor_compat import quiet_torch_logging, remember_vec_isa_checks, torch_state
 
     quiet_torch_logging()
+    remember_vec_isa_checks()
     device = get_device(config.device)
     record = new_record(case, dtype, mode, config)
     reason = device.unavailable_reason()

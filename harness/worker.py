@@ -53,7 +53,7 @@ def main() -> int:
 
     import torch
 
-    from .inductor_compat import preload_compiler
+    from .inductor_compat import pick_cpu_vec_isa, preload_compiler
     from .records import encode_json
     from .registry import CASE_SOURCE_ORIGIN, Registry, load_registry
     from .runner import run_case
@@ -69,6 +69,8 @@ def main() -> int:
         return 0
     setup = json.loads(line)
     config = pickle.loads(base64.b64decode(setup["config"]))
+    if getattr(config, "device", "") == "cpu":  # Inductor's CPU ISA probe, before the first case's clock starts
+        pick_cpu_vec_isa()
 
     # Only the module a task's case comes from is imported (once): a worker never pays for the whole registry.
     # A generated case (a case source's, e.g. OpInfo) is looked up by name in the registry of every case path.

@@ -216,3 +216,74 @@ def test_the_inputs_a_graph_writes_are_read_off_its_schemas():
     gm = make_fx(program)(torch.ones(2, 3), torch.ones(3, 2), torch.ones(4))
     assert written_inputs(gm) == {0, 2}
     assert written_inputs(make_fx(lambda x: x.sin())(torch.ones(2))) == set()
+
+
+def test_a_write_covers_a_lowering_state_only_where_it_stores_every_element():
+    from harness.probe.probe import _Memory
+
+    buffer = torch.zeros(4, 6)
+    whole = _Memory.of(buffer)
+    assert _Memory.of(buffer).covers(whole)
+    assert _Memory.of(buffer.t()).covers(whole)  # the same elements, another order
+    assert _Memory.of(buffer).covers(_Memory.of(buffer[1:3, 2:]))
+    assert not _Memory.of(buffer[:2]).covers(whole)  # half of it
+    assert not _Memory.of(buffer[:, ::2]).covers(_Memory.of(buffer[:, :5]))  # every other element, over its span
+    assert not _Memory.of(torch.zeros(4, 6)).covers(whole)  # another storage
+    row = torch.zeros(1, 3).expand(3, 3)  # stride 0: three elements, read three times
+    assert _Memory.of(row).covers(_Memory.of(row))
+
+
+def test_an_unmapped_lowering_state_counts_as_superseded_once_its_lowering_writes_it_over_whole():
+    from types import SimpleNamespace
+
+    from harness.compare import Verdict
+    from harness.inductor_compat import STATE_BEFORE_IN_PLACE, BufferFact
+    from harness.probe.probe import KernelProbe, _Memory
+
+    # as_strided_scatter lowered on CUDA: buf0 = clone(x) (a state no FX node holds), then buf1 (the
+    # scatter, storage buf0) updates it in place.
+    state = BufferFact("buf0", None, "buf0", unmapped_reason=STATE_BEFORE_IN_PLACE, completed_by=["buf1"])
+    buffers = {"buf0": state, "buf1": BufferFact("buf1", "copy_", "buf0"), "buf2": BufferFact("buf2", "mul", "buf2")}
+    call = SimpleNamespace(label="inference 0", info=SimpleNamespace(buffers=buffers))
+    probe, buffer = KernelProbe(Verdict()), torch.zeros(8)
+    probe._lowering_states[("inference 0", "buf0")] = [_Memory.of(buffer)]
+    probe._write_over_lowering_states(call, "buf1", buffer[:4])  # part of it: still live
+    probe._write_over_lowering_states(call, "buf2", buffer)  # another node's write (a reused buffer)
+    probe._write_over_lowering_states(SimpleNamespace(label="forward 0", info=call.info), "buf1", buffer)
+    assert probe.superseded == 0
+    probe._write_over_lowering_states(call, "buf1", buffer)
+    assert probe.superseded == 1 and probe._lowering_states[("inference 0", "buf0")] == []
+
+
+def test_the_buffer_completing_an_in_place_lowering_is_recorded():
+    from harness.inductor_compat import STATE_BEFORE_IN_PLACE, capture_graphs
+
+    seen = {}
+
+    def observer(info, args, call):
+        seen.update(info.buffers)
+        return call(args)
+
+    def scatter_into_first_row(x, src):
+        return torch.as_strided_scatter(x, src, (1, 3), (3, 1))
+
+    torch._dynamo.reset()
+    with capture_graphs(observer, cold=True):
+        torch.compile(scatter_into_first_row)(torch.arange(3.0).expand(3, 3), torch.ones(1, 3))
+    states = [fact for fact in seen.values() if fact.unmapped_reason == STATE_BEFORE_IN_PLACE]
+    assert len(states) == 1 and states[0].completed_by
+    assert all(seen[name].storage == states[0].name for name in states[0].completed_by)
+
+
+@pytest.mark.parametrize("superseded, answer", [(0, R.Answer.UNLOCALIZED), (1, R.Answer.STAGE)])
+def test_only_a_live_unmapped_buffer_keeps_an_all_eager_failure_from_the_graph_passes(superseded, answer):
+    # On CUDA, as_strided_scatter of an expanded input is a copy kernel, then an in-place kernel on the same
+    # buffer, and a wrong output layout (wrapper glue): the copy's state is unmapped, then written over whole.
+    from harness.probe.localize import _after_aot
+
+    found = R.Localization(answer=R.Answer.UNLOCALIZED, diverged=True, launches=2, compared_buffers=1,
+                           unmapped_buffers=1,
+                           unmapped={"holds the state before the in-place part of its lowering": ["inference 0:buf0"]})
+    found = _after_aot(found, None, superseded)
+    assert found.answer == answer
+    assert (found.stage == "inductor_graph_passes") == (answer == R.Answer.STAGE)

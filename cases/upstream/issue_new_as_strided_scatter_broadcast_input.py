@@ -9,7 +9,9 @@ keeps `x`'s stride-0 layout, so its three rows share three elements and all
 read `src`: rows 1 and 2 are wrong. With OpInfo's sample (size (2, 2), stride
 (1, 2)) the scatter also writes past those three elements: the process then
 aborts in some runs (`free(): invalid next size`, heap corruption), which is
-why this case keeps its writes within the first row. Seen on torch 2.13.0+cpu.
+why this case keeps its writes within the first row. Seen on torch 2.13.0+cpu
+(one fused C++ kernel) and on torch 2.11.0+cu130 on an H200 (a copy kernel,
+then an in-place Triton kernel on the same buffer, then the same wrong layout).
 """
 
 import torch
@@ -17,6 +19,9 @@ import torch
 from harness import KnownFailure, Program, broadcast, case, contiguous
 
 ISSUE = "new: not yet reported upstream (found by the OpInfo sweep, as_strided_scatter of a broadcast input)"
+
+WRONG_ROWS = ("as_strided_scatter of an expanded input: the compiled result keeps the stride-0 layout, so every row "
+              "reads the scattered one (new upstream bug, found by the OpInfo sweep)")
 
 
 def scatter_into_first_row(x, src):
@@ -26,9 +31,8 @@ def scatter_into_first_row(x, src):
 @case(tags=("upstream", "inductor", "scatter", "layout", "broadcast"), dtypes=(torch.int64, torch.float32),
       issue=ISSUE, culprit="stage:inductor_graph_passes",
       known_failures=(
-          KnownFailure("as_strided_scatter of an expanded input: the compiled result keeps the stride-0 layout, so "
-                       "every row reads the scattered one (new upstream bug, found by the OpInfo sweep)",
-                       device="cpu", torch="2.13"),
+          KnownFailure(WRONG_ROWS, device="cpu", torch="2.13"),
+          KnownFailure(WRONG_ROWS, device="cuda", torch="2.11"),
       ))
 def upstream_new_as_strided_scatter_broadcast_input(dtype):
     """as_strided_scatter into row 0 of arange(3).expand(3, 3): compiled rows 1 and 2 equal row 0."""

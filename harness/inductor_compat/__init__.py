@@ -27,16 +27,19 @@ What is relied on, and why there is no public API for it:
   `origins`); `capture_graphs` records them for every graph compiled while it
   is active (FX graph and AOT autograd caches off, since a cache hit skips
   lowering; the generated code is the same).
+- `cpu_isa.py`: Inductor's CPU vector-ISA build checks, remembered on disk
+  (each process would otherwise probe again: tens of seconds on torch 2.11).
 - `kernel_variants.py`: the text of generated reduction kernels (C++ and
   Triton), rewritten for the rewritten-kernel emulations; its docstring names
   the patterns and torch versions it relies on.
 """
 
 from . import torch_state
+from .cpu_isa import pick_cpu_vec_isa, remember_vec_isa_checks
 from .versions import OLDEST_TORCH, NEWEST_TESTED_TORCH, torch_version_problem
 from .dynamo import (compile_cache_hits, compile_caches_off, dynamo_graph_counts, graph_break_reasons, mode_options,
                      preload_compiler, quiet_torch_logging, reset_dynamo_counters)
-from .graphs import (BufferFact, Capture, GraphInfo, GraphObserver, adopt_facts, capture_graphs, float64_copy,
-                     graph_info, install_lowering_hook, program_accumulates, written_inputs)
+from .graphs import (STATE_BEFORE_IN_PLACE, BufferFact, Capture, GraphInfo, GraphObserver, adopt_facts, capture_graphs,
+                     float64_copy, graph_info, install_lowering_hook, program_accumulates, written_inputs)
 from .launches import (ROLE_IN, ROLE_INOUT, ROLE_OUT, ROLE_SCALAR, KernelInfo, Launch, LaunchHandler,
                        intercept_launches)

@@ -39,6 +39,11 @@ SIDECAR_SUFFIX = ".harness-graph"
 SIDECAR_VERSION = 2
 
 
+# Why a buffer written first by a lowering that then updates it in place has no eager twin at that first write.
+# No FX node reads that state (it lies inside one node's lowering): once the node's final value is written over
+# it, it can no longer carry a difference to anything.
+STATE_BEFORE_IN_PLACE = "holds the state before the in-place part of its lowering"
+
 @dataclass
 class BufferFact:
     """One Inductor buffer: what it holds and where it lives."""
@@ -63,6 +68,8 @@ class BufferFact:
     # whose value it updates, and where the part lies: (size, stride, offset) in the storage.
     part_of: str | None = None
     part_view: tuple[list[int], list[int], int] | None = None
+    # For a buffer holding STATE_BEFORE_IN_PLACE: the buffers of the same lowering that update it in place.
+    completed_by: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -147,7 +154,9 @@ def _graph_info(lowering: Any, module: Any, kernels: list[tuple[str, list[str]]]
             if owner is not None and owner.value_node is not None and owner.value_node in (
                     fact.origins + ([fact.value_node] if fact.value_node else [])):
                 owner.value_node = None
-                owner.unmapped_reason = "holds the state before the in-place part of its lowering"
+                owner.unmapped_reason = STATE_BEFORE_IN_PLACE
+            if owner is not None and owner.unmapped_reason == STATE_BEFORE_IN_PLACE:
+                owner.completed_by.append(name)
     for name, fact in buffers.items():
         fact.accumulates = _accumulates(lowering.name_to_buffer[name])
         try:

@@ -85,6 +85,7 @@ def localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Loc
     if failing and outputs_pass:
         raise NotReproduced()
     found = _evidence(probe)
+    superseded = probe.superseded
     if not failing:
         found.answer, found.diverged = R.Answer.NONE, False
         found.absorbed = [_absorbed(d) for d in probe.divergences]
@@ -115,7 +116,7 @@ def localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Loc
         program.rerun(probe)
     culprit = _first_that_matters(program, verdict, last, None)
     if culprit is None:
-        return _before_inductor(program, found, first) or _after_aot(found, first)
+        return _before_inductor(program, found, first) or _after_aot(found, first, superseded)
     described = _described(program, verdict, culprit)
     if described is not None and described.isolation.kind in (WRONG, ALIASING):
         _name(found, described, R.Answer.KERNEL, stage="inductor")
@@ -174,11 +175,20 @@ def _before_inductor(program: CompiledProgram, found: R.Localization, first: Div
     return found
 
 
-def _after_aot(found: R.Localization, first: Divergence | None) -> R.Localization:
-    """Every compared kernel output made eager still fails, and the stages before Inductor pass."""
-    if found.launches and not found.unmapped_buffers and not any("failed" in p for p in found.problems):
+def _after_aot(found: R.Localization, first: Divergence | None, superseded: int = 0) -> R.Localization:
+    """Every compared kernel output made eager still fails, and the stages before Inductor pass.
+
+    Then the difference lies outside the kernels, unless an unmapped buffer carries it. Those that held only
+    a state inside one node's lowering, written over whole by that node's compared value (`superseded`),
+    cannot: with that value made eager nothing of the state is left.
+    """
+    live_unmapped = found.unmapped_buffers - superseded
+    if found.launches and not live_unmapped and not any("failed" in p for p in found.problems):
         found.answer, found.diverged, found.stage = R.Answer.STAGE, True, GRAPH_PASSES
         found.reason = f"diverges in {GRAPH_PASSES}: {STAGE_MEANING[GRAPH_PASSES]}"
+        if superseded:
+            found.reason += (f" (its {superseded} unmapped buffers held only states inside one node's lowering, "
+                             "each written over whole by that node's compared value)")
         found.visible_at = first.as_buffer_divergence() if first is not None else None
         return found
     found.answer, found.diverged, found.stage = R.Answer.UNLOCALIZED, True, "inductor"

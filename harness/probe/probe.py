@@ -21,8 +21,8 @@ import torch
 
 from .. import records as R
 from ..compare import Verdict
-from ..inductor_compat import GraphInfo, Launch
-from ..layout import clone_exact
+from ..inductor_compat import STATE_BEFORE_IN_PLACE, GraphInfo, Launch
+from ..layout import clone_exact, is_non_overlapping_and_dense, span
 from .isolation import ALIASING, DRIFT, WRONG, Isolation, isolate, replay
 from .regions import Region, RegionMap, describe_reason, region_key
 from .values import GraphValues, fingerprint
@@ -89,6 +89,9 @@ class KernelProbe:
     compared: int = 0
     unmapped: dict[str, list[str]] = field(default_factory=dict)
     unmapped_count: int = 0
+    # Unmapped buffers that held only a state inside one node's lowering, later written over whole by a
+    # mapped write (see STATE_BEFORE_IN_PLACE): they cannot carry a difference once that write is made eager.
+    superseded: int = 0
     problems: list[str] = field(default_factory=list)
     divergences: list[Divergence] = field(default_factory=list)
     described: dict[int, Divergence] = field(default_factory=dict)
@@ -98,6 +101,8 @@ class KernelProbe:
     # Graphs whose shared inputs changed without a launch announcing the write (see observe_graph).
     unannounced_writes: list[str] = field(default_factory=list)
     _current: _GraphCall | None = None
+    # Unmapped in-place lowering states not yet written over: (graph label, buffer) -> where each lies.
+    _lowering_states: dict[tuple[str, str], list[_Memory]] = field(default_factory=dict)
     _labels: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -167,15 +172,19 @@ class KernelProbe:
                 entry.unmapped += 1
                 self._unmapped(call.label, region)
                 unmapped.append(tensor)
-            elif judging:
-                entry.compared += 1
-                self.compared += 1
-                described = index in self.describe
-                divergence = self._judge(launch, call, key, tensor, region, always=described)
-                if divergence is not None and described:
-                    self._keep_described(divergence)
-                elif divergence is not None:
-                    self.divergences.append(divergence)
+                if region.buffer and describe_reason(region.reason) == STATE_BEFORE_IN_PLACE:
+                    self._lowering_states.setdefault((call.label, region.buffer), []).append(_Memory.of(tensor))
+            else:
+                self._write_over_lowering_states(call, region.buffer, tensor)
+                if judging:
+                    entry.compared += 1
+                    self.compared += 1
+                    described = index in self.describe
+                    divergence = self._judge(launch, call, key, tensor, region, always=described)
+                    if divergence is not None and described:
+                        self._keep_described(divergence)
+                    elif divergence is not None:
+                        self.divergences.append(divergence)
             mapped.append((tensor, region))
         if unmapped and judging:
             self._recompute(launch, call, unmapped)
@@ -229,6 +238,22 @@ class KernelProbe:
         if kept is None or _severity(divergence) > _severity(kept):
             self.described[divergence.launch_index] = divergence
 
+    def _write_over_lowering_states(self, call: _GraphCall, writer: str | None, tensor: torch.Tensor) -> None:
+        """A mapped write of `writer`: the in-place lowering states it completes (the state's own buffer, or
+        one its lowering updates it through) and covers element for element are superseded."""
+        if not writer:
+            return
+        memory = None
+        for (label, buffer), states in self._lowering_states.items():
+            fact = call.info.buffers.get(buffer)
+            completes = writer == buffer or (fact is not None and writer in fact.completed_by)
+            if label != call.label or not states or not completes:
+                continue
+            memory = memory or _Memory.of(tensor)
+            live = [state for state in states if not memory.covers(state)]
+            self.superseded += len(states) - len(live)
+            self._lowering_states[(label, buffer)] = live
+
     def _unmapped(self, label: str, region: Region) -> None:
         self.unmapped_count += 1
         names = self.unmapped.setdefault(describe_reason(region.reason), [])
@@ -242,6 +267,30 @@ class KernelProbe:
                             self.immaterial, self.describe)
         self.__dict__.update(fresh.__dict__)
         self.problems, self.copy_inputs = problems, copy
+
+
+@dataclass(frozen=True)
+class _Memory:
+    """The bytes a tensor's elements occupy, and whether they tile that stretch exactly (no gaps)."""
+
+    pointer: int
+    start: int
+    end: int
+    key: tuple
+    dense: bool
+
+    @classmethod
+    def of(cls, tensor: torch.Tensor) -> "_Memory":
+        first, last = span(tensor)
+        size = tensor.element_size()
+        return cls(tensor.untyped_storage().data_ptr(), first * size, last * size, region_key(tensor),
+                   is_non_overlapping_and_dense(tensor))
+
+    def covers(self, other: "_Memory") -> bool:
+        """Whether a write here stores every element `other` holds."""
+        if self.pointer != other.pointer or not (self.start <= other.start and other.end <= self.end):
+            return False
+        return self.dense or self.key == other.key
 
 
 def _eager_inputs(info: GraphInfo, args: list, copy_all: bool) -> tuple[list, dict[int, Any]]:

@@ -79,6 +79,11 @@ def timed(command: list[str], env: dict[str, str], ok: tuple[int, ...] = (0, 1))
     return elapsed
 
 
+def _records(path: str) -> list[dict]:
+    with open(path) as handle:
+        return json.load(handle)["records"]
+
+
 def harness_command(args: argparse.Namespace, workers: int, out: str, names: tuple[str, ...] = ()) -> list[str]:
     return [sys.executable, "-m", "harness", "run", *names, "--device", "cpu", *selection_args(args),
             "--workers", str(workers), "--json", out]
@@ -107,21 +112,25 @@ def main() -> int:
     report["torch"] = torch.__version__
     print(f"warming the Inductor cache ({' '.join(selection_args(args))}) ...", flush=True)
     timed(harness_command(args, 1, out), env)
-    with open(out) as handle:
-        records = json.load(handle)["records"]
+    records = _records(out)
     report["case_runs"] = len(records)
     first = (records[0]["case"],)  # a one-case run measures what every run pays once (startup, loading)
     first_runs = sum(r["case"] == first[0] for r in records)
 
     if not args.skip_scaling:
-        curve = {}
+        curve, case_time = {}, {}
         for workers in args.workers:
             timed(harness_command(args, workers, out), env)  # warms the cache for this thread count
             curve[workers] = timed(harness_command(args, workers, out), env)
+            # Where the time went: the cases' own time (summed over workers), and what is left of the wall
+            # time once that is shared out (start-up, loading, the parent's bookkeeping).
+            case_time[workers] = sum(r["duration_s"] for r in _records(out))
             speedup = curve[args.workers[0]] / curve[workers] * args.workers[0]
+            outside = curve[workers] - case_time[workers] / workers
             print(f"workers={workers}: {curve[workers]:.1f} s, speed-up {speedup:.2f}x, "
-                  f"efficiency {speedup / workers:.2f} (target >= {TARGET_EFFICIENCY})", flush=True)
-        report["scaling_s"] = curve
+                  f"efficiency {speedup / workers:.2f} (target >= {TARGET_EFFICIENCY}); "
+                  f"cases {case_time[workers]:.1f} s in all, outside them {outside:.1f} s", flush=True)
+        report["scaling_s"], report["case_time_s"] = curve, case_time
 
     if not args.skip_overhead:
         bare_script = os.path.join(work, "bare.py")

@@ -44,6 +44,7 @@ SIDECAR_VERSION = 2
 # it, it can no longer carry a difference to anything.
 STATE_BEFORE_IN_PLACE = "holds the state before the in-place part of its lowering"
 
+
 @dataclass
 class BufferFact:
     """One Inductor buffer: what it holds and where it lives."""

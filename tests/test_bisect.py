@@ -287,3 +287,22 @@ def test_only_a_live_unmapped_buffer_keeps_an_all_eager_failure_from_the_graph_p
     found = _after_aot(found, None, superseded)
     assert found.answer == answer
     assert (found.stage == "inductor_graph_passes") == (answer == R.Answer.STAGE)
+
+
+def test_an_eager_pass_lets_go_of_an_input_made_for_it_after_its_last_use():
+    # A float64 pass runs on float64 copies of the graph's inputs: each should die where eager would free it.
+    import weakref
+    from collections import deque
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from harness.probe.values import _Stepper
+
+    gm = make_fx(lambda a, b: ((a * 2).sum() + 1) * b)(torch.ones(256), torch.ones(()))
+    last = [node.name for node in gm.graph.nodes if node.op == "call_function"][-1]
+    inputs = deque([torch.ones(256, dtype=torch.float64), torch.ones((), dtype=torch.float64)])
+    first = weakref.ref(inputs[0])
+    stepper = _Stepper(gm, inputs, {last})
+    stepper.advance_to(last)
+    assert first() is None  # `a` was last read by its sum: gone before the pass ends
+    assert float(stepper.kept[last]) == 513.0

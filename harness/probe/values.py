@@ -23,7 +23,7 @@ the compiled kernel did.
 from __future__ import annotations
 
 import operator
-from collections import Counter
+from collections import Counter, deque
 from typing import Any, Iterable, Iterator
 
 import torch
@@ -42,7 +42,7 @@ RANDOM_OPS = ("rand", "randn", "randint", "randperm", "bernoulli", "dropout", "n
 class _Stepper(torch.fx.Interpreter):
     """Runs a post-grad graph eagerly node by node, keeping wanted values as they were when produced."""
 
-    def __init__(self, gm: torch.fx.GraphModule, inputs: list[Any], keep: set[str]):
+    def __init__(self, gm: torch.fx.GraphModule, inputs: Iterable[Any], keep: set[str]):
         super().__init__(gm, garbage_collect_values=True)
         self.keep = {k for k in keep if AFTER not in k}
         self.kept: dict[str, torch.Tensor] = {}
@@ -63,7 +63,9 @@ class _Stepper(torch.fx.Interpreter):
         # any view of it) first gets a copy of that storage (`_own`). A backward graph's inputs are the saved
         # activations, so a copy up front would hold them twice; most graphs write none of them.
         self._borrowed = {_storage_key(a) for a in inputs if isinstance(a, torch.Tensor)}
-        self.args_iter: Iterator[Any] = iter(list(inputs))
+        # Handed out one at a time and let go of: an input made for this run alone (a float64 copy) then
+        # dies after its last use, as in eager, instead of living until the run ends.
+        self.args_iter: Iterator[Any] = _handed_out(inputs)
         self._pending: Iterator[torch.fx.Node] = iter(gm.graph.nodes)
 
     def advance_to(self, name: str) -> None:
@@ -125,7 +127,7 @@ class _Stepper(torch.fx.Interpreter):
         """Point every value on storage `key` (inputs still to be read, computed and kept values) at `copy`."""
         moved = _mover(key, copy)
         self.env = {node: moved(value) for node, value in self.env.items()}
-        self.args_iter = iter([moved(value) for value in self.args_iter])
+        self.args_iter = _handed_out([moved(value) for value in self.args_iter])
         on_storage = self._by_storage.pop(key, [])
         self.kept = {name: moved(value) for name, value in self.kept.items()}
         if on_storage:
@@ -229,13 +231,14 @@ class GraphValues:
         if self._float64_broken:
             return None
         if node not in self._float64:
-            inputs64 = [clone_exact(x, torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point()
-                        else x for x in self.inputs]
+            # A deque the pass empties: each float64 copy goes once the pass is past its last use.
+            inputs64 = deque(clone_exact(x, torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point()
+                             else x for x in self.inputs)
             found = self._interpret(float64_copy(self.info.gm), inputs64, {node}, float64=True)
             self._float64[node] = None if found is None else found.get(node)
         return self._float64[node]
 
-    def _interpret(self, gm: torch.fx.GraphModule, inputs: list[Any], keep: set[str],
+    def _interpret(self, gm: torch.fx.GraphModule, inputs: Iterable[Any], keep: set[str],
                    float64: bool = False) -> dict[str, torch.Tensor] | None:
         stepper = _Stepper(gm, inputs, keep)
         try:
@@ -252,6 +255,17 @@ class GraphValues:
                                      f"{exception_line(exc, 300)})")
             return None
         return stepper.kept
+
+
+def _handed_out(values: Iterable[Any]) -> Iterator[Any]:
+    """The values one at a time, each let go of once handed out; a deque is emptied as it goes (a list
+    iterator, or a list the caller keeps, would hold them all until the run ends)."""
+    return _popping(values if isinstance(values, deque) else deque(values))
+
+
+def _popping(queue: deque) -> Iterator[Any]:
+    while queue:  # holds only the queue, not what it was made from
+        yield queue.popleft()
 
 
 def _last_uses_before_output(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[torch.fx.Node]]:

@@ -306,3 +306,55 @@ def test_an_eager_pass_lets_go_of_an_input_made_for_it_after_its_last_use():
     stepper.advance_to(last)
     assert first() is None  # `a` was last read by its sum: gone before the pass ends
     assert float(stepper.kept[last]) == 513.0
+
+
+def deep_mlp(x, w1, w2, w3, w4):
+    # Each layer's input is saved for the backward graph, which frees it once its weight gradient is made.
+    for w in (w1, w2, w3, w4):
+        x = torch.tanh(x @ w)
+    return x.sum()
+
+
+DEEP_MLP = Case(name="deep_mlp", modes=("training",), build=lambda d: Program(deep_mlp, [
+    contiguous((64, 32))] + [contiguous((32, 32), requires_grad=True) for _ in range(4)]))
+
+
+@pytest.fixture
+def offloading(monkeypatch):
+    """Released graph inputs moved to host memory on CPU runs too: the path device runs take."""
+    from harness.probe import values
+
+    monkeypatch.setattr(values, "OFFLOAD_ON_CPU", True)
+
+
+def test_inputs_the_compiled_backward_let_go_of_move_to_host_memory(offloading, monkeypatch):
+    from harness.probe import probe as probe_module
+    from harness.probe.values import _OnHost
+
+    on_host: list[int] = []
+    original_after = probe_module.KernelProbe._after
+
+    def after(self, launch, call):
+        original_after(self, launch, call)
+        if call.info.kind == "backward":
+            on_host.append(sum(isinstance(value, _OnHost) for value in call.values.inputs))
+
+    monkeypatch.setattr(probe_module.KernelProbe, "_after", after)
+    record = run_case(DEEP_MLP, torch.float32, "training", RunConfig(bisect="always"))
+    found = record.first_divergent_kernel
+    assert record.status == R.PASS and found.answer == R.Answer.NONE and not found.absorbed
+    assert found.unmapped_buffers == 0 and not found.problems
+    # The compiled backward frees the saved activations one by one; the probe moves each off the device.
+    assert on_host[0] < on_host[-1] and on_host[-1] >= 3, on_host
+
+
+@pytest.mark.parametrize("fault", ["offset", "scale"])
+def test_a_backward_fault_gets_the_same_answer_with_released_inputs_on_host(offloading, fault):
+    # Isolating a backward kernel needs eager values computed again from the graph's inputs, some of which
+    # the compiled graph has let go of by then: they come back from host memory.
+    clean, kernel = bisect("relu_mlp", torch.float32, "training", bisect="always")
+    backward = [entry.index for entry in kernel.kernels if entry.graph.startswith("backward")]
+    index = backward[len(backward) * 2 // 3]
+    record, found = bisect("relu_mlp", torch.float32, "training", inject=f"fault-{fault}@{index}")
+    assert record.status == R.FAIL
+    assert found.launch_index == index and found.answer in (R.Answer.KERNEL, R.Answer.DRIFT), found.line()

@@ -25,7 +25,7 @@ from ..inductor_compat import STATE_BEFORE_IN_PLACE, GraphInfo, Launch
 from ..layout import clone_exact, is_non_overlapping_and_dense, span
 from .isolation import ALIASING, DRIFT, WRONG, Isolation, isolate, replay
 from .regions import Region, RegionMap, describe_reason, region_key
-from .values import GraphValues, fingerprint
+from .values import GraphValues
 
 MAX_SOURCE_CHARS = 20_000
 MAX_UNMAPPED_NAMES = 20
@@ -126,16 +126,16 @@ class KernelProbe:
             if not self._needs_values():
                 return call(args)
             inputs, shared = _eager_inputs(info, args, self.copy_inputs)
-            before = {key: fingerprint(storage) for key, storage in shared.items()}
             uses = Counter(n for b in info.buffers.values() for n in (b.value_node, b.part_of) if n)
             values = GraphValues(info, inputs, set(uses), uses, shared=shared)
+            del inputs  # GraphValues holds them, and lets go of those the compiled graph is done with
             self._current = _GraphCall(info, label, values, RegionMap(info, values))
             try:
                 result = call(args)
             finally:
                 self.problems.extend(f"{label}: {p}" for p in values.problems if f"{label}: {p}" not in self.problems)
                 self._current = None
-            if any(fingerprint(shared[key]) != before[key] for key in values.shared):
+            if values.unannounced_write():
                 # Written by something no launch announced (an ATen fallback in the wrapper): eager may
                 # have read the new contents. The run is made again with every input copied up front.
                 self.unannounced_writes.append(label)
@@ -197,6 +197,7 @@ class KernelProbe:
             call.regions.record_write(tensor, region, index)
             for node in region.nodes():
                 call.values.used(node)
+        call.values.offload_released()
 
     def _judge(self, launch: Launch, call: _GraphCall, key: int | str, tensor: torch.Tensor,
                region: Region, always: bool = False) -> Divergence | None:
@@ -293,7 +294,7 @@ class _Memory:
         return self.dense or self.key == other.key
 
 
-def _eager_inputs(info: GraphInfo, args: list, copy_all: bool) -> tuple[list, dict[int, Any]]:
+def _eager_inputs(info: GraphInfo, args: list, copy_all: bool) -> tuple[list, set[int]]:
     """The inputs eager runs on, and the storages it shares with the compiled graph (by data pointer).
 
     An input the FX graph writes is copied up front: the compiled graph updates it in place, maybe
@@ -305,7 +306,7 @@ def _eager_inputs(info: GraphInfo, args: list, copy_all: bool) -> tuple[list, di
     written = range(len(args)) if copy_all else info.written_inputs()
     copied = {keys[i] for i in written if i < len(args) and keys[i] is not None}  # with every view on them
     inputs = [clone_exact(a) if key in copied else a for a, key in zip(args, keys)]
-    shared = {key: a.untyped_storage() for a, key in zip(args, keys) if key is not None and key not in copied}
+    shared = {key for key in keys if key is not None and key not in copied}
     return inputs, shared
 
 

@@ -11,6 +11,14 @@ about what an eager run of the graph holds, not every intermediate at once;
 a released value asked for again (an isolation replay needs a kernel's
 inputs) is computed again in a pass of its own.
 
+Such a pass starts from the graph's inputs, so they are kept for the whole
+call. On a device, one the compiled graph has let go of (a compiled
+backward frees each saved activation after its last use) is moved to host
+memory (`offload_released`) and brought back for a pass: device memory then
+follows the compiled graph's, and every value stays computable. Whether a
+shared input changed without a launch announcing it is checked before it
+moves, and at the graph's end (`unannounced_write`).
+
 Each kept value is the value the node had when it ran: the graph also updates
 tensors in place (`index_put_`, `copy_` into an input, re-inplaced ops), so a
 kept value that a node is about to write is copied first. Float64 twins come
@@ -23,6 +31,7 @@ the compiled kernel did.
 from __future__ import annotations
 
 import operator
+import sys
 from collections import Counter, deque
 from typing import Any, Iterable, Iterator
 
@@ -32,6 +41,13 @@ import torch.fx
 from ..inductor_compat.graphs import AFTER, GraphInfo, float64_copy, written_nodes
 from ..layout import clone_exact, is_non_overlapping
 from ..records import exception_line
+
+# Tests set this to move released inputs on CPU runs too (to host memory again): the same code path.
+OFFLOAD_ON_CPU = False
+# What sys.getrefcount reports for an object only one list holds (a graph input nothing else keeps), read as
+# `offload_released` reads it.
+_ONE_LIST = [object()]
+_HELD_BY_ONE_LIST = sys.getrefcount(_ONE_LIST[0])
 
 # Ops whose results an eager rerun cannot reproduce.
 RANDOM_OPS = ("rand", "randn", "randint", "randperm", "bernoulli", "dropout", "native_dropout", "normal",
@@ -151,10 +167,16 @@ class GraphValues:
     def __init__(self, info: GraphInfo, inputs: list[Any], wanted: Iterable[str], uses: Counter | None = None,
                  shared: Iterable[int] = ()):
         self.info = info
-        self.inputs = inputs  # the graph's inputs as they were when it was called
+        # The graph's inputs as they were when it was called; an `_OnHost` where one was moved off the device.
+        self.inputs: list[Any] = inputs
         # Storages of `inputs` that the compiled graph runs on too: it may write them (an input mutation, a
         # buffer reused in place of an input), so a launch about to write one first gets `before_write`.
         self.shared = set(shared)
+        # Each shared storage's fingerprint on entry, and whether one was seen changed (`unannounced_write`).
+        self._entry_prints = {_storage_key(v): fingerprint(v.untyped_storage()) for v in inputs if _on(v, self.shared)}
+        self._changed = False
+        # Shared storages on a device (on any, under OFFLOAD_ON_CPU) -> the indices of the inputs on each.
+        self._on_device = _offloadable_storages(inputs, self.shared)
         self.wanted = set(wanted)
         self.random = _random_dependent(info.gm)
         self.problems: list[str] = []
@@ -166,12 +188,62 @@ class GraphValues:
         self._float64: dict[str, torch.Tensor | None] = {}
         self._float64_broken = False
 
+    def offload_released(self) -> None:
+        """Move to host memory each shared input, on a device, that only this object still holds (the compiled
+        graph and the step-by-step eager run are done with it)."""
+        for key, indices in list(self._on_device.items()):
+            if key not in self.shared:  # copied for a write (`before_write`): eager's own now
+                del self._on_device[key]
+                continue
+            if any(sys.getrefcount(self.inputs[i]) > _HELD_BY_ONE_LIST for i in indices):
+                continue
+            first = self.inputs[indices[0]]
+            self._check_unchanged(first)
+            try:
+                host = _host_copy(first.untyped_storage())
+            except (RuntimeError, NotImplementedError):  # a tensor without plain storage: it stays
+                continue
+            for index in indices:
+                self.inputs[index] = _OnHost(host, self.inputs[index])
+            self.shared.discard(key)
+            del self._on_device[key]
+
+    def unannounced_write(self) -> bool:
+        """Whether a shared input was found changed by something no launch announced (an ATen fallback in the
+        wrapper): eager may have read the new contents."""
+        for value in self.inputs:
+            if _on(value, self.shared):
+                self._check_unchanged(value)
+        return self._changed
+
+    def _check_unchanged(self, value: torch.Tensor) -> None:
+        key = _storage_key(value)
+        if not self._changed and key in self._entry_prints:
+            self._changed = fingerprint(value.untyped_storage()) != self._entry_prints[key]
+
+    def _pass_inputs(self, keep: Iterable[str], dtype: torch.dtype | None = None) -> deque:
+        """The inputs for a pass that runs until the `keep` nodes ran: those that stretch of the graph reads
+        (None for the others: the pass stops before any use), brought back from host memory, and with their
+        floats converted to `dtype` if given."""
+        read = _read_before(self.info.gm, keep)
+
+        def made(index: int, value: Any) -> Any:
+            if index not in read:
+                return None
+            if isinstance(value, _OnHost):
+                value = value.back()
+            if dtype is not None and isinstance(value, torch.Tensor) and value.is_floating_point():
+                return clone_exact(value, dtype)
+            return value
+        return deque(made(index, value) for index, value in enumerate(self.inputs))
+
     def before_write(self, tensor: torch.Tensor) -> None:
         """The compiled program is about to write `tensor`: if eager still reads that storage, copy it first
         and move every eager value on it to the copy."""
         key = _storage_key(tensor)
         if key not in self.shared:
             return
+        self._check_unchanged(tensor)
         self.shared.discard(key)
         copy = tensor.untyped_storage().clone()
         moved = _mover(key, copy)
@@ -195,7 +267,7 @@ class GraphValues:
             if node in self._stepper.kept:
                 return self._stepper.kept[node]
         if node not in self._again:  # computed and released earlier: once more, in a pass of its own
-            found = self._interpret(self.info.gm, self.inputs, {node})
+            found = self._interpret(self.info.gm, self._pass_inputs({node}), {node})
             if found is None:
                 return None
             self._again[node] = found.get(node)
@@ -206,7 +278,7 @@ class GraphValues:
         missing = {n for n in nodes if n and n not in self._stepper.kept and n not in self._again
                    and n.rpartition(AFTER)[2] in self._stepper.done}
         if missing and not self._broken:
-            found = self._interpret(self.info.gm, self.inputs, missing)
+            found = self._interpret(self.info.gm, self._pass_inputs(missing), missing)
             if found is not None:
                 self._again.update({n: found[n] for n in missing if n in found})
 
@@ -224,6 +296,7 @@ class GraphValues:
         if name not in self.info.input_names:
             return None
         value = self.inputs[self.info.input_names.index(name)]
+        value = value.back() if isinstance(value, _OnHost) else value
         return value if isinstance(value, torch.Tensor) else None
 
     def float64(self, node: str) -> torch.Tensor | None:
@@ -232,8 +305,7 @@ class GraphValues:
             return None
         if node not in self._float64:
             # A deque the pass empties: each float64 copy goes once the pass is past its last use.
-            inputs64 = deque(clone_exact(x, torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point()
-                             else x for x in self.inputs)
+            inputs64 = self._pass_inputs({node}, torch.float64)
             found = self._interpret(float64_copy(self.info.gm), inputs64, {node}, float64=True)
             self._float64[node] = None if found is None else found.get(node)
         return self._float64[node]
@@ -255,6 +327,47 @@ class GraphValues:
                                      f"{exception_line(exc, 300)})")
             return None
         return stepper.kept
+
+
+class _OnHost:
+    """A graph input kept in host memory: a view, with the input's layout, of a host copy of its storage."""
+
+    def __init__(self, storage: Any, tensor: torch.Tensor):
+        self.storage, self.device, self.dtype = storage, tensor.device, tensor.dtype
+        self.size, self.stride, self.offset = tensor.size(), tensor.stride(), tensor.storage_offset()
+
+    def back(self) -> torch.Tensor:
+        """The input on its device again (a new copy, laid out as it was)."""
+        on_device = _host_copy(self.storage, self.device)
+        return torch.empty((0,), dtype=self.dtype, device=self.device).set_(
+            on_device, self.offset, self.size, self.stride)
+
+
+def _read_before(gm: torch.fx.GraphModule, keep: Iterable[str]) -> set[int]:
+    """Indices of the placeholders read by a node that runs no later than the last of `keep` (a pass stops there)."""
+    position = {node.name: i for i, node in enumerate(gm.graph.nodes)}
+    last = max((position.get(name.rpartition(AFTER)[2], len(position)) for name in keep), default=len(position))
+    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
+    return {index for index, node in enumerate(placeholders) if any(position[user.name] <= last for user in node.users)}
+
+
+def _offloadable_storages(inputs: list[Any], shared: set[int]) -> dict[int, list[int]]:
+    """Shared storage -> the indices of the inputs on it, for inputs on a device (or any, under OFFLOAD_ON_CPU)."""
+    groups: dict[int, list[int]] = {}
+    for index, value in enumerate(inputs):
+        if _on(value, shared) and (OFFLOAD_ON_CPU or value.device.type != "cpu"):
+            groups.setdefault(_storage_key(value), []).append(index)
+    return groups
+
+
+def _host_copy(storage: Any, device: torch.device | str = "cpu") -> Any:
+    """A copy of a storage's bytes on `device` (a copy even when it is there already)."""
+    data = torch.empty((0,), dtype=torch.uint8, device=storage.device).set_(storage)
+    return data.to(device, copy=True).untyped_storage()
+
+
+def _on(value: Any, storages: set[int]) -> bool:
+    return isinstance(value, torch.Tensor) and _storage_key(value) in storages
 
 
 def _handed_out(values: Iterable[Any]) -> Iterator[Any]:

@@ -44,10 +44,15 @@ from ..records import exception_line
 
 # Tests set this to move released inputs on CPU runs too (to host memory again): the same code path.
 OFFLOAD_ON_CPU = False
-# What sys.getrefcount reports for an object only one list holds (a graph input nothing else keeps), read as
-# `offload_released` reads it.
-_ONE_LIST = [object()]
-_HELD_BY_ONE_LIST = sys.getrefcount(_ONE_LIST[0])
+
+
+def _references(items: list, index: int) -> int:
+    """sys.getrefcount of one list item, read always in this one way (the count includes the read itself)."""
+    return sys.getrefcount(items[index])
+
+
+# The count for an object that only a list holds: a graph input nothing but the probe keeps.
+_HELD_BY_ONE_LIST = _references([object()], 0)
 
 # Ops whose results an eager rerun cannot reproduce.
 RANDOM_OPS = ("rand", "randn", "randint", "randperm", "bernoulli", "dropout", "native_dropout", "normal",
@@ -195,7 +200,7 @@ class GraphValues:
             if key not in self.shared:  # copied for a write (`before_write`): eager's own now
                 del self._on_device[key]
                 continue
-            if any(sys.getrefcount(self.inputs[i]) > _HELD_BY_ONE_LIST for i in indices):
+            if any(_references(self.inputs, i) > _HELD_BY_ONE_LIST for i in indices):
                 continue
             first = self.inputs[indices[0]]
             self._check_unchanged(first)
@@ -205,8 +210,11 @@ class GraphValues:
                 continue
             for index in indices:
                 self.inputs[index] = _OnHost(host, self.inputs[index])
-            self.shared.discard(key)
             del self._on_device[key]
+            # Checked just now; the storage may be freed and its address given to a new buffer. The key stays
+            # shared: an eager value viewing this storage (a permute of the input) still moves away before
+            # a launch writes it.
+            self._entry_prints.pop(key, None)
 
     def unannounced_write(self) -> bool:
         """Whether a shared input was found changed by something no launch announced (an ATen fallback in the

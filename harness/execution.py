@@ -109,7 +109,7 @@ class Session:
             self.module = self.module.double()
         self._fn = self.module if self.module is not None else fn
         # The module's state before any run: every run starts from it, and mutations are judged against it.
-        self._pristine = {name: clone_exact(t.detach()) for name, t in _module_state(self.module)}
+        self._pristine = {name: clone_exact(t.detach()) for name, t in module_state(self.module)}
         self._runs = 0
         if mode == "train_step":
             self._callable = _train_step_callable(self._fn, wrap)
@@ -129,13 +129,14 @@ class Session:
 
     def _restore_module(self) -> None:
         with torch.no_grad():
-            for name, tensor in _module_state(self.module):
+            for name, tensor in module_state(self.module):
                 tensor.copy_(self._pristine[name])
                 if isinstance(tensor, torch.nn.Parameter):
                     tensor.grad = None
 
 
-def _module_state(module: torch.nn.Module | None) -> list[tuple[str, torch.Tensor]]:
+def module_state(module: torch.nn.Module | None) -> list[tuple[str, torch.Tensor]]:
+    """A module's parameters and buffers, by the names results give them."""
     if module is None:
         return []
     return ([(f"param.{n}", p) for n, p in module.named_parameters()]
@@ -149,7 +150,7 @@ def _record_state(results: Results, run_inputs: Inputs, pristine_inputs: Inputs,
         results.state[name] = tensor.detach()
         if not same_values(tensor.detach(), before[name]):
             results.changed.add(name)
-    for name, tensor in _module_state(module):
+    for name, tensor in module_state(module):
         if mode == "train_step" and name.startswith("param."):
             continue  # already results: every updated parameter is compared
         # A copy: the live tensor is restored before the session's next run.

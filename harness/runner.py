@@ -22,7 +22,7 @@ from . import records as R
 from .compare import Verdict, missing_result
 from .devices import Device, get_device
 from .emulation import NARROWED_DTYPES, make_handler, parse_injection
-from .execution import Inputs, Results, Session, materialize_inputs
+from .execution import Inputs, Results, Session, materialize_inputs, module_state
 from .inputs import seed_for
 from .layout import clone_exact, is_non_overlapping
 from .registry import Case, Program
@@ -276,8 +276,7 @@ class NoEagerReference(Exception):
 def _self_overlapping_outputs(results: Results, session: Session) -> list[str]:
     """Tensor results whose elements share addresses in memory of their own (not a view of an input,
     a parameter or a buffer)."""
-    module = session.module
-    owned = list(results.state.values()) + (list(module.parameters()) + list(module.buffers()) if module else [])
+    owned = list(results.state.values()) + [tensor for _, tensor in module_state(session.module)]
     inputs = {t.untyped_storage().data_ptr() for t in owned if t.layout == torch.strided}
     return [name for name, value in results.values.items()
             if isinstance(value, torch.Tensor) and value.numel() > 1 and value.layout == torch.strided

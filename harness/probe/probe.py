@@ -274,22 +274,20 @@ class KernelProbe:
 class _Memory:
     """The bytes a tensor's elements occupy, and whether they tile that stretch exactly (no gaps)."""
 
-    pointer: int
+    key: tuple  # region_key: storage pointer first
     start: int
     end: int
-    key: tuple
     dense: bool
 
     @classmethod
     def of(cls, tensor: torch.Tensor) -> "_Memory":
         first, last = span(tensor)
         size = tensor.element_size()
-        return cls(tensor.untyped_storage().data_ptr(), first * size, last * size, region_key(tensor),
-                   is_non_overlapping_and_dense(tensor))
+        return cls(region_key(tensor), first * size, last * size, is_non_overlapping_and_dense(tensor))
 
     def covers(self, other: "_Memory") -> bool:
         """Whether a write here stores every element `other` holds."""
-        if self.pointer != other.pointer or not (self.start <= other.start and other.end <= self.end):
+        if self.key[0] != other.key[0] or not (self.start <= other.start and other.end <= self.end):
             return False
         return self.dense or self.key == other.key
 

@@ -308,6 +308,163 @@ def test_an_eager_pass_lets_go_of_an_input_made_for_it_after_its_last_use():
     assert float(stepper.kept[last]) == 513.0
 
 
+def _chain(a, b):
+    c = (a * 3).sin()
+    d = c + a
+    e = d.exp()
+    return (e * b).sum()
+
+
+def _chain_values(monkeypatch, program=_chain, wanted=()):
+    """GraphValues over `program`'s graph, and a count of the nodes each graph (eager, float64) ran."""
+    from collections import Counter
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from harness.inductor_compat.graphs import GraphInfo
+    from harness.probe import values as values_module
+
+    a, b = torch.randn(64, generator=torch.Generator().manual_seed(0)), torch.full((64,), 0.5)
+    gm = make_fx(program)(a, b)
+    placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    info = GraphInfo("chain", "inference", None, gm, placeholders, {}, [])
+    ran: Counter = Counter()
+    original = values_module._Stepper.run_node
+
+    def run_node(self, node):
+        ran["float64" if self.module is info.float64_gm() else "eager"] += node.op == "call_function"
+        return original(self, node)
+
+    monkeypatch.setattr(values_module._Stepper, "run_node", run_node)
+    computed = [n.name for n in gm.graph.nodes if n.op == "call_function"]
+    uses = Counter({name: 1 for name in wanted})
+    return values_module.GraphValues(info, [a, b], set(wanted), uses), computed, ran, (a, b)
+
+
+def test_float64_values_come_from_one_run_that_advances_with_the_requests(monkeypatch):
+    # A model's graph can have a hundred buffers that need a float64 reference: each used to cost a
+    # float64 copy of the graph and a run from the graph's start.
+    from harness.inductor_compat import graphs
+    from harness.probe import values as values_module
+
+    copies = []
+    original_copy = graphs.float64_copy
+    monkeypatch.setattr(graphs, "float64_copy", lambda gm: copies.append(gm) or original_copy(gm))
+    monkeypatch.setattr(values_module, "RECENTLY_USED_KEPT", 0)  # let go of a value at its last comparison
+    values, computed, ran, (a, b) = _chain_values(monkeypatch)
+    for name in computed:
+        assert values.float64(name).dtype == torch.float64
+    assert len(copies) == 1 and ran["float64"] == len(computed)
+    last = values.float64(computed[-1])
+    assert float(last) == pytest.approx(float(_chain(a.double(), b.double())), rel=1e-12)
+    # A value the run has passed and let go of is computed again in a pass of its own, and is the same.
+    first = values.float64(computed[0]).clone()
+    values.uses[computed[0]] = 1
+    values.used(computed[0])
+    assert torch.equal(values.float64(computed[0]), first)
+    assert len(copies) == 1 and ran["float64"] == len(computed) + 1
+    # Freed as soon as the graph's call is over, without waiting for the garbage collector: on a device its
+    # float64 run's values would otherwise stay allocated into the next graph.
+    import gc
+    import weakref
+
+    gone = weakref.ref(values)
+    gc.disable()
+    try:
+        del values
+        assert gone() is None
+    finally:
+        gc.enable()
+
+
+def test_a_pass_makes_an_input_on_its_first_use_only(offloading, monkeypatch):
+    # An input on host memory comes back only when a pass reaches its first use; a pass stopping before
+    # that never brings it back.
+    from harness.probe.values import _OnHost
+
+    values, computed, ran, (a, b) = _chain_values(monkeypatch)
+    brought_back = []
+    monkeypatch.setattr(_OnHost, "back", lambda self, back=_OnHost.back: brought_back.append(self) or back(self))
+    values.inputs[1] = _OnHost(b.untyped_storage(), b)
+    b_node = [n for n in values.info.gm.graph.nodes if n.op == "placeholder"][1]
+    reads_b = next(n.name for n in values.info.gm.graph.nodes if b_node in n.all_input_nodes)
+    assert computed.index(reads_b) > 0
+    assert values.float64(computed[0]) is not None and brought_back == []
+    assert values.float64(reads_b) is not None and len(brought_back) == 1
+    assert torch.equal(values.float64(computed[-1]), _chain(a.double(), b.double()))
+    assert len(brought_back) == 1  # the float64 run went on from where it was
+
+
+def _two_branches(a, b):
+    side = (b * 2).cos()  # computed between the two steps of the main branch, not read by it
+    main = a.sin()
+    return (main + 1).exp(), side
+
+
+def test_a_pass_of_a_graph_without_in_place_writes_runs_only_what_its_values_come_from(monkeypatch):
+    from harness.probe import values as values_module
+
+    monkeypatch.setattr(values_module, "RECENTLY_USED_KEPT", 0)
+    values, computed, ran, (a, b) = _chain_values(monkeypatch, _two_branches, wanted=["exp"])
+    assert values.info.functional()
+    last = computed[-1]
+    assert last == "exp"
+    values.value(last)  # the in-step run: every node up to it
+    assert ran["eager"] == len(computed)
+    values.used(last)
+    again = values.value(last)  # let go of: a pass of its own, through sin, add and exp only
+    assert ran["eager"] == len(computed) + 3
+    assert torch.equal(again, (a.sin() + 1).exp())
+
+
+def _passes_per_replay(monkeypatch, case: str) -> list[list[int]]:
+    """A passing `--bisect always` run of `case`; for each replay, the number of nodes each eager pass
+    of its own (from the graph's start) was asked for."""
+    from harness.probe import isolation
+    from harness.probe import probe as probe_module
+    from harness.probe.values import GraphValues
+
+    passes: list[int] = []
+    per_replay: list[list[int]] = []
+    original_interpret, original_replay = GraphValues._interpret, isolation.replay
+
+    def interpret(self, gm, inputs, keep, float64=False):
+        passes.append(len(keep))
+        return original_interpret(self, gm, inputs, keep, float64)
+
+    def replay(*args, **kwargs):
+        start = len(passes)
+        try:
+            return original_replay(*args, **kwargs)
+        finally:
+            per_replay.append(passes[start:])
+
+    monkeypatch.setattr(GraphValues, "_interpret", interpret)
+    monkeypatch.setattr(isolation, "replay", replay)
+    monkeypatch.setattr(probe_module, "replay", replay)
+    record = run_case(CASES[case], torch.float32, "inference", RunConfig(bisect="always"))
+    assert record.status == R.PASS and record.first_divergent_kernel.answer == R.Answer.NONE
+    assert per_replay  # its lowering makes intermediates without an eager twin: their launches are replayed
+    return per_replay
+
+
+def test_a_replay_fetches_every_input_let_go_of_in_one_pass(monkeypatch):
+    # Checking each argument's region computed its value on its own: one pass from the graph's start per
+    # input already let go of, before the replay's own one-pass prefetch could run.
+    from harness.probe import values as values_module
+
+    monkeypatch.setattr(values_module, "RECENTLY_USED_KEPT", 0)
+    per_replay = _passes_per_replay(monkeypatch, "correct_mlp_layernorm_gelu")
+    assert any(sum(p) > 1 for p in per_replay), per_replay  # a replay needed several values back
+    assert all(len(p) <= 1 for p in per_replay), per_replay
+
+
+def test_a_replay_reads_values_compared_just_before_without_a_pass(monkeypatch):
+    # The inputs of a replayed launch were made, and compared for the last time, by the launches just before.
+    per_replay = _passes_per_replay(monkeypatch, "correct_mlp_layernorm_gelu")
+    assert all(passes == [] for passes in per_replay), per_replay
+
+
 def deep_mlp(x, w1, w2, w3, w4):
     # Each layer's input is saved for the backward graph, which frees it once its weight gradient is made.
     for w in (w1, w2, w3, w4):

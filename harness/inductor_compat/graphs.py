@@ -29,7 +29,7 @@ import pickle
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from .launches import MODULE_ACCUMULATES, MODULE_KERNELS, _install, _install_lock, _state
 
@@ -87,12 +87,27 @@ class GraphInfo:
     kernels: list[tuple[str, list[str]]]
     node_order: dict[str, int] = field(default_factory=dict)
     _written_inputs: set[int] | None = field(default=None, repr=False, compare=False)
+    _float64_gm: Any = field(default=None, repr=False, compare=False)
+    _functional: bool | None = field(default=None, repr=False, compare=False)
 
     def written_inputs(self) -> set[int]:
         """Positions of the inputs whose storage the graph may write (`written_inputs`), computed once."""
         if self._written_inputs is None:
             self._written_inputs = written_inputs(self.gm)
         return self._written_inputs
+
+    def functional(self) -> bool:
+        """Whether no node writes in place (`is_functional`), computed once."""
+        if self._functional is None:
+            self._functional = is_functional(self.gm)
+        return self._functional
+
+    def float64_gm(self) -> Any:
+        """The post-grad graph computing in float64 (`float64_copy`), made once: making it generates and
+        compiles the graph's Python code, about a second for a model's graph."""
+        if self._float64_gm is None:
+            self._float64_gm = float64_copy(self.gm)
+        return self._float64_gm
 
     def order_of(self, value_node: str | None) -> int:
         """Graph position of the node whose value this is ("X@N": after N ran)."""
@@ -371,6 +386,35 @@ def written_nodes(node: Any) -> list[Any]:
             if isinstance(item, torch.fx.Node):
                 written.append(item)
     return written
+
+
+def is_functional(gm: Any) -> bool:
+    """Whether no node of the graph may write a tensor in place: every op has a schema, and none mutates.
+    A node's value then depends only on the nodes it reads, through any number of steps."""
+    import operator
+
+    for node in gm.graph.nodes:
+        if node.op in ("placeholder", "output", "get_attr"):
+            continue
+        if node.op == "call_function" and node.target is operator.getitem:
+            continue
+        schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+        if schema is None or schema.is_mutable:
+            return False
+    return True
+
+
+def ancestors(gm: Any, names: Iterable[str]) -> set[str]:
+    """The nodes whose values the named nodes are computed from, the named nodes included."""
+    by_name = {node.name: node for node in gm.graph.nodes}
+    found: set[str] = set()
+    pending = [by_name[name] for name in names if name in by_name]
+    while pending:
+        node = pending.pop()
+        if node.name not in found:
+            found.add(node.name)
+            pending.extend(node.all_input_nodes)
+    return found
 
 
 def written_inputs(gm: Any) -> set[int]:

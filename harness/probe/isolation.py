@@ -69,8 +69,9 @@ def replay(launch: Launch, regions: RegionMap, values: GraphValues, run: Callabl
     An argument updated in place whose prior state has no eager twin starts from what the launch left
     there (or zeros, with `zero_unknown_priors`: two replays tell whether the kernel reads that state).
     """
-    regions_needed = [regions.read(launch, t) for _, t in launch.tensor_args()]
-    regions_needed += [regions.written(launch, t) for _, t in launch.written_args()]
+    # Unchecked: checking a region computes its value, one pass each for values already let go of.
+    regions_needed = [regions.read(launch, t, check=False) for _, t in launch.tensor_args()]
+    regions_needed += [regions.written(launch, t, check=False) for _, t in launch.written_args()]
     values.prefetch(n for region in regions_needed for n in region.nodes())
     args, kwargs = list(launch.args), dict(launch.kwargs)
     kept: list[str] = []

@@ -102,6 +102,8 @@ class RegionMap:
     _writes: dict[tuple, Region] = field(default_factory=dict)
     _written_storages: Counter = field(default_factory=Counter)
     _storage_writes: Counter = field(default_factory=Counter)
+    # (launch index, region key) -> what that launch's write holds, as first mapped.
+    _written_regions: dict[tuple, Region] = field(default_factory=dict)
 
     def local_of(self, launch: Launch, tensor: torch.Tensor) -> str | None:
         """The wrapper local this tensor is; of several (`buf1 = buf0`), one whose value is known."""
@@ -110,11 +112,21 @@ class RegionMap:
                  or (n in self.info.buffers and self.info.buffers[n].value_node is not None)]
         return (known or names or [None])[0]
 
-    def written(self, launch: Launch, tensor: torch.Tensor) -> Region:
-        """The node a written argument holds once this launch ran."""
+    def written(self, launch: Launch, tensor: torch.Tensor, check: bool = True) -> Region:
+        """The node a written argument holds once this launch ran. With `check`, a region whose eager value
+        does not fit the argument is unmapped, which computes that value; without, its nodes may be fetched
+        first, all in one pass (`GraphValues.prefetch`)."""
+        # Asked again by a replay of the launch: the same answer (mapping a write counts it, see _written_local).
+        key = (launch.index, region_key(tensor))
+        region = self._written_regions.get(key)
+        if region is None:
+            region = self._written_regions[key] = self._written(launch, tensor)
+        return self._check(region, tensor) if check else region
+
+    def _written(self, launch: Launch, tensor: torch.Tensor) -> Region:
         local = self.local_of(launch, tensor)
         if local is not None:
-            return self._check(self._written_local(launch, local, tensor), tensor)
+            return self._written_local(launch, local, tensor)
         owner = launch.owning_buffer(tensor)
         if owner is None:
             return Region(None, reason="not a wrapper buffer nor a view of one")
@@ -123,27 +135,31 @@ class RegionMap:
             fact = self.info.buffers.get(name)
             if fact is not None and fact.view is not None and fact.storage == owner_name and \
                     fact.view == _view_of(tensor, owner_tensor):
-                return self._check(self._region_of(name), tensor)
+                return self._region_of(name)
         region = self._written_local(launch, owner_name, owner_tensor)
-        return self._check(_viewed(region, owner_tensor, tensor), tensor)
+        return _viewed(region, owner_tensor, tensor)
 
-    def read(self, launch: Launch, tensor: torch.Tensor) -> Region:
-        """The node a read argument holds before this launch runs."""
+    def read(self, launch: Launch, tensor: torch.Tensor, check: bool = True) -> Region:
+        """The node a read argument holds before this launch runs (`check` as for `written`)."""
+        region = self._read(launch, tensor)
+        return self._check(region, tensor) if check else region
+
+    def _read(self, launch: Launch, tensor: torch.Tensor) -> Region:
         key = region_key(tensor)
         if key in self._writes:
-            return self._check(self._writes[key], tensor)
+            return self._writes[key]
         moved = self._same_memory_write(tensor)
         if moved is not None:
-            return self._check(moved, tensor)
+            return moved
         local = self.local_of(launch, tensor)
         if local is not None:
-            return self._check(self._known(local, tensor), tensor)
+            return self._known(local, tensor)
         owner = launch.owning_buffer(tensor)
         if owner is None:
             return Region(None, reason="not a wrapper buffer nor a view of one")
         owner_name, owner_tensor = owner
         region = self._writes.get(region_key(owner_tensor)) or self._known(owner_name, owner_tensor)
-        return self._check(_viewed(region, owner_tensor, tensor), tensor)
+        return _viewed(region, owner_tensor, tensor)
 
     def record_write(self, tensor: torch.Tensor, region: Region, launch_index: int) -> None:
         """What launch `launch_index` just stored; an overlapping region stored before is no longer known."""

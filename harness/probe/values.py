@@ -15,15 +15,19 @@ Such a pass starts from the graph's inputs, so they are kept for the whole
 call. On a device, one the compiled graph has let go of (a compiled
 backward frees each saved activation after its last use) is moved to host
 memory (`offload_released`) and brought back for a pass: device memory then
-follows the compiled graph's, and every value stays computable. Whether a
+follows the compiled graph's, and every value stays computable. A pass makes
+each input it reads (brought back, or converted to float64) at its first use
+there and lets go of it after its last, as eager would. Whether a
 shared input changed without a launch announcing it is checked before it
 moves, and at the graph's end (`unannounced_write`).
 
 Each kept value is the value the node had when it ran: the graph also updates
 tensors in place (`index_put_`, `copy_` into an input, re-inplaced ops), so a
 kept value that a node is about to write is copied first. Float64 twins come
-from the same graph rewritten to compute in float64 (`float64_copy`), run on
-float64 inputs, one node at a time, on first need. Values that depend on
+from the same graph rewritten to compute in float64 (`float64_copy`, made
+once per graph), run on float64 inputs, one node at a time: one float64 run
+advances with the requests, as the eager one does, so a graph with many
+buffers near tolerance costs one float64 run, not one per buffer. Values that depend on
 random numbers are never compared: an eager rerun draws other numbers than
 the compiled kernel did.
 """
@@ -38,7 +42,7 @@ from typing import Any, Iterable, Iterator
 import torch
 import torch.fx
 
-from ..inductor_compat.graphs import AFTER, GraphInfo, float64_copy, written_nodes
+from ..inductor_compat.graphs import AFTER, GraphInfo, ancestors, written_nodes
 from ..layout import clone_exact, is_non_overlapping
 from ..records import exception_line
 
@@ -50,6 +54,11 @@ def _references(items: list, index: int) -> int:
     """sys.getrefcount of one list item, read always in this one way (the count includes the read itself)."""
     return sys.getrefcount(items[index])
 
+
+# How many values compared for the last time stay kept (see GraphValues.used). Measured on CPU models
+# (transformer encoder, Longformer, BERT, GPT-2 training): the inputs a replay needed had been let go of
+# at most 24 releases earlier, most at most 8.
+RECENTLY_USED_KEPT = 32
 
 # The count for an object that only a list holds: a graph input nothing but the probe keeps.
 _HELD_BY_ONE_LIST = _references([object()], 0)
@@ -63,8 +72,12 @@ RANDOM_OPS = ("rand", "randn", "randint", "randperm", "bernoulli", "dropout", "n
 class _Stepper(torch.fx.Interpreter):
     """Runs a post-grad graph eagerly node by node, keeping wanted values as they were when produced."""
 
-    def __init__(self, gm: torch.fx.GraphModule, inputs: Iterable[Any], keep: set[str]):
+    def __init__(self, gm: torch.fx.GraphModule, inputs: Iterable[Any], keep: set[str],
+                 only: set[str] | None = None):
         super().__init__(gm, garbage_collect_values=True)
+        # Run only these nodes (and the placeholders): a pass of a graph without in-place writes needs only
+        # what its wanted values are computed from.
+        self.only = only
         self.keep = {k for k in keep if AFTER not in k}
         self.kept: dict[str, torch.Tensor] = {}
         self.done: set[str] = set()
@@ -76,6 +89,7 @@ class _Stepper(torch.fx.Interpreter):
                 target, _, node = key.partition(AFTER)
                 self._after.setdefault(node, []).append((target, key))
         self._nodes_by_name = {node.name: node for node in gm.graph.nodes}
+        self.node_names = self._nodes_by_name.keys()
         # The graph's outputs are not needed here (only kept values are): a value dies after its last use
         # by another node, not at the end of the graph, so saved activations do not pile up.
         self._dead_after = _last_uses_before_output(gm.graph)
@@ -89,6 +103,14 @@ class _Stepper(torch.fx.Interpreter):
         self.args_iter: Iterator[Any] = _handed_out(inputs)
         self._pending: Iterator[torch.fx.Node] = iter(gm.graph.nodes)
 
+    def want(self, name: str) -> None:
+        """Keep `name`'s value too, when it runs (it must not have run yet)."""
+        if AFTER in name:
+            target, _, node = name.partition(AFTER)
+            self._after.setdefault(node, []).append((target, name))
+        else:
+            self.keep.add(name)
+
     def advance_to(self, name: str) -> None:
         """Run nodes in graph order until `name` ran (or the graph ended)."""
         key = name.rpartition(AFTER)[2]
@@ -97,13 +119,20 @@ class _Stepper(torch.fx.Interpreter):
                 node = next(self._pending, None)
                 if node is None or node.op == "output":
                     return
-                self.env[node] = self.run_node(node)
                 self.done.add(node.name)
+                if self.only is not None and node.op != "placeholder" and node.name not in self.only:
+                    continue
+                self.env[node] = self.run_node(node)
                 for dead in self._dead_after.get(node, ()):
                     self.env.pop(dead, None)
 
     def release(self, name: str) -> None:
+        """Let go of `name`'s value, and do not keep it if it has not run yet."""
         self.kept.pop(name, None)
+        self.keep.discard(name)
+        target, _, node = name.partition(AFTER)
+        if node and node in self._after:
+            self._after[node] = [pair for pair in self._after[node] if pair[1] != name]
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
         # Post-grad passes re-inplace ops (`_foreach_add_` returns None) and leave dead getitems behind.
@@ -112,6 +141,9 @@ class _Stepper(torch.fx.Interpreter):
         return super().call_function(target, args, kwargs)
 
     def run_node(self, node: torch.fx.Node) -> Any:
+        for argument in node.all_input_nodes:
+            if isinstance(self.env.get(argument), _Deferred):
+                self.env[argument] = self._made(self.env[argument])
         for argument in written_nodes(node):
             if isinstance(self.env.get(argument), torch.Tensor):
                 self._own(self.env[argument])
@@ -121,6 +153,8 @@ class _Stepper(torch.fx.Interpreter):
         if any(not is_non_overlapping(t) for t in written):
             self._densify_written(node)
         value = super().run_node(node)
+        if isinstance(value, _Deferred) and node.name in self.keep:
+            value = self._made(value)
         if node.name in self.keep and isinstance(value, torch.Tensor):
             value = value.detach()
             self.kept[node.name] = value
@@ -129,6 +163,12 @@ class _Stepper(torch.fx.Interpreter):
             state = self.env.get(self._nodes_by_name.get(target))
             if isinstance(state, torch.Tensor):
                 self.kept[key] = clone_exact(state.detach())
+        return value
+
+    def _made(self, deferred: "_Deferred") -> Any:
+        value, borrowed = deferred.make()
+        if borrowed and isinstance(value, torch.Tensor):  # the caller's own: copied before a write, like any input
+            self._borrowed.add(_storage_key(value))
         return value
 
     def _protect(self, tensor: torch.Tensor) -> None:
@@ -187,9 +227,12 @@ class GraphValues:
         self.problems: list[str] = []
         # How many more times each value will be asked for by a comparison; at 0 it is released.
         self.uses = Counter(uses or {})
+        self._recently_used: deque[str] = deque()  # values compared for the last time, newest last
         self._stepper = _Stepper(info.gm, inputs, self.wanted)
         self._broken = False
         self._again: dict[str, torch.Tensor] = {}  # released values computed again on demand
+        # Float64 values: those of the float64 run in step with the requests, and those of passes of their own.
+        self._stepper64: _Stepper | None = None
         self._float64: dict[str, torch.Tensor | None] = {}
         self._float64_broken = False
 
@@ -229,21 +272,11 @@ class GraphValues:
         if not self._changed and key in self._entry_prints:
             self._changed = fingerprint(value.untyped_storage()) != self._entry_prints[key]
 
-    def _pass_inputs(self, keep: Iterable[str], dtype: torch.dtype | None = None) -> deque:
-        """The inputs for a pass that runs until the `keep` nodes ran: those that stretch of the graph reads
-        (None for the others: the pass stops before any use), brought back from host memory, and with their
-        floats converted to `dtype` if given."""
-        read = _read_before(self.info.gm, keep)
-
-        def made(index: int, value: Any) -> Any:
-            if index not in read:
-                return None
-            if isinstance(value, _OnHost):
-                value = value.back()
-            if dtype is not None and isinstance(value, torch.Tensor) and value.is_floating_point():
-                return clone_exact(value, dtype)
-            return value
-        return deque(made(index, value) for index, value in enumerate(self.inputs))
+    def _pass_inputs(self, dtype: torch.dtype | None = None) -> deque:
+        """The inputs for a pass of its own, each made on its first use there (`_Deferred`): brought back
+        from host memory, and with its floats converted to `dtype` if given. A pass then holds an input
+        from its first use to its last, as eager would, and never makes those it stops before reading."""
+        return deque(_Deferred(self.inputs, index, dtype) for index in range(len(self.inputs)))
 
     def before_write(self, tensor: torch.Tensor) -> None:
         """The compiled program is about to write `tensor`: if eager still reads that storage, copy it first
@@ -255,9 +288,11 @@ class GraphValues:
         self.shared.discard(key)
         copy = tensor.untyped_storage().clone()
         moved = _mover(key, copy)
-        self.inputs = [moved(value) for value in self.inputs]
+        self.inputs[:] = [moved(value) for value in self.inputs]  # in place: passes read inputs from this list
         self._again = {name: moved(value) for name, value in self._again.items()}
         self._stepper.relocate(key, copy)
+        if self._stepper64 is not None:
+            self._stepper64.relocate(key, copy)
 
     def value(self, node: str) -> torch.Tensor | None:
         if self._broken or not node:
@@ -275,7 +310,7 @@ class GraphValues:
             if node in self._stepper.kept:
                 return self._stepper.kept[node]
         if node not in self._again:  # computed and released earlier: once more, in a pass of its own
-            found = self._interpret(self.info.gm, self._pass_inputs({node}), {node})
+            found = self._interpret(self.info.gm, self._pass_inputs(), {node})
             if found is None:
                 return None
             self._again[node] = found.get(node)
@@ -286,7 +321,7 @@ class GraphValues:
         missing = {n for n in nodes if n and n not in self._stepper.kept and n not in self._again
                    and n.rpartition(AFTER)[2] in self._stepper.done}
         if missing and not self._broken:
-            found = self._interpret(self.info.gm, self._pass_inputs(missing), missing)
+            found = self._interpret(self.info.gm, self._pass_inputs(), missing)
             if found is not None:
                 self._again.update({n: found[n] for n in missing if n in found})
 
@@ -295,10 +330,21 @@ class GraphValues:
         if not node:
             return
         self.uses[node] -= 1
-        if self.uses[node] <= 0:
-            self._stepper.release(node)
-            self._again.pop(node, None)
-            self._float64.pop(node, None)
+        if self.uses[node] != 0:
+            return
+        # Kept a little longer: a launch whose outputs have no eager twin is replayed on eager values of
+        # its inputs, which the launches just before it made (and were judged on). Values let go of at
+        # once cost one eager pass from the graph's start per replay.
+        self._recently_used.append(node)
+        while len(self._recently_used) > RECENTLY_USED_KEPT:
+            self._release(self._recently_used.popleft())
+
+    def _release(self, node: str) -> None:
+        self._stepper.release(node)
+        self._again.pop(node, None)
+        self._float64.pop(node, None)
+        if self._stepper64 is not None:
+            self._stepper64.release(node)
 
     def input(self, name: str) -> torch.Tensor | None:
         if name not in self.info.input_names:
@@ -308,33 +354,78 @@ class GraphValues:
         return value if isinstance(value, torch.Tensor) else None
 
     def float64(self, node: str) -> torch.Tensor | None:
-        """The node's value computed in float64; None when the float64 graph cannot run (said once in problems)."""
-        if self._float64_broken:
+        """The node's value computed in float64; None when the float64 graph cannot run (said once in problems).
+
+        One float64 run goes through the graph in step with the requests, as the eager one does (a
+        comparison asks in launch order); a node it already passed without keeping gets a pass of its own."""
+        if self._float64_broken or not node:
             return None
+        if self._stepper64 is None:
+            # It keeps what the eager run keeps, until compared: launches need not come in graph order.
+            wanted = {name for name in self.wanted if self.uses[name] > 0}
+            self._stepper64 = _Stepper(self.info.float64_gm(), self._pass_inputs(torch.float64), wanted)
+        stepper = self._stepper64
+        if node.rpartition(AFTER)[2] not in stepper.node_names:  # asked for nothing: do not run to the end
+            return None
+        if node in stepper.kept:
+            return stepper.kept[node]
+        if node.rpartition(AFTER)[2] not in stepper.done:
+            stepper.want(node)
+            try:
+                stepper.advance_to(node)
+            except Exception as exc:  # some ops have no float64 kernel on some devices
+                self._float64_failed(exc)
+                return None
+            return stepper.kept.get(node)
         if node not in self._float64:
-            # A deque the pass empties: each float64 copy goes once the pass is past its last use.
-            inputs64 = self._pass_inputs({node}, torch.float64)
-            found = self._interpret(float64_copy(self.info.gm), inputs64, {node}, float64=True)
+            found = self._interpret(self.info.float64_gm(), self._pass_inputs(torch.float64), {node}, float64=True)
             self._float64[node] = None if found is None else found.get(node)
         return self._float64[node]
 
+    def _float64_failed(self, exc: Exception) -> None:
+        self._float64_broken = True
+        self._stepper64 = None
+        self.problems.append(f"float64 run of the post-grad graph failed ({type(exc).__name__}: "
+                             f"{exception_line(exc, 300)}); buffers were judged by tolerance alone")
+
     def _interpret(self, gm: torch.fx.GraphModule, inputs: Iterable[Any], keep: set[str],
                    float64: bool = False) -> dict[str, torch.Tensor] | None:
-        stepper = _Stepper(gm, inputs, keep)
+        only = ancestors(gm, {name.rpartition(AFTER)[2] for name in keep}) if self.info.functional() else None
+        stepper = _Stepper(gm, inputs, keep, only)
         try:
             for name in keep:
                 stepper.advance_to(name)
         except Exception as exc:  # some ops have no float64 kernel on some devices
             if float64:
-                self._float64_broken = True
-                self.problems.append(f"float64 run of the post-grad graph failed ({type(exc).__name__}: "
-                                     f"{exception_line(exc, 300)}); buffers were judged by tolerance alone")
+                self._float64_failed(exc)
             else:
                 self._broken = True
                 self.problems.append(f"eager run of the post-grad graph failed ({type(exc).__name__}: "
                                      f"{exception_line(exc, 300)})")
             return None
         return stepper.kept
+
+
+class _Deferred:
+    """A pass's graph input, made on the pass's first use of it from the graph's list of inputs (read then,
+    so a copy made since for a write, or a move to host memory, is followed). It holds that list, not the
+    GraphValues: a pass kept by a GraphValues must not keep it alive in a cycle (device memory would then
+    wait for the garbage collector)."""
+
+    __slots__ = ("inputs", "index", "dtype")
+
+    def __init__(self, inputs: list[Any], index: int, dtype: torch.dtype | None):
+        self.inputs, self.index, self.dtype = inputs, index, dtype
+
+    def make(self) -> tuple[Any, bool]:
+        """The input, brought back from host memory and converted to `dtype` where asked, and whether it is
+        the caller's own tensor rather than a copy made for the pass."""
+        value, borrowed = self.inputs[self.index], True
+        if isinstance(value, _OnHost):
+            value, borrowed = value.back(), False
+        if self.dtype is not None and isinstance(value, torch.Tensor) and value.is_floating_point():
+            value, borrowed = clone_exact(value, self.dtype), False
+        return value, borrowed
 
 
 class _OnHost:
@@ -349,14 +440,6 @@ class _OnHost:
         on_device = _host_copy(self.storage, self.device)
         return torch.empty((0,), dtype=self.dtype, device=self.device).set_(
             on_device, self.offset, self.size, self.stride)
-
-
-def _read_before(gm: torch.fx.GraphModule, keep: Iterable[str]) -> set[int]:
-    """Indices of the placeholders read by a node that runs no later than the last of `keep` (a pass stops there)."""
-    position = {node.name: i for i, node in enumerate(gm.graph.nodes)}
-    last = max((position.get(name.rpartition(AFTER)[2], len(position)) for name in keep), default=len(position))
-    placeholders = [node for node in gm.graph.nodes if node.op == "placeholder"]
-    return {index for index, node in enumerate(placeholders) if any(position[user.name] <= last for user in node.users)}
 
 
 def _offloadable_storages(inputs: list[Any], shared: set[int]) -> dict[int, list[int]]:

@@ -13,6 +13,7 @@ from harness.runner import RunConfig, run_case
 
 CASES = load_registry().cases
 RELU_BUG = {"cpp.inject_relu_bug_TESTING_ONLY": "accuracy"}  # Inductor's own codegen fault
+RELOWERED = "came from a cache entry without lowering facts"
 
 
 def bisect(name, dtype, mode, bisect=True, **config):
@@ -500,7 +501,8 @@ def test_inputs_the_compiled_backward_let_go_of_move_to_host_memory(offloading, 
     record = run_case(DEEP_MLP, torch.float32, "training", RunConfig(bisect="always"))
     found = record.first_divergent_kernel
     assert record.status == R.PASS and found.answer == R.Answer.NONE and not found.absorbed
-    assert found.unmapped_buffers == 0 and not found.problems
+    # (A cache entry from before a change to the harness's lowering facts is lowered again, and says so.)
+    assert found.unmapped_buffers == 0 and not [p for p in found.problems if RELOWERED not in p]
     # The compiled backward frees the saved activations one by one; the probe moves each off the device.
     assert on_host[0] < on_host[-1] and on_host[-1] >= 3, on_host
 

@@ -78,16 +78,14 @@ class _Stepper(torch.fx.Interpreter):
         # Run only these nodes (and the placeholders): a pass of a graph without in-place writes needs only
         # what its wanted values are computed from.
         self.only = only
-        self.keep = {k for k in keep if AFTER not in k}
+        self.keep: set[str] = set()
         self.kept: dict[str, torch.Tensor] = {}
         self.done: set[str] = set()
         self._by_storage: dict[int, list[str]] = {}
         # "X@N": keep X's state right after N runs (N updates X in place).
         self._after: dict[str, list[tuple[str, str]]] = {}
         for key in keep:
-            if AFTER in key:
-                target, _, node = key.partition(AFTER)
-                self._after.setdefault(node, []).append((target, key))
+            self.want(key)
         self._nodes_by_name = {node.name: node for node in gm.graph.nodes}
         self.node_names = self._nodes_by_name.keys()
         # The graph's outputs are not needed here (only kept values are): a value dies after its last use
@@ -130,8 +128,8 @@ class _Stepper(torch.fx.Interpreter):
         """Let go of `name`'s value, and do not keep it if it has not run yet."""
         self.kept.pop(name, None)
         self.keep.discard(name)
-        target, _, node = name.partition(AFTER)
-        if node and node in self._after:
+        node = name.partition(AFTER)[2]
+        if node in self._after:
             self._after[node] = [pair for pair in self._after[node] if pair[1] != name]
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
@@ -364,12 +362,12 @@ class GraphValues:
             # It keeps what the eager run keeps, until compared: launches need not come in graph order.
             wanted = {name for name in self.wanted if self.uses[name] > 0}
             self._stepper64 = _Stepper(self.info.float64_gm(), self._pass_inputs(torch.float64), wanted)
-        stepper = self._stepper64
-        if node.rpartition(AFTER)[2] not in stepper.node_names:  # asked for nothing: do not run to the end
+        stepper, runs_at = self._stepper64, node.rpartition(AFTER)[2]
+        if runs_at not in stepper.node_names:  # asked for nothing: do not run to the end
             return None
         if node in stepper.kept:
             return stepper.kept[node]
-        if node.rpartition(AFTER)[2] not in stepper.done:
+        if runs_at not in stepper.done:
             stepper.want(node)
             try:
                 stepper.advance_to(node)

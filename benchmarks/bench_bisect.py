@@ -1,6 +1,6 @@
 """Localization cost: `--bisect` against the plain accuracy check, and against torch's CompilerBisector.
 
-    python benchmarks/bench_bisect.py [--device cpu|cuda] [--case relu_mlp] [--mode training] [--json out.json]
+    python benchmarks/bench_bisect.py [--device cpu|cuda] [--case relu_mlp] [--mode MODE] [--json out.json]
 
 Inductor's own codegen fault (`inject_relu_bug_TESTING_ONLY = "accuracy"`)
 makes every generated ReLU wrong (or `--inject fault-offset@K`, for models
@@ -38,6 +38,18 @@ TARGET_TIME, TARGET_MEMORY = 1.5, 1.1
 
 def relu_bug(device: str) -> dict[str, str]:
     return {("cpp" if device == "cpu" else "triton") + ".inject_relu_bug_TESTING_ONLY": "accuracy"}
+
+
+def declared_mode(parser: argparse.ArgumentParser, case_name: str, mode: str | None) -> str:
+    # run_case runs any mode it is given; a mode the case does not declare measures another program.
+    from harness.registry import load_registry
+
+    case = load_registry().cases.get(case_name)
+    if case is None:
+        parser.error(f"unknown case {case_name!r}")
+    if mode is not None and mode not in case.modes:
+        parser.error(f"{case_name} runs in {', '.join(case.modes)}, not {mode}")
+    return mode or case.modes[0]
 
 
 def measure(kind: str, device: str, case_name: str, mode: str, inject: str | None) -> dict:
@@ -92,7 +104,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--case", default="relu_mlp")
-    parser.add_argument("--mode", default="training")
+    parser.add_argument("--mode", help="one of the case's modes (default: its first, e.g. train_step for models)")
     parser.add_argument("--inject", help="a fault instead of Inductor's ReLU bug, e.g. fault-offset@600 (models without ReLU)")
     parser.add_argument("--skip-compiler-bisector", action="store_true")
     parser.add_argument("--compiler-bisector-timeout", type=float, default=600.0,
@@ -100,6 +112,7 @@ def main() -> None:
     parser.add_argument("--json", help="write the figures here as well, to compare two runs")
     parser.add_argument("--measure", choices=MEASUREMENTS, help=argparse.SUPPRESS)  # one child process
     args = parser.parse_args()
+    args.mode = declared_mode(parser, args.case, args.mode)
     if args.measure:
         print(json.dumps(measure(args.measure, args.device, args.case, args.mode, args.inject)))
         return

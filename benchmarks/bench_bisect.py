@@ -112,10 +112,10 @@ def main() -> None:
     parser.add_argument("--json", help="write the figures here as well, to compare two runs")
     parser.add_argument("--measure", choices=MEASUREMENTS, help=argparse.SUPPRESS)  # one child process
     args = parser.parse_args()
-    args.mode = declared_mode(parser, args.case, args.mode)
     if args.measure:
         print(json.dumps(measure(args.measure, args.device, args.case, args.mode, args.inject)))
         return
+    args.mode = declared_mode(parser, args.case, args.mode)  # once, here: each child gets it as --mode
 
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="bench-bisect-"))
     figures: dict[str, dict] = {}

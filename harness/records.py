@@ -319,6 +319,10 @@ class Localization:
     unmapped: dict[str, list[str]] = field(default_factory=dict)
     kernels: list[LaunchEntry] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    # Runs of the compiled program localization made (the first probe run included), and whether it
+    # compiled the program again under the stages before Inductor: what the answer cost.
+    reruns: int = 0
+    stages_checked: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Localization":

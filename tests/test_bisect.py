@@ -110,6 +110,10 @@ def test_a_drift_is_traced_to_the_kernel_where_it_starts():
     assert (kernel.answer, kernel.launch_index, kernel.name) == (R.Answer.DRIFT, 0, "extern_kernels.mm")
     assert kernel.visible_at.launch_index == 1 and "upstream drift amplified here" in kernel.visible_at.isolated
     assert "no single kernel is wrong beyond tolerance" in kernel.reason and record.summary().count("drift:") == 1
+    # The probe run, the search from where the difference was first seen (launch 1, then 0), the description
+    # of launch 0 (a run of its own: no search run had launches before it made eager); no compile under the
+    # stages before Inductor (the run with 0 made eager passed).
+    assert (kernel.reruns, kernel.stages_checked) == (4, False)
 
 
 def amplify_reshaped(x, w):
@@ -517,3 +521,93 @@ def test_a_backward_fault_gets_the_same_answer_with_released_inputs_on_host(offl
     record, found = bisect("relu_mlp", torch.float32, "training", inject=f"fault-{fault}@{index}")
     assert record.status == R.FAIL
     assert found.launch_index == index and found.answer in (R.Answer.KERNEL, R.Answer.DRIFT), found.line()
+
+
+class _ManyLayers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(24))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x
+
+
+MANY_PARAMETERS = Case(name="many_parameters", modes=("train_step",),
+                       build=lambda d: Program(_ManyLayers().to(d), [contiguous((4, 8))]))
+
+
+def test_a_write_into_a_shared_input_moves_only_the_values_on_its_storage(monkeypatch):
+    # The optimizer step writes every parameter in place: each write moves what eager holds on that storage
+    # to a copy. Visiting every value the graph holds at each write made a large model's step quadratic.
+    from harness.probe import values
+
+    visits = {"writes": 0, "values": 0}
+    real_mover = values._mover
+
+    def counting_mover(key, copy):
+        moved = real_mover(key, copy)
+        visits["writes"] += 1
+
+        def counted(value):
+            visits["values"] += 1
+            return moved(value)
+        return counted
+
+    monkeypatch.setattr(values, "_mover", counting_mover)
+    record = run_case(MANY_PARAMETERS, torch.float32, "train_step", RunConfig(bisect="always"))
+    found = record.first_divergent_kernel
+    assert record.status == R.PASS and found.answer == R.Answer.NONE and not found.absorbed, record.summary()
+    assert visits["writes"] >= 48  # 24 weights and 24 biases, each written by the step
+    assert visits["values"] <= 4 * visits["writes"], visits
+
+
+@pytest.mark.parametrize("culprit, hint, most_runs", [
+    (7, 7, 2),      # the difference starts where it was first seen: confirmed in two runs
+    (0, 0, 1),
+    (7, 3, 7),      # an earlier difference the outputs absorb: searched after it
+    (7, 12, 7),     # first seen after where it matters (an unmapped buffer carried it): searched before
+    (7, None, 6),
+    (None, 5, 2),   # nothing makes the outputs pass
+])
+def test_the_search_for_where_a_difference_matters_tries_the_first_divergence_first(culprit, hint, most_runs):
+    from harness.probe.localize import CompiledProgram, _first_that_matters, _Substitution
+
+    runs = []
+
+    def rerun(probe):
+        runs.append(max(probe.substitute))
+        assert probe.describe == {runs[-1] + 1} - {20}  # each describes the launch after its last eager one
+        return culprit is not None and runs[-1] >= culprit
+
+    program = CompiledProgram(rerun=rerun, passes=bool, moved=bool, stage=lambda: "inductor", injection=lambda: None)
+    search = _Substitution(program, None, 19)
+    assert _first_that_matters(search, hint) == culprit
+    assert len(runs) <= most_runs, runs
+    if culprit:  # the run that found launch culprit-1 not enough described the answer
+        count = len(runs)
+        search.described(culprit)
+        assert len(runs) == count
+
+
+def absorbed_then_doubled(x, w1, w2):
+    a = x @ w1  # launch 0, an mm: whatever it computes, the clamp below makes every element 1e4
+    return torch.clamp(a, min=1e4) @ w2
+
+
+def test_a_wrong_kernel_the_outputs_absorb_is_passed_over_in_the_run_that_shows_it():
+    case = Case(name="absorbed_then_wrong", modes=("inference",), build=lambda d: Program(
+        absorbed_then_doubled, [contiguous((8, 16)), contiguous((16, 16)), contiguous((16, 8))]))
+    record = run_case(case, torch.float32, "inference", RunConfig(
+        bisect=True, inject="fault-scale@extern_kernels.mm", compile_options={"max_autotune_gemm": False}))
+    found = record.first_divergent_kernel
+    assert record.status == R.FAIL
+    assert (found.answer, found.launch_index, found.launches, found.name) == (R.Answer.KERNEL, 2, 3, "extern_kernels.mm")
+    assert found.problems == ["inference 0 launch 0 extern_kernels.mm differs on exact inputs, but making its outputs "
+                              "eager changes no output beyond tolerance (a numerical difference the outputs absorb; "
+                              "its other launches are not tried)"]
+    # The probe run (stops at launch 0); launch 0 made eager, which moves no output and compares launch 2 (the
+    # same kernel: not a candidate); the search from launch 0: 0 fails, 2 passes, 1 fails and describes 2.
+    assert (found.reruns, found.stages_checked) == (5, False)

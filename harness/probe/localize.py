@@ -9,16 +9,22 @@ recompilation; see `execution.Session`):
    the answer if its difference matters: one more run with its outputs made
    eager must change the outputs beyond tolerance (a reordered float32 sum
    is wrong on exact inputs by the letter of the policy, and changes
-   nothing). Otherwise the next such kernel is tried.
-2. Otherwise the divergence may predate Inductor: the program is compiled
-   with `aot_eager`, then `aot_eager_decomp_partition` (CompilerBisector's
-   backend stages); the first that already diverges is the answer.
-3. Otherwise the error is a drift that grows across kernels: the runs are
-   repeated with the outputs of launches 0..m made eager, and a binary
-   search finds the smallest m that makes every output pass. Launch m is
-   where the difference that matters starts.
+   nothing). Otherwise the next such kernel is tried: that same run
+   compares the launches after it, so finding the next costs no run.
+2. Otherwise the runs are repeated with the outputs of launches 0..m made
+   eager, and a search finds the smallest m that makes every output pass
+   (the first launch that missed the verdict policy is tried first, so a
+   difference that starts where it is first seen costs two runs). Launch m
+   is where the difference that matters starts: a kernel wrong on exact
+   inputs, or else a drift that grows across kernels.
+3. If no m does, the divergence may predate Inductor: the program is
+   compiled with `aot_eager`, then `aot_eager_decomp_partition`
+   (CompilerBisector's backend stages); the first that already diverges is
+   the answer. Not asked when some m does: its run passed on eager values
+   of the post-grad graph, which those stages made.
 4. If even making every compared output eager leaves the outputs failing,
-   the answer is `unlocalized`, with what the probe could not see.
+   and the stages pass, the answer is `unlocalized` (or the graph passes),
+   with what the probe could not see.
 
 A passing run (probed with `--bisect always`) gets answer `none`; the
 differences its outputs absorbed are listed as information.
@@ -26,7 +32,8 @@ differences its outputs absorbed are listed as information.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from typing import Callable
 
 from .. import records as R
@@ -74,12 +81,28 @@ class NotReproduced(Exception):
 
 
 def localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Localization:
-    """The answer for a run (failing, or passing under `--bisect always`).
+    """The answer for a run (failing, or passing under `--bisect always`), with what it cost.
 
     The first probe run changes no value: for a failing run it is also the
     retry that tells a divergence from nondeterminism (NotReproduced when it
     passes), so localizing costs no separate retry.
     """
+    cost = {"reruns": 0, "stages_checked": False}
+
+    def rerun(probe: KernelProbe) -> Results:
+        cost["reruns"] += 1
+        return program.rerun(probe)
+
+    def stage() -> str:
+        cost["stages_checked"] = True
+        return program.stage()
+
+    found = _localize(dataclasses.replace(program, rerun=rerun, stage=stage), verdict, failing)
+    found.reruns, found.stages_checked = cost["reruns"], cost["stages_checked"]
+    return found
+
+
+def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Localization:
     probe = _probe(program, verdict, stop_at_wrong=failing)
     outputs_pass = program.run(probe)
     if failing and outputs_pass:
@@ -98,8 +121,13 @@ def localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Loc
         wrong = next((d for d in probe.divergences if d.isolation.kind in (WRONG, ALIASING)), None)
         if wrong is None:
             break
-        # Does its difference matter? Make its outputs alone eager and see whether the outputs move.
-        results = program.rerun(_probe(program, verdict, substitute=frozenset({wrong.launch_index})))
+        # Does its difference matter? One run with its outputs alone made eager: the outputs move (the
+        # answer), or they do not, and the same run has compared the launches after it (the next candidate).
+        # The same kernel launched again (the next layer) would differ the same way: not a candidate either.
+        probe = _probe(program, verdict, stop_at_wrong=True, substitute=frozenset({wrong.launch_index}),
+                       compare_after=wrong.launch_index, compare_substituted=True,
+                       immaterial=frozenset(immaterial | {wrong.kernel["name"]}))
+        results = program.rerun(probe)
         if program.moved(results):
             _name(found, wrong, R.Answer.KERNEL, stage="inductor")
             found.reason = ("making its outputs eager makes every output pass" if program.passes(results) else
@@ -109,32 +137,56 @@ def localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Loc
         found.problems.append(f"{wrong.graph} launch {wrong.launch_index} {wrong.kernel['name']} differs on exact "
                               "inputs, but making its outputs eager changes no output beyond tolerance "
                               "(a numerical difference the outputs absorb; its other launches are not tried)")
-        # The same kernel launched again (the next layer) differs the same way: not a candidate either.
         immaterial.add(wrong.kernel["name"])
-        probe = _probe(program, verdict, stop_at_wrong=True, compare_after=wrong.launch_index,
-                       immaterial=frozenset(immaterial))
-        program.rerun(probe)
-    culprit = _first_that_matters(program, verdict, last, None)
+    search = _Substitution(program, verdict, last)
+    culprit = _first_that_matters(search, first.launch_index if first is not None else None)
     if culprit is None:
         return _before_inductor(program, found, first) or _after_aot(found, first, superseded)
-    described = _described(program, verdict, culprit)
+    # No stage check from here on: the outputs passed with launches 0..culprit made eager values of the
+    # post-grad graph, so that graph (what AOT autograd and the decompositions made) is right where it
+    # matters. A stage answer now would contradict that run.
+    described = search.described(culprit)
     if described is not None and described.isolation.kind in (WRONG, ALIASING):
         _name(found, described, R.Answer.KERNEL, stage="inductor")
         found.reason = _causal(culprit)
         return found
-    return _before_inductor(program, found, first) or _drift(found, culprit, described, first)
+    return _drift(found, culprit, described, first)
 
 
-def _first_that_matters(program: CompiledProgram, verdict: Verdict, last: int, hint: int | None) -> int | None:
+@dataclass
+class _Substitution:
+    """Runs with the outputs of launches 0..m made eager. Each also compares and isolates launch m+1 on
+    those values: the search ends on a launch whose predecessor's run it made, so describing the answer
+    costs no run of its own."""
+
+    program: CompiledProgram
+    verdict: Verdict
+    last: int
+    _described: dict[int, Divergence | None] = field(default_factory=dict)
+
+    def passes(self, m: int) -> bool:
+        following = frozenset({m + 1}) if m + 1 <= self.last else frozenset()
+        probe = _probe(self.program, self.verdict, substitute=frozenset(range(m + 1)), describe=following)
+        passed = self.program.run(probe)
+        for index in following:
+            self._described[index] = probe.described.get(index)
+        return passed
+
+    def described(self, index: int) -> Divergence | None:
+        """Launch `index` compared and isolated, with every launch before it made eager."""
+        if index not in self._described:
+            self.passes(index - 1)
+        return self._described[index]
+
+
+def _first_that_matters(search: _Substitution, hint: int | None) -> int | None:
     """The smallest m such that making the outputs of launches 0..m eager makes every output pass.
 
     `hint` (the first launch that missed the verdict policy) is tried first:
-    a wrong kernel is then confirmed in two runs instead of a whole search.
+    a difference that starts there is then confirmed in two runs instead of a whole search.
     None when no m does (or there are no launches).
     """
-    def passes(m: int) -> bool:
-        return program.run(_probe(program, verdict, substitute=frozenset(range(m + 1))))
-
+    passes, last = search.passes, search.last
     if last < 0:
         return None
     low, high = -1, None  # passes(low) is False (the run failed), passes(high) is True
@@ -156,13 +208,6 @@ def _first_that_matters(program: CompiledProgram, verdict: Verdict, last: int, h
         else:
             low = middle
     return high
-
-
-def _described(program: CompiledProgram, verdict: Verdict, index: int) -> Divergence | None:
-    """Launch `index` compared and isolated, with every launch before it made eager."""
-    probe = _probe(program, verdict, substitute=frozenset(range(index)), describe=frozenset({index}))
-    program.run(probe)
-    return probe.described.get(index)
 
 
 def _before_inductor(program: CompiledProgram, found: R.Localization, first: Divergence | None) -> R.Localization | None:

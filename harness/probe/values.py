@@ -81,7 +81,11 @@ class _Stepper(torch.fx.Interpreter):
         self.keep: set[str] = set()
         self.kept: dict[str, torch.Tensor] = {}
         self.done: set[str] = set()
+        # Storage -> the kept values on it, and the nodes whose live values are (or hold) views of it: a
+        # relocation visits only those, not every value (a graph with many writes into its inputs, an
+        # optimizer step, relocates once per written input).
         self._by_storage: dict[int, list[str]] = {}
+        self._env_by_storage: dict[int, set[torch.fx.Node]] = {}
         # "X@N": keep X's state right after N runs (N updates X in place).
         self._after: dict[str, list[tuple[str, str]]] = {}
         for key in keep:
@@ -98,7 +102,8 @@ class _Stepper(torch.fx.Interpreter):
         self._borrowed = {_storage_key(a) for a in inputs if isinstance(a, torch.Tensor)}
         # Handed out one at a time and let go of: an input made for this run alone (a float64 copy) then
         # dies after its last use, as in eager, instead of living until the run ends.
-        self.args_iter: Iterator[Any] = _handed_out(inputs)
+        self._args_left = inputs if isinstance(inputs, deque) else deque(inputs)
+        self.args_iter: Iterator[Any] = _popping(self._args_left)
         self._pending: Iterator[torch.fx.Node] = iter(gm.graph.nodes)
 
     def want(self, name: str) -> None:
@@ -120,7 +125,7 @@ class _Stepper(torch.fx.Interpreter):
                 self.done.add(node.name)
                 if self.only is not None and node.op != "placeholder" and node.name not in self.only:
                     continue
-                self.env[node] = self.run_node(node)
+                self._set(node, self.run_node(node))
                 for dead in self._dead_after.get(node, ()):
                     self.env.pop(dead, None)
 
@@ -141,7 +146,7 @@ class _Stepper(torch.fx.Interpreter):
     def run_node(self, node: torch.fx.Node) -> Any:
         for argument in node.all_input_nodes:
             if isinstance(self.env.get(argument), _Deferred):
-                self.env[argument] = self._made(self.env[argument])
+                self._set(argument, self._made(self.env[argument]))
         for argument in written_nodes(node):
             if isinstance(self.env.get(argument), torch.Tensor):
                 self._own(self.env[argument])
@@ -162,6 +167,11 @@ class _Stepper(torch.fx.Interpreter):
             if isinstance(state, torch.Tensor):
                 self.kept[key] = clone_exact(state.detach())
         return value
+
+    def _set(self, node: torch.fx.Node, value: Any) -> None:
+        self.env[node] = value
+        for key in _storage_keys(value):
+            self._env_by_storage.setdefault(key, set()).add(node)
 
     def _made(self, deferred: "_Deferred") -> Any:
         value, borrowed = deferred.make()
@@ -185,10 +195,15 @@ class _Stepper(torch.fx.Interpreter):
     def relocate(self, key: int, copy: Any, borrowed: bool = True) -> None:
         """Point every value on storage `key` (inputs still to be read, computed and kept values) at `copy`."""
         moved = _mover(key, copy)
-        self.env = {node: moved(value) for node, value in self.env.items()}
-        self.args_iter = _handed_out([moved(value) for value in self.args_iter])
+        for node in self._env_by_storage.pop(key, ()):
+            if node in self.env:  # not dead since
+                self._set(node, moved(self.env[node]))
+        for _ in range(len(self._args_left)):  # inputs not handed out yet (none once a placeholder ran)
+            self._args_left.append(moved(self._args_left.popleft()))
         on_storage = self._by_storage.pop(key, [])
-        self.kept = {name: moved(value) for name, value in self.kept.items()}
+        for name in on_storage:  # a value kept "X@N" is a copy of its own, never on a caller's storage
+            if name in self.kept:
+                self.kept[name] = moved(self.kept[name])
         if on_storage:
             self._by_storage.setdefault(copy.data_ptr(), []).extend(on_storage)
         if key in self._borrowed:
@@ -201,7 +216,7 @@ class _Stepper(torch.fx.Interpreter):
         for argument in written_nodes(node):
             value = self.env.get(argument)
             if isinstance(value, torch.Tensor) and not is_non_overlapping(value):
-                self.env[argument] = value.contiguous()
+                self._set(argument, value.contiguous())
 
 
 class GraphValues:
@@ -212,12 +227,18 @@ class GraphValues:
         self.info = info
         # The graph's inputs as they were when it was called; an `_OnHost` where one was moved off the device.
         self.inputs: list[Any] = inputs
+        # Storage -> the indices of the inputs on it (a write into a shared storage moves only those).
+        self._inputs_on: dict[int, list[int]] = {}
+        for index, value in enumerate(inputs):
+            for key in set(_storage_keys(value)):
+                self._inputs_on.setdefault(key, []).append(index)
         # Storages of `inputs` that the compiled graph runs on too: it may write them (an input mutation, a
         # buffer reused in place of an input), so a launch about to write one first gets `before_write`.
         self.shared = set(shared)
-        # Each shared storage's fingerprint on entry, and whether one was seen changed (`unannounced_write`).
+        # Each shared storage's fingerprint on entry, and per device whether one was seen changed since
+        # (`unannounced_write`). Both stay on the device: read once, at the graph's end, not once per check.
         self._entry_prints = {_storage_key(v): fingerprint(v.untyped_storage()) for v in inputs if _on(v, self.shared)}
-        self._changed = False
+        self._changed: dict[torch.device, torch.Tensor] = {}
         # Shared storages on a device (on any, under OFFLOAD_ON_CPU) -> the indices of the inputs on each.
         self._on_device = _offloadable_storages(inputs, self.shared)
         self.wanted = set(wanted)
@@ -263,12 +284,15 @@ class GraphValues:
         for value in self.inputs:
             if _on(value, self.shared):
                 self._check_unchanged(value)
-        return self._changed
+        return any(bool(changed) for changed in self._changed.values())
 
     def _check_unchanged(self, value: torch.Tensor) -> None:
-        key = _storage_key(value)
-        if not self._changed and key in self._entry_prints:
-            self._changed = fingerprint(value.untyped_storage()) != self._entry_prints[key]
+        entry = self._entry_prints.get(_storage_key(value))
+        if entry is None:
+            return
+        differs = fingerprint(value.untyped_storage()) != entry
+        seen = self._changed.get(differs.device)
+        self._changed[differs.device] = differs if seen is None else seen | differs
 
     def _pass_inputs(self, dtype: torch.dtype | None = None) -> deque:
         """The inputs for a pass of its own, each made on its first use there (`_Deferred`): brought back
@@ -286,7 +310,8 @@ class GraphValues:
         self.shared.discard(key)
         copy = tensor.untyped_storage().clone()
         moved = _mover(key, copy)
-        self.inputs[:] = [moved(value) for value in self.inputs]  # in place: passes read inputs from this list
+        for index in self._inputs_on.pop(key, ()):  # in place: passes read inputs from this list
+            self.inputs[index] = moved(self.inputs[index])
         self._again = {name: moved(value) for name, value in self._again.items()}
         self._stepper.relocate(key, copy)
         if self._stepper64 is not None:
@@ -450,22 +475,31 @@ def _offloadable_storages(inputs: list[Any], shared: set[int]) -> dict[int, list
 
 
 def _host_copy(storage: Any, device: torch.device | str = "cpu") -> Any:
-    """A copy of a storage's bytes on `device` (a copy even when it is there already)."""
+    """A copy of a storage's bytes on `device` (a copy even when it is there already).
+
+    Between a device and host memory the copy goes through page-locked memory without waiting for it: it
+    is queued on the device's current stream, as every later use of either copy is (a pass brings the
+    input back through that stream; memory freed meanwhile is reused only by work queued after it)."""
     data = torch.empty((0,), dtype=torch.uint8, device=storage.device).set_(storage)
-    return data.to(device, copy=True).untyped_storage()
+    target = torch.device(device)
+    if data.device.type != "cpu" and target.type == "cpu":
+        try:
+            host = torch.empty(data.shape, dtype=torch.uint8, pin_memory=True)
+        except RuntimeError:  # no page-locked memory here: a plain copy, which waits
+            return data.to(target, copy=True).untyped_storage()
+        return host.copy_(data, non_blocking=True).untyped_storage()
+    if data.device.type == "cpu" and target.type != "cpu" and data.is_pinned():
+        return data.to(target, copy=True, non_blocking=True).untyped_storage()
+    return data.to(target, copy=True).untyped_storage()
 
 
 def _on(value: Any, storages: set[int]) -> bool:
     return isinstance(value, torch.Tensor) and _storage_key(value) in storages
 
 
-def _handed_out(values: Iterable[Any]) -> Iterator[Any]:
-    """The values one at a time, each let go of once handed out; a deque is emptied as it goes (a list
-    iterator, or a list the caller keeps, would hold them all until the run ends)."""
-    return _popping(values if isinstance(values, deque) else deque(values))
-
-
 def _popping(queue: deque) -> Iterator[Any]:
+    """The values one at a time, each let go of once handed out; the deque is emptied as it goes (a list
+    iterator, or a list the caller keeps, would hold them all until the run ends)."""
     while queue:  # holds only the queue, not what it was made from
         yield queue.popleft()
 
@@ -489,6 +523,18 @@ def _storage_key(tensor: torch.Tensor) -> int:
     return tensor.untyped_storage().data_ptr()
 
 
+def _storage_keys(value: Any) -> Iterator[int]:
+    """The storages of the tensors in a value (a tensor, or lists and tuples of them)."""
+    if isinstance(value, torch.Tensor):
+        try:
+            yield _storage_key(value)
+        except (RuntimeError, NotImplementedError):  # no plain storage (sparse): never relocated
+            return
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _storage_keys(item)
+
+
 def _mover(key: int, copy: Any) -> Any:
     """value -> the same value (tensors in lists and tuples too) with views of storage `key` made views of `copy`."""
     def moved(value: Any) -> Any:
@@ -501,14 +547,15 @@ def _mover(key: int, copy: Any) -> Any:
     return moved
 
 
-def fingerprint(storage: Any) -> int:
-    """A sum over a storage's bytes, read as 32-bit words where they fit. Any one changed word changes it
+def fingerprint(storage: Any) -> torch.Tensor:
+    """A sum over a storage's bytes, read as 32-bit words where they fit, as a 0-d int64 tensor on the
+    storage's device (not read back: reading it would wait for the device). Any one changed word changes it
     (changes that cancel in the sum do not); integer sums are exact in any order, so equal contents give
     equal fingerprints on every device."""
     words = torch.empty((0,), dtype=torch.uint8, device=storage.device).set_(storage)
     if words.numel() % 4 == 0:
         words = words.view(torch.int32)
-    return int(words.sum(dtype=torch.int64))
+    return words.sum(dtype=torch.int64)
 
 
 def _random_dependent(gm: torch.fx.GraphModule) -> set[str]:

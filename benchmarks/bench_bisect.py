@@ -88,7 +88,7 @@ def measure(kind: str, device: str, case_name: str, mode: str, inject: str | Non
         if found is not None:
             result["answer"] = {"answer": str(found.answer), "graph": found.graph, "launch_index": found.launch_index,
                                 "launches": found.launches, "name": found.name, "isolated": found.isolated,
-                                "stage": found.stage}
+                                "stage": found.stage, "reruns": found.reruns, "stages_checked": found.stages_checked}
             hits = (record.injection_stats.hits if record.injection_stats else None) or []
             expected = hits[0].split(":", 1)[1] if hits else "relu"
             result["right_stage"] = found.stage == "inductor" and expected in (found.name or "")

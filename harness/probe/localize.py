@@ -9,8 +9,7 @@ recompilation; see `execution.Session`):
    the answer if its difference matters: one more run with its outputs made
    eager must change the outputs beyond tolerance (a reordered float32 sum
    is wrong on exact inputs by the letter of the policy, and changes
-   nothing). Otherwise the next such kernel is tried: that same run
-   compares the launches after it, so finding the next costs no run.
+   nothing). Otherwise the next such kernel is tried.
 2. Otherwise the runs are repeated with the outputs of launches 0..m made
    eager, and a search finds the smallest m that makes every output pass
    (the first launch that missed the verdict policy is tried first, so a
@@ -121,13 +120,10 @@ def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Lo
         wrong = next((d for d in probe.divergences if d.isolation.kind in (WRONG, ALIASING)), None)
         if wrong is None:
             break
-        # Does its difference matter? One run with its outputs alone made eager: the outputs move (the
-        # answer), or they do not, and the same run has compared the launches after it (the next candidate).
-        # The same kernel launched again (the next layer) would differ the same way: not a candidate either.
-        probe = _probe(program, verdict, stop_at_wrong=True, substitute=frozenset({wrong.launch_index}),
-                       compare_after=wrong.launch_index, compare_substituted=True,
-                       immaterial=frozenset(immaterial | {wrong.kernel["name"]}))
-        results = program.rerun(probe)
+        # Does its difference matter? Make its outputs alone eager and see whether the outputs move. (A run
+        # that also compared the launches after it would find the next candidate too, but it would step the
+        # eager graph to the end even when this one is the answer, the common case.)
+        results = program.rerun(_probe(program, verdict, substitute=frozenset({wrong.launch_index})))
         if program.moved(results):
             _name(found, wrong, R.Answer.KERNEL, stage="inductor")
             found.reason = ("making its outputs eager makes every output pass" if program.passes(results) else
@@ -137,7 +133,11 @@ def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Lo
         found.problems.append(f"{wrong.graph} launch {wrong.launch_index} {wrong.kernel['name']} differs on exact "
                               "inputs, but making its outputs eager changes no output beyond tolerance "
                               "(a numerical difference the outputs absorb; its other launches are not tried)")
+        # The same kernel launched again (the next layer) differs the same way: not a candidate either.
         immaterial.add(wrong.kernel["name"])
+        probe = _probe(program, verdict, stop_at_wrong=True, compare_after=wrong.launch_index,
+                       immaterial=frozenset(immaterial))
+        program.rerun(probe)
     search = _Substitution(program, verdict, last)
     culprit = _first_that_matters(search, first.launch_index if first is not None else None)
     if culprit is None:
@@ -155,17 +155,16 @@ def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Lo
 
 @dataclass
 class _Substitution:
-    """Runs with the outputs of launches 0..m made eager. Each also compares and isolates launch m+1 on
-    those values: the search ends on a launch whose predecessor's run it made, so describing the answer
-    costs no run of its own."""
+    """Runs with the outputs of launches 0..m made eager; asked to, one also compares and isolates launch
+    m+1 on those values (the answer's description, when that run decides the answer is m+1)."""
 
     program: CompiledProgram
     verdict: Verdict
     last: int
     _described: dict[int, Divergence | None] = field(default_factory=dict)
 
-    def passes(self, m: int) -> bool:
-        following = frozenset({m + 1}) if m + 1 <= self.last else frozenset()
+    def passes(self, m: int, describe_next: bool = False) -> bool:
+        following = frozenset({m + 1}) if describe_next and m + 1 <= self.last else frozenset()
         probe = _probe(self.program, self.verdict, substitute=frozenset(range(m + 1)), describe=following)
         passed = self.program.run(probe)
         for index in following:
@@ -175,7 +174,7 @@ class _Substitution:
     def described(self, index: int) -> Divergence | None:
         """Launch `index` compared and isolated, with every launch before it made eager."""
         if index not in self._described:
-            self.passes(index - 1)
+            self.passes(index - 1, describe_next=True)
         return self._described[index]
 
 
@@ -183,7 +182,9 @@ def _first_that_matters(search: _Substitution, hint: int | None) -> int | None:
     """The smallest m such that making the outputs of launches 0..m eager makes every output pass.
 
     `hint` (the first launch that missed the verdict policy) is tried first:
-    a difference that starts there is then confirmed in two runs instead of a whole search.
+    a difference that starts there is then confirmed in two runs instead of a whole search, the second of
+    which describes it. (Only that run describes: a search run describing its next launch would pay for
+    its eager and float64 values up to there, and only the last such run's description would be used.)
     None when no m does (or there are no launches).
     """
     passes, last = search.passes, search.last
@@ -192,7 +193,7 @@ def _first_that_matters(search: _Substitution, hint: int | None) -> int | None:
     low, high = -1, None  # passes(low) is False (the run failed), passes(high) is True
     if hint is not None:
         if passes(hint):
-            if hint == 0 or not passes(hint - 1):
+            if hint == 0 or not passes(hint - 1, describe_next=True):
                 return hint
             high = hint - 1
         else:

@@ -80,11 +80,8 @@ class KernelProbe:
     substitute: frozenset[int] | None = None
     # Kernels whose differences were shown not to matter: not isolated again (their other launches).
     immaterial: frozenset[str] = frozenset()
-    # Substitution mode compares nothing, except the launches named here (described for the answer)...
+    # Substitution mode compares nothing, except the launches named here (described for the answer).
     describe: frozenset[int] = frozenset()
-    # ...or, with this set, every launch after `compare_after` too (a candidate's outputs made eager, and the
-    # launches after it compared in the same run).
-    compare_substituted: bool = False
     launches: int = 0
     graphs: list[str] = field(default_factory=list)
     graph_launches: dict[str, list[int]] = field(default_factory=dict)
@@ -111,10 +108,10 @@ class KernelProbe:
     @property
     def comparing(self) -> bool:
         stopped = self.stop_at_wrong and any(d.isolation.kind in (WRONG, ALIASING) for d in self.divergences)
-        return (self.substitute is None or self.compare_substituted) and not stopped
+        return self.substitute is None and not stopped
 
     def _needs_values(self) -> bool:
-        if self.comparing or self.substitute is None:
+        if self.substitute is None:
             return self.comparing
         return any(i >= self.launches for i in self.substitute | self.describe)
 
@@ -268,7 +265,7 @@ class KernelProbe:
         """Forget everything seen (a run that has to be made again), keeping the mode and the problems."""
         problems, copy = self.problems, self.copy_inputs if copy_inputs is None else copy_inputs
         fresh = KernelProbe(self.verdict, self.inner, self.stop_at_wrong, self.compare_after, self.substitute,
-                            self.immaterial, self.describe, self.compare_substituted)
+                            self.immaterial, self.describe)
         self.__dict__.update(fresh.__dict__)
         self.problems, self.copy_inputs = problems, copy
 

@@ -25,7 +25,7 @@ from ..inductor_compat import STATE_BEFORE_IN_PLACE, GraphInfo, Launch
 from ..layout import clone_exact, is_non_overlapping_and_dense, span
 from .isolation import ALIASING, DRIFT, WRONG, Isolation, isolate, replay
 from .regions import Region, RegionMap, describe_reason, region_key
-from .values import GraphValues
+from .values import GraphValues, storage_pointer
 
 MAX_SOURCE_CHARS = 20_000
 MAX_UNMAPPED_NAMES = 20
@@ -300,19 +300,12 @@ def _eager_inputs(info: GraphInfo, args: list, copy_all: bool) -> tuple[list, se
     are the saved activations, and a copy of them all would hold them twice. A launch writing a shared
     storage (Inductor reusing an input's memory for a buffer) gets it copied first (`before_write`).
     """
-    keys = [_storage_pointer(a) for a in args]
+    keys = [storage_pointer(a) for a in args]
     written = range(len(args)) if copy_all else info.written_inputs()
     copied = {keys[i] for i in written if i < len(args) and keys[i] is not None}  # with every view on them
     inputs = [clone_exact(a) if key in copied else a for a, key in zip(args, keys)]
     shared = {key for key in keys if key is not None and key not in copied}
     return inputs, shared
-
-
-def _storage_pointer(value: Any) -> int | None:
-    try:
-        return value.untyped_storage().data_ptr() if isinstance(value, torch.Tensor) else None
-    except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse): eager reads it as it is
-        return None
 
 
 def _kernel_accumulates(launch: Launch, info: GraphInfo, region: Region) -> bool:

@@ -523,16 +523,22 @@ def _storage_key(tensor: torch.Tensor) -> int:
     return tensor.untyped_storage().data_ptr()
 
 
+def storage_pointer(value: Any) -> int | None:
+    """A tensor's storage (its data pointer); None for anything else, or a tensor without storage (sparse)."""
+    try:
+        return value.untyped_storage().data_ptr() if isinstance(value, torch.Tensor) else None
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
 def _storage_keys(value: Any) -> Iterator[int]:
-    """The storages of the tensors in a value (a tensor, or lists and tuples of them)."""
-    if isinstance(value, torch.Tensor):
-        try:
-            yield _storage_key(value)
-        except (RuntimeError, NotImplementedError):  # no plain storage (sparse): never relocated
-            return
-    elif isinstance(value, (list, tuple)):
+    """The storages of the tensors in a value (a tensor, or lists and tuples of them); a tensor without
+    storage has none, and is never relocated."""
+    if isinstance(value, (list, tuple)):
         for item in value:
             yield from _storage_keys(item)
+    elif (key := storage_pointer(value)) is not None:
+        yield key
 
 
 def _mover(key: int, copy: Any) -> Any:

@@ -148,9 +148,11 @@ class ErrorHistogram:
 
 # The rules that pass a floating output which misses its tolerance (`OutputComparison.passed_by`):
 # closer to float64 than eager is (torchbench's RMSE rule), within float32 summation noise of
-# float64 (programs that sum), or cosine similarity >= 0.99 (torchbench's fallback, cases that ask).
+# float64 (programs that sum), cosine similarity >= 0.99 (torchbench's fallback, cases that ask), or
+# eager alone NaN or inf where float64 is finite and compiled matches float64 (eager's own overflow).
 PASSED_BY_RMSE, PASSED_BY_SUMMATION_NOISE, PASSED_BY_COSINE = "rmse_vs_fp64", "summation_noise", "cosine"
-PASSED_BY = (PASSED_BY_RMSE, PASSED_BY_SUMMATION_NOISE, PASSED_BY_COSINE)
+PASSED_BY_EAGER_NONFINITE = "eager_nonfinite"
+PASSED_BY = (PASSED_BY_RMSE, PASSED_BY_SUMMATION_NOISE, PASSED_BY_COSINE, PASSED_BY_EAGER_NONFINITE)
 
 
 @dataclass
@@ -207,6 +209,9 @@ class OutputComparison:
     # The summation-noise floor in force (RMS error against float64 a correct float32 sum may have),
     # when the RMSE rule was tried on a program that sums; None otherwise.
     rmse_floor: float | None = None
+    # Of the NaN and inf mismatches, those where eager alone is non-finite (compiled is finite there): eager's
+    # own arithmetic may have overflowed, and a float64 reference decides them (PASSED_BY_EAGER_NONFINITE).
+    eager_nonfinite: int = 0
 
     def summary(self) -> str:
         """One line in the form people already write in bug reports."""

@@ -366,7 +366,8 @@ def _settle_reproduction(record: R.CaseResult, reproduced: bool) -> None:
     record.reproduced = reproduced
     if not reproduced:
         record.status, record.symptom = R.NONDETERMINISTIC, R.Symptom.NONDETERMINISM
-        record.diagnosis = "the compiled result differs between two runs: it diverged once, then passed"
+        record.diagnosis = ("the compiled result differs between two runs: it diverged once, then passed (a race, a "
+                            "read of memory the program never wrote or outside its inputs, or a random op)")
 
 
 def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig,

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from harness import records as R
-from harness.compare import compare_leaves, compare_tensors
+from harness.compare import Verdict, compare_leaves, compare_tensors
 from harness.inputs import contiguous
 from harness.registry import Case, Program, load_registry
 from harness.runner import RunConfig, run_case
@@ -50,6 +50,46 @@ def test_inf_where_eager_differs_fails_whatever_the_reference(dtype, how, bad):
     assert record.status == R.FAIL and not out.passed
     assert (out.bad, out.inf_mismatch) == (bad, bad)
     assert "inf_mismatch=" in record.summary() and out.max_abs == math.inf
+
+
+def overflows_in_float16(x):
+    return x * 100 * 1000 / 1000  # eager rounds 1e5 to inf in float16; Inductor keeps the product in float32
+
+
+@pytest.mark.parametrize("strict_eager", [False, True])
+def test_eager_alone_overflowing_is_decided_by_the_float64_reference(strict_eager):
+    case = Case(name="overflow", build=lambda d: Program(overflows_in_float16, [contiguous((8, 8), fill="ones")]),
+                dtypes=(torch.float16,), modes=("inference",))
+    record = run_case(case, torch.float16, "inference", RunConfig(strict_eager=strict_eager))
+    (out,) = record.outputs
+    assert (out.inf_mismatch, out.eager_nonfinite, record.reference) == (64, 64, "eager+fp64")
+    assert "eager's own float16 arithmetic overflowed" in out.note
+    if strict_eager:
+        assert record.status == R.FAIL and not out.passed and "strict eager" in out.note
+    else:
+        assert record.status == R.PASS and out.passed_by == R.PASSED_BY_EAGER_NONFINITE and out.max_abs == math.inf
+
+
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize("eager, compiled, reference, passes", [
+    ([1.0, INF, 3.0], [1.0, 60000.0, 3.0], [1.0, 60000.0, 3.0], True),    # eager overflowed: 60000 fits float16
+    ([1.0, NAN, 3.0], [1.0, 2.0, 3.0], [1.0, 2.0, 3.0], True),            # eager made inf - inf, float64 did not
+    ([1.0, INF, 3.0], [1.0, 65504.0, 3.0], [1.0, 70000.0, 3.0], False),   # 70000 overflows float16: inf is right
+    ([1.0, INF, 3.0], [1.0, 50000.0, 3.0], [1.0, 60000.0, 3.0], False),   # compiled is finite, but wrong
+    ([1.0, INF, 3.0], [1.5, 60000.0, 3.0], [1.0, 60000.0, 3.0], False),   # another element misses its tolerance
+    ([1.0, 2.0, 3.0], [1.0, INF, 3.0], [1.0, 2.0, 3.0], False),           # compiled overflowed: never eager's fault
+])
+def test_a_nonfinite_mismatch_passes_only_where_eager_alone_overflowed(eager, compiled, reference, passes):
+    as_half = lambda values: torch.tensor(values, dtype=torch.float16)  # noqa: E731
+    without = compare_tensors("out", as_half(compiled), as_half(eager))
+    assert not without.passed and without.nan_mismatch + without.inf_mismatch == 1
+    # The reference is asked for exactly when eager alone is non-finite where they differ.
+    assert Verdict().wants_reference(without) == (without.eager_nonfinite == 1) == (not math.isfinite(eager[1]))
+    result = compare_tensors("out", as_half(compiled), as_half(eager),
+                             reference=torch.tensor(reference, dtype=torch.float64))
+    assert result.passed == passes and (result.passed_by == R.PASSED_BY_EAGER_NONFINITE) == passes
 
 
 def test_nan_and_inf_in_the_same_places_pass():

@@ -11,8 +11,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.records import (ERROR, PASSED_BY_COSINE, PASSED_BY_RMSE, PASSED_BY_SUMMATION_NOISE, SKIP, STATUSES,
-                             Answer, CaseResult, KernelArgument, Localization, OutputComparison, Status, is_failing)
+from harness.records import (ERROR, PASSED_BY_COSINE, PASSED_BY_EAGER_NONFINITE, PASSED_BY_RMSE,
+                             PASSED_BY_SUMMATION_NOISE, SKIP, STATUSES, Answer, CaseResult, KernelArgument,
+                             Localization, OutputComparison, Status, is_failing)
 
 from . import svg
 from .baseline import MOVE_FACTOR, BaselineDiff, diff_against_baseline
@@ -210,6 +211,10 @@ def rule_explanation(output: OutputComparison) -> str:
                 f"sum of many terms has (floor {num(output.rmse_floor)}); eager's own reduction is more accurate "
                 f"than a plain float32 sum ({num(output.rmse_expected)}), which is why elements sit beyond "
                 "tolerance of eager")
+    if rule == PASSED_BY_EAGER_NONFINITE:
+        return (f"eager is NaN or inf in {output.eager_nonfinite} element(s) where a float64 run of the program, "
+                f"rounded to {output.dtype}, is finite and compiled matches it: eager's own arithmetic overflowed "
+                "there (compiled code keeps intermediates in float32); every other element met its tolerance")
     if rule == PASSED_BY_COSINE:
         return (f"its cosine similarity with eager ({format_cosine(output.cosine)}) passed torchbench's last-resort "
                 "check, which this case asks for; it missed both its tolerance and the RMSE rule")

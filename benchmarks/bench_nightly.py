@@ -6,12 +6,15 @@ Both measurements run whole processes, one after another in this one run, on
 CPU Inductor with one shared Inductor cache directory warmed first (a nightly
 host's second night):
 
-- scaling: `harness run <selection> --workers N` for each N, timed after an
-  untimed run with the same N (on CPU each worker gets cores / N threads, and
-  Inductor's C++ kernels are compiled for that thread count: a nightly host
-  keeps its N, so its cache is warm for it); speed-up is T(1) / T(N).
-  Target (issue "The nightly job"): at least 0.7 x N for N up to 4. N above
-  the core count cannot scale: run it on a host with as many cores as workers.
+- scaling: `harness run <selection> --workers N` for each N; speed-up is
+  T(1) / T(N). Every worker gets the same thread count (`--threads-per-worker`,
+  by default the cores over the largest N): N workers then do the same work
+  as one, N at a time, and one cache warms them all (Inductor's C++ kernels
+  are compiled for a thread count). Target (issue "The nightly job"): at
+  least 0.7 x N for N up to 4. N above the core count cannot scale: run it on
+  a host with as many cores as workers. What a run pays once (start-up,
+  loading) does not shrink with N: a selection must be a nightly's size, not
+  a few seconds of cases, for the curve to mean anything.
 - overhead: the same selection run by the harness (one worker) against a bare
   script that, in one process, builds each case's program and inputs, runs it
   eagerly and compiled, and calls `torch.testing.assert_close`: the work every
@@ -48,7 +51,7 @@ registry = load_registry()
 names = sys.argv[4].split(",") if len(sys.argv) > 4 else ()
 cases = registry.select(names, tags=sys.argv[1].split(",") if sys.argv[1] else (), keyword=sys.argv[2] or None)
 for case in cases:
-    for dtype, mode in runs_of(case, None, [sys.argv[3]]):
+    for dtype, mode in runs_of(case, None, None if sys.argv[3] == "all" else [sys.argv[3]]):
         try:  # a case whose eager run raises (an input an op rejects) is that case's end, not the script's
             program = case.build(dtype)
             inputs = materialize_inputs(program.inputs, program.kwargs, dtype, get_device("cpu"), 0)
@@ -66,7 +69,8 @@ for case in cases:
 
 def selection_args(args: argparse.Namespace) -> list[str]:
     chosen = [arg for tag in args.tag for arg in ("--tag", tag)]
-    return chosen + (["-k", args.keyword] if args.keyword else []) + ["--mode", args.mode]
+    modes = [] if args.mode == "all" else ["--mode", args.mode]
+    return chosen + (["-k", args.keyword] if args.keyword else []) + modes
 
 
 def timed(command: list[str], env: dict[str, str], ok: tuple[int, ...] = (0, 1)) -> float:
@@ -94,7 +98,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 3, 4])
     parser.add_argument("--tag", action="append", default=[], help="selection (default: --tag correct)")
     parser.add_argument("-k", dest="keyword", default=None)
-    parser.add_argument("--mode", default="inference")
+    parser.add_argument("--mode", default="inference", help="a mode, or all (every mode of each case)")
+    parser.add_argument("--threads-per-worker", type=int, default=None,
+                        help="OMP threads of every worker (default: the cores over the largest --workers)")
     parser.add_argument("--pairs", type=int, default=3, help="alternating bare/harness pairs for the overhead")
     parser.add_argument("--skip-scaling", action="store_true")
     parser.add_argument("--skip-overhead", action="store_true")
@@ -103,14 +109,17 @@ def main() -> int:
     args.tag = args.tag or ([] if args.keyword else ["correct"])
 
     work = tempfile.mkdtemp(prefix="bench-nightly-")
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(work, "inductor-cache"))
+    threads = args.threads_per_worker or max(1, (os.cpu_count() or 1) // max(args.workers))
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(work, "inductor-cache"), OMP_NUM_THREADS=str(threads))
     out = os.path.join(work, "results.json")
     report: dict = {"machine": f"{platform.node()} {os.cpu_count()} cores", "python": platform.python_version(),
-                    "selection": selection_args(args), "date": time.strftime("%Y-%m-%d")}
+                    "selection": selection_args(args), "threads_per_worker": threads,
+                    "date": time.strftime("%Y-%m-%d")}
     import torch
 
     report["torch"] = torch.__version__
-    print(f"warming the Inductor cache ({' '.join(selection_args(args))}) ...", flush=True)
+    print(f"warming the Inductor cache ({' '.join(selection_args(args))}; {threads} threads per worker) ...",
+          flush=True)
     timed(harness_command(args, 1, out), env)
     records = _records(out)
     report["case_runs"] = len(records)
@@ -120,7 +129,6 @@ def main() -> int:
     if not args.skip_scaling:
         curve, case_time = {}, {}
         for workers in args.workers:
-            timed(harness_command(args, workers, out), env)  # warms the cache for this thread count
             curve[workers] = timed(harness_command(args, workers, out), env)
             # Where the time went: the cases' own time (summed over workers), and what is left of the wall
             # time once that is shared out (start-up, loading, the parent's bookkeeping).

@@ -120,15 +120,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _early_worker(argv: list[str]):
-    """For `run` with one isolated worker (the usual case): start that worker before anything here imports torch.
-    Its start-up (torch and the compiler, the longest part of a short run) then overlaps this process's own."""
+    """For `run` with isolated workers: start them before anything here imports torch. Their start-up (torch and
+    the compiler, the longest part of a short run: 11 s on a 16-core GPU host) then overlaps this process's own.
+    Several workers on an accelerator are pinned to its devices, which needs torch here: those start later."""
     if not argv or argv[0] != "run" or "--no-isolation" in argv or "-h" in argv or "--help" in argv:
         return None
-    if any(arg.startswith("--workers") for arg in argv):  # several workers are pinned to devices when started
-        return None
+    workers, device = _argument(argv, "--workers", "1"), _argument(argv, "--device", "cpu")
+    if not workers.isdigit() or int(workers) < 1 or (int(workers) > 1 and device != "cpu"):
+        return None  # a bad count is argparse's to report
     from .executor import WorkerPool
 
-    return WorkerPool.spawned_early()
+    return WorkerPool.spawned_early(int(workers), device)
+
+
+def _argument(argv: list[str], option: str, default: str) -> str:
+    """An option's last value in `argv` (`--x V` or `--x=V`), read before argparse (which needs torch here)."""
+    value = default
+    for index, arg in enumerate(argv):
+        if arg == option and index + 1 < len(argv):
+            value = argv[index + 1]
+        elif arg.startswith(option + "="):
+            value = arg.partition("=")[2]
+    return value
 
 
 def say(text: str, error: bool = False) -> None:

@@ -25,10 +25,12 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import IO, Iterable, Iterator
+from typing import IO, TYPE_CHECKING, Iterable, Iterator
 
 from . import records as R
-from .registry import Case
+
+if TYPE_CHECKING:  # the registry imports torch, which a worker pool started early must not wait for
+    from .registry import Case
 
 POLL_S = 0.25
 # Beyond the import deadline the worker enforces itself, before the parent gives up on an import.
@@ -113,12 +115,16 @@ class WorkerPool:
     # Worker logs go to `log_dir`, or to a temporary directory removed on close (a lost worker's
     # record carries the end of its log).
     _temporary_logs: list[str] = field(default_factory=list)
+    # The device an early pool was started for (`spawned_early`), until `configure` gives the run's config.
+    early_device: str = "cpu"
 
     @classmethod
-    def spawned_early(cls) -> "WorkerPool":
-        """One worker, started before this process has even imported torch: the worker's start-up (torch and
-        the compiler, seconds) then overlaps the caller's own. `configure` must follow before `run`."""
-        pool = cls(None, [], 0.0)
+    def spawned_early(cls, size: int = 1, device: str = "cpu") -> "WorkerPool":
+        """Workers started before this process has even imported torch, for a run on `device`: their start-up
+        (torch and the compiler, seconds) then overlaps the caller's own. `configure` must follow before `run`;
+        it starts them again if the run turns out other (several workers are pinned to its devices)."""
+        pool = cls(None, [], 0.0, size)
+        pool.early_device = device
         pool.start_idle()
         return pool
 
@@ -127,8 +133,8 @@ class WorkerPool:
         """Give an early pool its run: workers already started get their setup now."""
         self.config, self.case_paths, self.timeout_s = config, list(case_paths), timeout_s
         self.log_dir = log_dir or self.log_dir
-        if size != self.size:  # the early worker was started for one slot, without device pinning
-            for worker in list(self.workers.values()):
+        if size != self.size or (size > 1 and getattr(config, "device", "cpu") != self.early_device):
+            for worker in list(self.workers.values()):  # started for another count, or unpinned
                 self._stop(worker)
             self.size = size
         for worker in self.workers.values():
@@ -216,11 +222,13 @@ class WorkerPool:
         read_end, write_end = os.pipe()
         env = dict(os.environ, HARNESS_RESULT_FD=str(write_end), HARNESS_PARENT_PID=str(os.getpid()),
                    PYTHONUNBUFFERED="1")
-        device = _device(getattr(self.config, "device", "cpu"))
+        device_name = getattr(self.config, "device", self.early_device)
+        # Looked up only to pin a worker: the lookup imports torch, which an early start must not wait for.
+        device = _device(device_name) if self.size > 1 and device_name != "cpu" else None
         variable = device.visibility_variable if device else None
-        if self.size > 1 and variable and device.count() >= self.size:
+        if variable and device.count() >= self.size:
             env[variable] = str(slot)
-        elif self.size > 1 and getattr(self.config, "device", "") == "cpu":
+        elif self.size > 1 and device_name == "cpu":
             env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.size)))
         if self.log_dir is None:
             self.log_dir = tempfile.mkdtemp(prefix="harness-workers-")

@@ -277,7 +277,9 @@ def processes_marked(marker: str) -> list[int]:
 
 
 @pytest.mark.parametrize("args", [["run", "no_such_case"], ["run", "adds_one", "--device", "tpu"],
-                                  ["run", "adds_one", "--backend", "eager"]], ids=["unknown-case", "bad-option", "ok"])
+                                  ["run", "adds_one", "--backend", "eager"],
+                                  ["run", "adds_one", "--backend", "eager", "--workers", "2"]],
+                         ids=["unknown-case", "bad-option", "ok", "two-workers"])
 def test_the_worker_started_early_is_gone_when_the_harness_exits(cases, tmp_path, args):
     marker = f"HARNESS_TEST_MARKER_{os.getpid()}_{time.time_ns()}"
     temporary = tmp_path / "tmp"
@@ -289,3 +291,17 @@ def test_the_worker_started_early_is_gone_when_the_harness_exits(cases, tmp_path
         time.sleep(0.2)
     assert processes_marked(marker) == []
     assert not list(temporary.glob("harness-workers-*"))  # worker logs of a run without --report-dir
+
+
+@pytest.mark.parametrize("argv, started", [
+    (["run", "x"], 1), (["run", "x", "--workers", "2"], 2), (["run", "x", "--workers=3"], 3),
+    (["run", "x", "--device", "cuda"], 1),               # one worker: nothing to pin
+    (["run", "x", "--workers", "2", "--device", "cuda"], 0),  # pinned to devices: started once torch is here
+    (["run", "x", "--workers", "two"], 0), (["list"], 0),
+])
+def test_workers_start_before_the_harness_imports_torch(argv, started):
+    """Their start-up (torch and the compiler: 11 s a process on the GPU host) overlaps the parent's own."""
+    code = ("import sys; from harness.cli import _early_worker; pool = _early_worker(sys.argv[1:]); "
+            "print('torch' in sys.modules, len(pool.workers) if pool else 0); pool and pool.close()")
+    result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.stdout.split() == ["False", str(started)], result.stderr[-2000:]

@@ -116,6 +116,38 @@ def test_a_drift_is_traced_to_the_kernel_where_it_starts():
     assert (kernel.reruns, kernel.stages_checked) == (4, False)
 
 
+def amplify_then_carry(x, w, v):
+    a = (x @ w / 32.0 - 1.0) * 1e6  # launches 0 and 1: the drift above (eager: 0.0 everywhere)
+    for _ in range(10):             # 20 more launches, each right on eager inputs, each off by what it reads
+        a = torch.sin(a @ v)
+    return a
+
+
+def test_a_failing_runs_probe_stops_comparing_after_enough_differences_from_upstream(monkeypatch):
+    from harness.probe import probe as probe_module
+
+    isolated = []
+    real_isolate = probe_module.isolate
+    monkeypatch.setattr(probe_module, "isolate", lambda launch, *a, **k: isolated.append(launch.index) or
+                        real_isolate(launch, *a, **k))
+    case = Case(name="carried_drift", reference="none", build=lambda d: Program(
+        amplify_then_carry, [contiguous((16, 32), fill="ones"), contiguous((32, 16), fill="ones"),
+                             contiguous((16, 16))]))
+    record = run_case(case, torch.float32, "inference", RunConfig(bisect=True, inject="fault-ulp@0",
+                                                                    compile_options={"max_autotune_gemm": False}))
+    kernel = record.first_divergent_kernel
+    assert record.status == R.FAIL and kernel.launches == 22
+    # The same answer as without the cap, from the same search...
+    assert (kernel.answer, kernel.launch_index, kernel.name) == (R.Answer.DRIFT, 0, "extern_kernels.mm")
+    assert (kernel.reruns, kernel.stages_checked) == (4, False)
+    # ...but the probe isolated 8 of the 21 launches that differ; then the search's runs described launch 1
+    # (0 eager: passes, so the answer lies before) and launch 0.
+    limit = probe_module.UPSTREAM_DIFFERENCES_COMPARED
+    assert isolated == list(range(1, limit + 1)) + [1, 0], isolated
+    assert kernel.problems == [f"launches after {limit} not compared: {limit} differences from upstream seen by then "
+                               "(kernels right on eager inputs, or not isolated); the search decides from there"]
+
+
 def amplify_reshaped(x, w):
     a = (x @ w).view(2, 8, 16)     # launch 1 updates the mm's buffer in place, under another name and shape
     return (a / 32.0 - 1.0) * 1e6
@@ -614,6 +646,6 @@ def test_a_wrong_kernel_the_outputs_absorb_is_passed_over_for_the_next():
                               "eager changes no output beyond tolerance (a numerical difference the outputs absorb; "
                               "its other launches are not tried)"]
     # The probe run (stops at launch 0); launch 0 made eager, which moves no output; the probe run again from
-    # launch 0 (launch 2 is the same kernel: not a candidate); the search from launch 0: 0 fails, 2 passes,
-    # 1 fails; the description of launch 2, with 0..1 eager.
-    assert (found.reruns, found.stages_checked) == (7, False)
+    # launch 0 (launch 2 is the same kernel: not a candidate, but the next difference); the search from
+    # launch 2, not from the immaterial launch 0: 2 passes, 1 fails and describes launch 2.
+    assert (found.reruns, found.stages_checked) == (5, False)

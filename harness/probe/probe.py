@@ -28,6 +28,13 @@ from .regions import Region, RegionMap, describe_reason, region_key
 from .values import GraphValues, storage_pointer
 
 MAX_SOURCE_CHARS = 20_000
+# A failing run's probe stops comparing after this many differences from upstream (a kernel right on eager
+# inputs, or one it could not isolate), those of immaterial kernels aside. Past the difference that matters
+# nearly every later buffer differs too, and isolating each (a replay, often an eager pass from the graph's
+# start for its released inputs) was most of a model's localization (Longformer: 286 isolations, 99 passes).
+# A wrong kernel after them is still found, by the search: launches made eager until the outputs pass, and
+# the launch it stops at described.
+UPSTREAM_DIFFERENCES_COMPARED = 8
 MAX_UNMAPPED_NAMES = 20
 
 
@@ -82,6 +89,8 @@ class KernelProbe:
     immaterial: frozenset[str] = frozenset()
     # Substitution mode compares nothing, except the launches named here (described for the answer).
     describe: frozenset[int] = frozenset()
+    # With stop_at_wrong: stop comparing after this many differences from upstream, too.
+    upstream_limit: int = UPSTREAM_DIFFERENCES_COMPARED
     launches: int = 0
     graphs: list[str] = field(default_factory=list)
     graph_launches: dict[str, list[int]] = field(default_factory=dict)
@@ -104,11 +113,27 @@ class KernelProbe:
     # Unmapped in-place lowering states not yet written over: (graph label, buffer) -> where each lies.
     _lowering_states: dict[tuple[str, str], list[_Memory]] = field(default_factory=dict)
     _labels: dict[str, str] = field(default_factory=dict)
+    _stopped: bool = False
+    _upstream_seen: int = 0
 
     @property
     def comparing(self) -> bool:
-        stopped = self.stop_at_wrong and any(d.isolation.kind in (WRONG, ALIASING) for d in self.divergences)
-        return self.substitute is None and not stopped
+        return self.substitute is None and not self._stopped
+
+    def _diverged(self, divergence: Divergence) -> None:
+        self.divergences.append(divergence)
+        if not self.stop_at_wrong:
+            return
+        if divergence.isolation.kind in (WRONG, ALIASING):
+            self._stopped = True
+        elif divergence.kernel["name"] not in self.immaterial:
+            self._upstream_seen += 1
+            if self._upstream_seen == self.upstream_limit:
+                self._stopped = True
+                self.problems.append(
+                    f"launches after {divergence.launch_index} not compared: {self._upstream_seen} differences "
+                    "from upstream seen by then (kernels right on eager inputs, or not isolated); the search "
+                    "decides from there")
 
     def _needs_values(self) -> bool:
         if self.substitute is None:
@@ -184,7 +209,7 @@ class KernelProbe:
                     if divergence is not None and described:
                         self._keep_described(divergence)
                     elif divergence is not None:
-                        self.divergences.append(divergence)
+                        self._diverged(divergence)
             mapped.append((tensor, region))
         if unmapped and judging:
             self._recompute(launch, call, unmapped)
@@ -265,7 +290,7 @@ class KernelProbe:
         """Forget everything seen (a run that has to be made again), keeping the mode and the problems."""
         problems, copy = self.problems, self.copy_inputs if copy_inputs is None else copy_inputs
         fresh = KernelProbe(self.verdict, self.inner, self.stop_at_wrong, self.compare_after, self.substitute,
-                            self.immaterial, self.describe)
+                            self.immaterial, self.describe, self.upstream_limit)
         self.__dict__.update(fresh.__dict__)
         self.problems, self.copy_inputs = problems, copy
 

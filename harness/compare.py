@@ -65,10 +65,12 @@ class Verdict:
     accumulated: bool = True
 
     def tensors(self, name: str, actual: torch.Tensor, expected: torch.Tensor,
-                reference: torch.Tensor | None = None) -> OutputComparison:
+                reference: torch.Tensor | None = None, pictures: bool = True) -> OutputComparison:
+        """`pictures=False`: the verdict and its counts only (no samples, map or histogram), for a comparison
+        no record shows (the probe's replays): on large buffers the pictures cost as much as the verdict."""
         return compare_tensors(name, actual, expected, tolerances=self.tolerances, reference=reference,
                                cosine_fallback=self.cosine_fallback, strict_eager=self.strict_eager,
-                               accumulated=self.accumulated)
+                               accumulated=self.accumulated, pictures=pictures)
 
     def values(self, name: str, actual: Any, expected: Any, reference: Any = None) -> OutputComparison:
         """Any pair of results: tensors by the tensor rules, other leaves by equality."""
@@ -102,6 +104,7 @@ def compare_tensors(
     cosine_fallback: bool = False,
     strict_eager: bool = False,
     accumulated: bool = True,
+    pictures: bool = True,
 ) -> OutputComparison:
     """Compare `actual` (compiled) with `expected` (eager) under the verdict policy (module docstring)."""
     tol = tolerance_for(_real_dtype(expected.dtype), tolerances)
@@ -187,7 +190,7 @@ def compare_tensors(
         result.cosine = _cosine(a, e, None if all_finite else both_finite)
     result.actual_max = _finite_max(a, all_finite)
     result.expected_max = _finite_max(e, all_finite)
-    if bad:
+    if bad and pictures:
         result.samples = _samples(bad_mask, actual, expected)
         result.mismatch_map = _mismatch_map(bad_mask)
         result.error_histogram = _error_histogram(abs_diff)

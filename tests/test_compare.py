@@ -205,3 +205,14 @@ def test_unsigned_types_without_kernels_are_compared_exactly(dtype):
     differs[0] = 2
     result = compare_tensors("differs", differs, expected)
     assert (result.passed, result.bad, result.max_abs) == (False, 1, 1.0)
+
+
+def test_a_comparison_without_pictures_has_the_same_verdict_and_counts():
+    expected = torch.linspace(1, 2, 1000)
+    actual = expected.clone()
+    actual[::10] += 1.0  # 100 elements off by 1.0
+    full = compare_tensors("x", actual, expected)
+    bare = compare_tensors("x", actual, expected, pictures=False)
+    assert (bare.passed, bare.bad, bare.max_abs, bare.max_abs_index) == (False, 100, full.max_abs, full.max_abs_index)
+    assert full.samples and full.mismatch_map and full.error_histogram
+    assert not bare.samples and bare.mismatch_map is None and bare.error_histogram is None

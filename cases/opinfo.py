@@ -16,7 +16,8 @@ UNREPORTED_CONJ = "cases/upstream/issue_new_fft_conj_view_copy.py (new; not yet 
 UNREPORTED_SPLIT = "cases/upstream/issue_new_split_overlapping_input_grad.py (new; not yet reported upstream)"
 UNREPORTED_SCATTER_BROADCAST = ("cases/upstream/issue_new_as_strided_scatter_broadcast_input.py "
                                 "(new; not yet reported upstream)")
-UNREPORTED_SCATTER_OFFSET = "cases/upstream/issue_new_as_strided_scatter_input_offset.py (new; not yet reported upstream)"
+UNREPORTED_SCATTER_OFFSET = ("cases/upstream/issue_new_as_strided_scatter_input_offset.py "
+                             "(new; not yet reported upstream)")
 UNREPORTED_COPY_OFFSET = "cases/upstream/README.md, Notes: as_strided_copy (new; not yet reported upstream)"
 
 KNOWN_FAILURES = (

@@ -140,8 +140,8 @@ def test_a_failing_runs_probe_stops_comparing_after_enough_differences_from_upst
     # The same answer as without the cap, from the same search...
     assert (kernel.answer, kernel.launch_index, kernel.name) == (R.Answer.DRIFT, 0, "extern_kernels.mm")
     assert (kernel.reruns, kernel.stages_checked) == (4, False)
-    # ...but the probe isolated 8 of the 21 launches that differ; then the search's runs described launch 1
-    # (0 eager: passes, so the answer lies before) and launch 0.
+    # ...but the probe isolated 8 of the 21 launches that differ. Then the search described launch 1, in the run
+    # with launch 0 made eager (which passes: the answer is launch 0, not 1), and launch 0, in a run of its own.
     limit = probe_module.UPSTREAM_DIFFERENCES_COMPARED
     assert isolated == list(range(1, limit + 1)) + [1, 0], isolated
     assert kernel.problems == [f"launches after {limit} not compared: {limit} differences from upstream seen by then "

@@ -125,23 +125,20 @@ def _early_worker(argv: list[str]):
     Several workers on an accelerator are pinned to its devices, which needs torch here: those start later."""
     if not argv or argv[0] != "run" or "--no-isolation" in argv or "-h" in argv or "--help" in argv:
         return None
-    workers, device = _argument(argv, "--workers", "1"), _argument(argv, "--device", "cpu")
+    # The two options read as plain strings: the run's parser checks them with torch (`parse_device`).
+    early = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    early.add_argument("--workers", default="1")
+    early.add_argument("--device", default="cpu")
+    try:
+        known, _ = early.parse_known_args(argv[1:])
+    except argparse.ArgumentError:  # `--workers` with no value: the run's parser says so
+        return None
+    workers, device = known.workers, known.device
     if not workers.isdigit() or int(workers) < 1 or (int(workers) > 1 and device != "cpu"):
-        return None  # a bad count is argparse's to report
+        return None  # a bad count is the run's parser's to report
     from .executor import WorkerPool
 
     return WorkerPool.spawned_early(int(workers), device)
-
-
-def _argument(argv: list[str], option: str, default: str) -> str:
-    """An option's last value in `argv` (`--x V` or `--x=V`), read before argparse (which needs torch here)."""
-    value = default
-    for index, arg in enumerate(argv):
-        if arg == option and index + 1 < len(argv):
-            value = argv[index + 1]
-        elif arg.startswith(option + "="):
-            value = arg.partition("=")[2]
-    return value
 
 
 def say(text: str, error: bool = False) -> None:

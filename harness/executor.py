@@ -123,8 +123,7 @@ class WorkerPool:
         """Workers started before this process has even imported torch, for a run on `device`: their start-up
         (torch and the compiler, seconds) then overlaps the caller's own. `configure` must follow before `run`;
         it starts them again if the run turns out other (several workers are pinned to its devices)."""
-        pool = cls(None, [], 0.0, size)
-        pool.early_device = device
+        pool = cls(None, [], 0.0, size, early_device=device)
         pool.start_idle()
         return pool
 

@@ -240,7 +240,7 @@ class GraphValues:
         self._entry_prints = {_storage_key(v): fingerprint(v.untyped_storage()) for v in inputs if _on(v, self.shared)}
         self._changed: dict[torch.device, torch.Tensor] = {}
         # Shared storages on a device (on any, under OFFLOAD_ON_CPU) -> the indices of the inputs on each.
-        self._on_device = _offloadable_storages(inputs, self.shared)
+        self._on_device = _offloadable_storages(inputs, self._inputs_on, self.shared)
         self.wanted = set(wanted)
         self.random = _random_dependent(info.gm)
         self.problems: list[str] = []
@@ -465,12 +465,17 @@ class _OnHost:
             on_device, self.offset, self.size, self.stride)
 
 
-def _offloadable_storages(inputs: list[Any], shared: set[int]) -> dict[int, list[int]]:
-    """Shared storage -> the indices of the inputs on it, for inputs on a device (or any, under OFFLOAD_ON_CPU)."""
+def _offloadable_storages(inputs: list[Any], inputs_on: dict[int, list[int]], shared: set[int]) -> dict[int, list[int]]:
+    """Shared storage -> the indices of the tensor inputs on it, for inputs on a device (or any, under
+    OFFLOAD_ON_CPU); from `inputs_on`, the inputs already grouped by storage."""
     groups: dict[int, list[int]] = {}
-    for index, value in enumerate(inputs):
-        if _on(value, shared) and (OFFLOAD_ON_CPU or value.device.type != "cpu"):
-            groups.setdefault(_storage_key(value), []).append(index)
+    for key, indices in inputs_on.items():
+        if key not in shared:
+            continue
+        on_device = [i for i in indices if isinstance(inputs[i], torch.Tensor)
+                     and (OFFLOAD_ON_CPU or inputs[i].device.type != "cpu")]
+        if on_device:
+            groups[key] = on_device
     return groups
 
 

@@ -148,6 +148,21 @@ def test_summation_noise_pass_is_told_apart_from_an_rmse_pass():
     assert not strict.passed and strict.passed_by is None and strict.rmse_floor is None
 
 
+def test_two_eager_runs_that_differ_by_summation_order_pass_and_a_random_difference_does_not():
+    # Ten of 1000 elements 1e-4 apart (beyond tolerance at 1.0): RMS difference 1e-4 * sqrt(10 / 1000) = 1e-5,
+    # within 128 float32 ulps of the values' RMS (1.53e-5), what atomic adds summed in another order leave.
+    first = ONES.float()
+    again = first.clone()
+    again[:10] += 1e-4
+    assert not compare_tensors("grad.bias", again, first).passed  # compiled against eager: no floor
+    repeat = compare_tensors("grad.bias", again, first, eager_repeat=True)
+    assert repeat.passed and repeat.bad == 10 and repeat.passed_by == "summation_noise"
+    assert "two eager runs differ beyond tolerance in 10 elements" in repeat.note
+    # A hundred such elements: RMS difference 3.16e-5, beyond the floor (a random op, unwritten memory).
+    again[:100] += 1e-4
+    assert not compare_tensors("grad.bias", again, first, eager_repeat=True).passed
+
+
 def test_cosine_pass_and_plain_results_have_no_passed_by():
     eager = torch.arange(1.0, 101.0)
     result = compare_tensors("out0", eager * 1.01, eager, cosine_fallback=True)

@@ -79,6 +79,7 @@ INF, NAN = float("inf"), float("nan")
     ([1.0, INF, 3.0], [1.0, 65504.0, 3.0], [1.0, 70000.0, 3.0], False),   # 70000 overflows float16: inf is right
     ([1.0, INF, 3.0], [1.0, 50000.0, 3.0], [1.0, 60000.0, 3.0], False),   # compiled is finite, but wrong
     ([1.0, INF, 3.0], [1.5, 60000.0, 3.0], [1.0, 60000.0, 3.0], False),   # another element misses its tolerance
+    ([1.0, INF, 3.0], [1.0, 60000.0, 3.0078125], [1.0, 60000.0, 3.0078125], True),  # ... as eager rounded it (rule 3)
     ([1.0, 2.0, 3.0], [1.0, INF, 3.0], [1.0, 2.0, 3.0], False),           # compiled overflowed: never eager's fault
 ])
 def test_a_nonfinite_mismatch_passes_only_where_eager_alone_overflowed(eager, compiled, reference, passes):

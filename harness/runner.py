@@ -294,6 +294,36 @@ class NothingCompared(Exception):
     pass
 
 
+def _undefined_results(observed: _Observation, compiled: _Compiled) -> list[str]:
+    """The failing results, if every one fails only where both sides are non-finite of another kind (NaN against
+    inf) and float64, run from finite inputs, has no value either: NaN, or an inf that eager does not match
+    (infinite arithmetic, whose NaN or sign each side's rounding decides). Empty otherwise: a NaN input's NaN
+    must propagate, and a finite value against a non-finite one is judged as it is."""
+    failing = {o.name for o in compiled.comparisons if not o.passed}
+    if any(o.bad != o.nan_mismatch + o.inf_mismatch for o in compiled.comparisons if o.name in failing):
+        return []
+    module = observed.program.fn if isinstance(observed.program.fn, torch.nn.Module) else None
+    tensors = [t for _, t in observed.inputs.named_tensors()] + [t for _, t in module_state(module)]
+    if not all(bool(t.isfinite().all()) for t in tensors if t.is_floating_point()):
+        return []
+    if observed.references is None and not observed._make_references():
+        return []
+    undefined = []
+    for name, actual, expected, reference in _result_pairs(compiled.results, observed.expected, observed.references):
+        if name not in failing:
+            continue
+        if not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in (actual, expected, reference)):
+            return []
+        a, e, r = actual.detach(), expected.detach(), reference.detach().to(expected.device)
+        differ = (a.isnan() != e.isnan()) | ((a.isinf() | e.isinf()) & (a != e) & ~a.isnan() & ~e.isnan())
+        # Where float64 is an inf that eager matches, eager is right and compiled is not: that is judged.
+        no_value = r.isnan() | (r.isinf() & (e != r))
+        if bool((differ & ~(~a.isfinite() & ~e.isfinite() & no_value)).any()):
+            return []
+        undefined.append(name)
+    return undefined if len(undefined) == len(failing) else []
+
+
 def _conclude(observed: _Observation, compiled: _Compiled, config: RunConfig, record: R.CaseResult) -> None:
     """Status, stage, symptom, and the follow-up analyses a divergence calls for."""
     record.outputs = compiled.comparisons
@@ -307,6 +337,15 @@ def _conclude(observed: _Observation, compiled: _Compiled, config: RunConfig, re
             "suppress_errors, or the case compiles nothing; declare compiles=False if that is intended)"),
             R.Symptom.NOTHING_COMPILED)
     diverged = not all(o.passed for o in record.outputs)
+    if diverged and (undefined := _undefined_results(observed, compiled)):
+        why = NoEagerReference(
+            f"{', '.join(undefined[:3])} {'is' if len(undefined) == 1 else 'are'} undefined where eager and compiled "
+            "differ: each side has NaN or inf there, and so has a float64 run from the same finite inputs (NaN, "
+            "or an inf eager does not match: a gradient at a singular point), so which of NaN, inf or -inf each "
+            "side rounds to says nothing of the compiled code")
+        if observed.case.generated:
+            raise CaseFailure(R.Stage.EAGER, why)
+        record.warnings.append(str(why))
     record.status = R.FAIL if diverged else R.PASS
     if diverged:
         record.stage, record.symptom = R.Stage.COMPARE, R.Symptom.DIVERGENCE

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from . import records as R
-from .compare import Verdict, missing_result
+from .compare import Verdict, differs_only_where_undefined, missing_result
 from .devices import Device, get_device
 from .emulation import NARROWED_DTYPES, make_handler, parse_injection
 from .execution import Inputs, Results, Session, materialize_inputs, module_state
@@ -295,32 +295,21 @@ class NothingCompared(Exception):
 
 
 def _undefined_results(observed: _Observation, compiled: _Compiled) -> list[str]:
-    """The failing results, if every one fails only where both sides are non-finite of another kind (NaN against
-    inf) and float64, run from finite inputs, has no value either: NaN, or an inf that eager does not match
-    (infinite arithmetic, whose NaN or sign each side's rounding decides). Empty otherwise: a NaN input's NaN
-    must propagate, and a finite value against a non-finite one is judged as it is."""
+    """The failing results, if every one differs only where neither side nor float64 has a value
+    (`differs_only_where_undefined`) and the inputs are finite; empty otherwise (a NaN input's NaN must
+    propagate)."""
     failing = {o.name for o in compiled.comparisons if not o.passed}
     if any(o.bad != o.nan_mismatch + o.inf_mismatch for o in compiled.comparisons if o.name in failing):
-        return []
+        return []  # a finite element fails too: judged as it is
     module = observed.program.fn if isinstance(observed.program.fn, torch.nn.Module) else None
     tensors = [t for _, t in observed.inputs.named_tensors()] + [t for _, t in module_state(module)]
     if not all(bool(t.isfinite().all()) for t in tensors if t.is_floating_point()):
         return []
     if observed.references is None and not observed._make_references():
         return []
-    undefined = []
-    for name, actual, expected, reference in _result_pairs(compiled.results, observed.expected, observed.references):
-        if name not in failing:
-            continue
-        if not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in (actual, expected, reference)):
-            return []
-        a, e, r = actual.detach(), expected.detach(), reference.detach().to(expected.device)
-        differ = (a.isnan() != e.isnan()) | ((a.isinf() | e.isinf()) & (a != e) & ~a.isnan() & ~e.isnan())
-        # Where float64 is an inf that eager matches, eager is right and compiled is not: that is judged.
-        no_value = r.isnan() | (r.isinf() & (e != r))
-        if bool((differ & ~(~a.isfinite() & ~e.isfinite() & no_value)).any()):
-            return []
-        undefined.append(name)
+    undefined = [name for name, actual, expected, reference
+                 in _result_pairs(compiled.results, observed.expected, observed.references)
+                 if name in failing and differs_only_where_undefined(actual, expected, reference)]
     return undefined if len(undefined) == len(failing) else []
 
 

@@ -163,6 +163,24 @@ def test_two_eager_runs_that_differ_by_summation_order_pass_and_a_random_differe
     assert not compare_tensors("grad.bias", again, first, eager_repeat=True).passed
 
 
+INF, NAN = float("inf"), float("nan")
+
+
+@pytest.mark.parametrize("compiled, eager, reference, undefined", [
+    ([1.0, -INF, INF], [1.0, NAN, NAN], [1.0, NAN, -INF], True),   # float64 NaN, or an inf eager misses
+    ([1.0, NAN], [1.0, -INF], [1.0, -INF], False),                 # eager matches float64's -inf: judged
+    ([1.0, 5.0], [1.0, NAN], [1.0, NAN], False),                   # a finite value against NaN: judged
+    ([2.0, -INF], [1.0, NAN], [1.0, NAN], False),                  # a finite element differs too
+    ([1.0, NAN], [1.0, NAN], [1.0, NAN], False),                   # nothing differs
+])
+def test_results_that_differ_only_where_no_value_exists(compiled, eager, reference, undefined):
+    from harness.compare import differs_only_where_undefined
+
+    as_float = lambda values, dtype=torch.float32: torch.tensor(values, dtype=dtype)  # noqa: E731
+    assert differs_only_where_undefined(as_float(compiled), as_float(eager),
+                                        as_float(reference, torch.float64)) == undefined
+
+
 def test_cosine_pass_and_plain_results_have_no_passed_by():
     eager = torch.arange(1.0, 101.0)
     result = compare_tensors("out0", eager * 1.01, eager, cosine_fallback=True)

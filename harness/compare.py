@@ -10,7 +10,10 @@ for the buffers the probe compares inside a run (`Verdict`):
    and compiled matches it within tolerance, and every other element meets
    its tolerance (or passes rule 3: the intermediate that overflowed rounds
    them too), eager's own arithmetic overflowed (an intermediate in float16
-   that compiled code keeps in float32): a pass, with a note.
+   that compiled code keeps in float32): a pass, with a note. Where both
+   sides are non-finite of another kind and float64 has no value either
+   (`differs_only_where_undefined`), the result fails here; the runner
+   skips such a generated sample and warns on a hand-written case.
 2. Integers and bool must match exactly; floating and complex values get
    `torch.testing.assert_close`'s tolerance for their dtype (complex: the
    magnitude of the difference, with the tolerance of the real dtype).

@@ -405,16 +405,20 @@ def _apply_eager_nonfinite_rule(result: OutputComparison, actual: torch.Tensor, 
     result.passed, result.passed_by, result.note = True, PASSED_BY_EAGER_NONFINITE, why
 
 
-def differs_only_where_undefined(actual: Any, expected: Any, reference: Any) -> bool:
+def differs_only_where_undefined(actual: Any, expected: Any, reference: Any,
+                                 tolerances: Mapping[torch.dtype, Tolerance] | None = None) -> bool:
     """Whether two real float results differ, and only where each side is NaN or inf and float64 has no value
     either: NaN, or an inf `expected` does not match (infinite arithmetic, whose NaN or sign each side's rounding
-    decides). Where float64 is an inf eager matches, eager is right and compiled is not."""
+    decides). Where float64 is an inf eager matches, eager is right and compiled is not. Finite elements within
+    their tolerance are no difference."""
     if not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in (actual, expected, reference)) or \
             not actual.shape == expected.shape == reference.shape:
         return False
     a, e, r = (t.detach().to(expected.device) for t in (actual, expected, reference))
+    tol = tolerance_for(expected.dtype, tolerances)
     nan_mask, inf_mask = _nonfinite_mismatches(a, e)
-    differ = nan_mask | inf_mask | (_all_finite(a) & _all_finite(e) & (a != e))
+    finite_mismatch = _all_finite(a) & _all_finite(e) & ~torch.isclose(a, e, rtol=tol.rtol, atol=tol.atol)
+    differ = nan_mask | inf_mask | finite_mismatch
     no_value = r.isnan() | (r.isinf() & (e != r))
     return bool(differ.any()) and not bool((differ & ~(~_all_finite(a) & ~_all_finite(e) & no_value)).any())
 

@@ -309,7 +309,8 @@ def _undefined_results(observed: _Observation, compiled: _Compiled) -> list[str]
         return []
     undefined = [name for name, actual, expected, reference
                  in _result_pairs(compiled.results, observed.expected, observed.references)
-                 if name in failing and differs_only_where_undefined(actual, expected, reference)]
+                 if name in failing
+                 and differs_only_where_undefined(actual, expected, reference, observed.verdict.tolerances)]
     return undefined if len(undefined) == len(failing) else []
 
 

@@ -171,6 +171,7 @@ INF, NAN = float("inf"), float("nan")
     ([1.0, NAN], [1.0, -INF], [1.0, -INF], False),                 # eager matches float64's -inf: judged
     ([1.0, 5.0], [1.0, NAN], [1.0, NAN], False),                   # a finite value against NaN: judged
     ([2.0, -INF], [1.0, NAN], [1.0, NAN], False),                  # a finite element differs too
+    ([1.000001, -INF], [1.0, NAN], [1.0, NAN], True),              # ... within its tolerance: no difference
     ([1.0, NAN], [1.0, NAN], [1.0, NAN], False),                   # nothing differs
 ])
 def test_results_that_differ_only_where_no_value_exists(compiled, eager, reference, undefined):

@@ -2,6 +2,7 @@
 
 import dataclasses
 import random
+from collections import Counter
 
 import pytest
 import torch
@@ -414,6 +415,19 @@ def test_float64_values_come_from_one_run_that_advances_with_the_requests(monkey
         gc.enable()
 
 
+def test_a_describing_probes_float64_run_keeps_only_what_it_is_asked_for(monkeypatch):
+    # A probe comparing every launch asks for many float64 values, not in graph order, so the float64 run keeps
+    # the wanted values it passes; one describing a single launch asks for that launch's only.
+    from harness.probe import values as values_module
+
+    for ahead in (True, False):
+        values, computed, ran, (a, b) = _chain_values(monkeypatch, wanted=[])
+        values = values_module.GraphValues(values.info, [a, b], set(computed), Counter(computed), float64_ahead=ahead)
+        assert values.float64(computed[-1]) is not None
+        kept = set(values._stepper64.kept)
+        assert kept == (set(computed) if ahead else {computed[-1]}), (ahead, kept)
+
+
 def test_a_pass_makes_an_input_on_its_first_use_only(offloading, monkeypatch):
     # An input on host memory comes back only when a pass reaches its first use; a pass stopping before
     # that never brings it back.
@@ -519,6 +533,32 @@ def offloading(monkeypatch):
     from harness.probe import values
 
     monkeypatch.setattr(values, "OFFLOAD_ON_CPU", True)
+
+
+def test_values_kept_ahead_of_their_launch_wait_in_host_memory(offloading, monkeypatch):
+    # A launch asking first for the graph's last value makes the stepper run, and keep, every wanted value
+    # before it: on a device those beyond the first few go to host memory, and come back as they were.
+    from harness.probe import values as values_module
+    from harness.probe.values import _OnHost
+
+    monkeypatch.setattr(values_module, "AHEAD_KEPT_ON_DEVICE", 1)
+    values, computed, ran, (a, b) = _chain_values(monkeypatch, wanted=[])
+    reference = values_module._Stepper(values.info.gm, [a, b], set(computed))  # nothing moved: each value as it is
+    reference.advance_to(computed[-1])
+    expected = dict(reference.kept)
+    ran.clear()
+    for name in computed:
+        values._stepper.want(name)
+    brought_back = []
+    monkeypatch.setattr(_OnHost, "back", lambda self, back=_OnHost.back: brought_back.append(self) or back(self))
+    assert torch.equal(values.value(computed[-1]), expected[computed[-1]])
+    kept = values._stepper.kept
+    on_host = [name for name in computed[:-1] if isinstance(kept[name], _OnHost)]
+    assert on_host == computed[1:-1]  # the first value ahead stays, the target stays
+    for name in computed:
+        assert torch.equal(values.value(name), expected[name]), name
+    assert len(brought_back) == len(on_host)
+    assert ran["eager"] == len(computed)  # each ran once: none was computed again in a pass of its own
 
 
 def test_inputs_the_compiled_backward_let_go_of_move_to_host_memory(offloading, monkeypatch):

@@ -51,3 +51,22 @@ def test_a_fault_in_one_backward_kernel_of_longformer_is_named():
     assert kernel.name == faulted.injection_stats.hits[0].split(":", 1)[1]
     assert kernel.isolated.startswith("kernel is wrong")
     assert faulted.graphs["graphs"] >= 2 and faulted.graphs["graph_breaks"] >= 1
+
+
+def test_longformer_with_values_kept_ahead_in_host_memory_gets_the_same_answers(monkeypatch):
+    # Longformer's forward has launches asking for values late in its graph (an attention-mask term every
+    # layer shares): the values the stepper keeps on the way go to host memory, as on a device, and every
+    # answer, of a passing run and of a failing one, stays what it was with everything kept in place.
+    from harness.probe import values
+
+    runs = {}
+    for ahead in (10**9, 0):
+        monkeypatch.setattr(values, "OFFLOAD_ON_CPU", ahead == 0)
+        monkeypatch.setattr(values, "AHEAD_KEPT_ON_DEVICE", ahead)
+        clean = run_case(CASES["longformer_ci"], torch.float32, "train_step", RunConfig(bisect="always"))
+        faulted = run_case(CASES["longformer_ci"], torch.float32, "train_step",
+                           RunConfig(bisect=True, inject="fault-offset@40"))
+        runs[ahead] = [(r.status, r.first_divergent_kernel.answer, r.first_divergent_kernel.launch_index,
+                        r.first_divergent_kernel.name, r.first_divergent_kernel.compared_buffers) for r in (clean, faulted)]
+    assert runs[0] == runs[10**9]
+    assert runs[0][0][:2] == (R.PASS, R.Answer.NONE) and runs[0][1][:3] == (R.FAIL, R.Answer.KERNEL, 40)

@@ -152,7 +152,7 @@ class KernelProbe:
                 return call(args)
             inputs, shared = _eager_inputs(info, args, self.copy_inputs)
             uses = Counter(n for b in info.buffers.values() for n in (b.value_node, b.part_of) if n)
-            values = GraphValues(info, inputs, set(uses), uses, shared=shared)
+            values = GraphValues(info, inputs, set(uses), uses, shared=shared, float64_ahead=self.comparing)
             del inputs  # GraphValues holds them, and lets go of those the compiled graph is done with
             self._current = _GraphCall(info, label, values, RegionMap(info, values))
             try:

@@ -6,8 +6,9 @@ to the harness or its exit kills the worker's whole process group, a case's
 own child processes included. When a task kills its worker or outlives its
 timeout (counted from the moment the worker starts it), that task gets an
 error record, with the end of the worker's log, and the next task starts a
-fresh worker. Several workers run side by side with `workers=N`; on a device
-with several GPUs or NPUs each is pinned to one through its visibility
+fresh worker; so does the task after one that left the device faulted (the
+worker retires). Several workers run side by side with `workers=N`; on a
+device with several GPUs or NPUs each is pinned to one through its visibility
 variable, and all share Inductor's compile cache.
 """
 
@@ -69,6 +70,8 @@ class _Worker:
     loading: float | None = None
     started: float | None = None
     buffer: str = ""
+    # The worker said it cannot run another case (its device faulted): replaced before the next task.
+    retiring: bool = False
 
     @property
     def busy(self) -> bool:
@@ -156,8 +159,8 @@ class WorkerPool:
         while pending or any(w.busy for w in self.workers.values()):
             for slot in range(self.size):
                 worker = self.workers.get(slot)
-                if worker is not None and not worker.busy and worker.process.poll() is not None:
-                    self._stop(worker)  # died between tasks
+                if worker is not None and not worker.busy and (worker.retiring or worker.process.poll() is not None):
+                    self._stop(worker)  # died between tasks, or cannot run another
                     worker = None
                 if pending and (worker is None or not worker.busy):
                     if worker is None:
@@ -201,6 +204,7 @@ class WorkerPool:
         if "missing" in message:
             return _failed(task, self.config, "setup", "crash", "CaseNotLoaded",
                            f"the worker could not load case {message['missing']!r} (see the load errors)", 0.0)
+        worker.retiring = bool(message.get("retire"))
         return R.CaseResult.from_dict(message["record"])
 
     def _lost(self, worker: _Worker, symptom: str, message: str) -> R.CaseResult:

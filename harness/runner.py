@@ -86,11 +86,24 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
                                        _traceback(exc))
         finally:
             record.duration_s = round(time.perf_counter() - started, 3)
-            device.release()
+            _release(device, record)
     if changed:
         shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
         record.warnings.append(f"the case changed global torch state, restored after it: {shown}")
     return apply_known_failure(record, case)
+
+
+def _release(device: Device, record: R.CaseResult) -> None:
+    """Give the case's device memory back; a device fault that surfaces only now makes the run an error."""
+    try:
+        device.release()
+    except Exception as exc:  # noqa: BLE001 - a kernel's asynchronous fault (misaligned address, illegal access)
+        # Reported by the first device call after it: whatever this run concluded was computed on a faulted device.
+        record.status, record.stage, record.symptom = R.ERROR, R.Stage.WORKER, R.Symptom.CRASH
+        record.error = R.ErrorInfo(
+            type(exc).__name__, f"the device reported a fault after the run ({R.exception_text(exc)}): a kernel "
+            "launched since the last synchronization (this case's, after its results were read) faulted; the "
+            "worker process is replaced", _traceback(exc))
 
 
 @dataclass

@@ -9,7 +9,9 @@ imports the case's module (under the import deadline), `{"started": ...}` when
 the case begins (the timeout counts from there), then `{"record": ...}`.
 
 If the parent dies (SIGKILL, a cancelled CI job), the worker notices within a
-second and kills its whole process group: nothing is left running.
+second and kills its whole process group: nothing is left running. After a
+case that left the device faulted (an asynchronous kernel error poisons the
+process's device context), the worker exits and the pool starts a fresh one.
 """
 
 from __future__ import annotations
@@ -104,10 +106,25 @@ def main() -> int:
             gc.freeze()
         results.write(json.dumps({"started": task["case"]}) + "\n")
         record = run_case(case, getattr(torch, task["dtype"]), task["mode"], config)
-        results.write(json.dumps({"record": encode_json(record.to_dict())}, allow_nan=False) + "\n")
+        # A kernel fault (misaligned address, illegal access) poisons the process's device context: every later
+        # case here would fail with it. The pool replaces a worker that retires, before its next task.
+        retire = not _device_usable(config.device)
+        results.write(json.dumps({"record": encode_json(record.to_dict()), "retire": retire}, allow_nan=False) + "\n")
         sys.stdout.flush()
         sys.stderr.flush()
+        if retire:
+            return 0
     return 0
+
+
+def _device_usable(name: str) -> bool:
+    from .devices import get_device
+
+    try:
+        get_device(name).synchronize()
+        return True
+    except Exception:  # noqa: BLE001 - whatever the device runtime raises, this process cannot use it
+        return False
 
 
 if __name__ == "__main__":

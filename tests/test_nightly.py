@@ -50,6 +50,21 @@ def hangs_with_a_child(dtype):
     time.sleep(600)
 
 @case(tags=("crashy",))
+def faults_the_device(dtype):
+    # An asynchronous kernel fault: it surfaces when the case's memory is given back, and the process's
+    # device is unusable from then on (as CUDA's misaligned address or illegal access leaves it).
+    from harness import devices
+    faulted = []
+    def release(self):
+        faulted.append(True)
+        raise RuntimeError("device error: misaligned address (emulated)")
+    def synchronize(self):
+        if faulted:
+            raise RuntimeError("device error: misaligned address (emulated)")
+    devices.Cpu.release, devices.Cpu.synchronize = release, synchronize
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("crashy",))
 def surrogate_message(dtype):
     raise RuntimeError("bad file " + os.fsdecode(b"caf\\xe9.bin"))
 '''
@@ -132,6 +147,19 @@ def test_a_hanging_case_and_its_child_are_gone_after_the_timeout(cases, tmp_path
     assert found[("hangs_with_a_child", "float32", "inference")]["symptom"] == "timeout"
     assert found[("adds_one", "float32", "inference")]["status"] == "pass"
     assert not alive(int(child_pid.read_text()))
+
+
+def test_a_device_fault_after_the_run_is_that_runs_error_and_the_next_case_gets_a_fresh_worker(cases, tmp_path):
+    result = harness("run", "faults_the_device", "adds_one", "doubles", "--case-path", str(cases), "--backend",
+                     "eager", "--json", str(tmp_path / "r.json"))
+    assert result.returncode == EXIT_FAILED, result.stdout + result.stderr
+    found = records_of(tmp_path / "r.json")
+    faulted = found[("faults_the_device", "float32", "inference")]
+    assert (faulted["status"], faulted["stage"], faulted["symptom"]) == ("error", "worker", "crash")
+    assert "misaligned address (emulated)" in faulted["error"]["message"]
+    assert "fault after the run" in faulted["error"]["message"]
+    assert found[("adds_one", "float32", "inference")]["status"] == "pass"
+    assert found[("doubles", "float32", "inference")]["status"] == "pass"
 
 
 def test_the_timeout_counts_from_the_case_start_not_the_worker_start(cases, tmp_path):

@@ -104,6 +104,8 @@ class Session:
     def __init__(self, fn: Callable[..., Any], inputs: Inputs, mode: str, device: Device, seed: int,
                  wrap: Wrap = lambda f: f, float64: bool = False):
         self.inputs, self.mode, self.device, self.seed, self.float64 = inputs, mode, device, seed, float64
+        if float64 and hasattr(fn, "for_float64"):  # a program that fixes dtypes in its arguments (OpInfo's)
+            fn = fn.for_float64()
         self.module = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else None
         if self.module is not None and float64:
             self.module = self.module.double()

@@ -265,6 +265,22 @@ def test_skips_carry_reasons():
         assert expected in reasons, reasons
 
 
+def test_an_op_returning_uninitialized_memory_is_skipped_without_the_opinfo_flag(monkeypatch):
+    # torch 2.11's OpInfo does not mark empty_like and its kin has_nondeterministic_output: on a GPU their two
+    # eager runs then differed, and the runs were reported nondeterministic instead of skipped as undefined.
+    from harness.opinfo import catalog as C
+
+    for piece in ("empty_like", "new_empty_strided"):
+        op = C.ops_by_piece()[piece]
+        monkeypatch.setattr(op, "has_nondeterministic_output", False)
+        C.probe.cache_clear()
+        skips = []
+        assert C.entries_of(op, torch.float32, skips) == []
+        assert skips and all("uninitialized memory" in s.reason for s in skips), skips
+    C.probe.cache_clear()
+    assert C.probe("zeros_like", torch.float32, 0).skip is None  # an allocation that is then written
+
+
 # The summary (records only).
 
 def _record(case, status, dtype="float32", layout="gapped", op="add", error=None, stats=None, ci=False):
@@ -323,6 +339,26 @@ def test_real_opinfo_cases_pass_on_cpu(full_cases, op, layout, dtype):
     for mode in case.modes:
         record = run_case(case, case.dtypes[0], mode, RunConfig())
         assert record.status == R.PASS, record.summary()
+
+
+def test_the_float64_reference_of_an_op_with_a_dtype_argument_computes_in_float64(full_cases):
+    # A float dtype among a sample's arguments fixed the float64 run's precision: `linspace(..., dtype=bfloat16)`
+    # gave a bfloat16 "reference" equal to eager, and on CUDA `_softmax_backward_data(..., input_dtype=float16)`
+    # raised on float64 tensors, so the case was judged by tolerance alone.
+    from harness.devices import get_device
+    from harness.execution import Session, materialize_inputs
+    from harness.runner import RunConfig, _as_program, run_case
+
+    for op, dtype in (("linspace", torch.bfloat16), ("_softmax_backward_data", torch.float16)):
+        case = load_registry().cases[_named(full_cases, op, "contiguous", str(dtype).removeprefix("torch."))]
+        program = _as_program(case.build(dtype))
+        inputs = materialize_inputs(program.inputs, program.kwargs, dtype, get_device("cpu"), 0)
+        reference = Session(program.fn, inputs, "inference", get_device("cpu"), 0, float64=True).run()
+        assert reference.values["out0"].dtype == torch.float64, case.name
+        eager = Session(program.fn, inputs, "inference", get_device("cpu"), 0).run()
+        assert eager.values["out0"].dtype == dtype  # the program itself is unchanged
+        record = run_case(case, dtype, "inference", RunConfig(reference="fp64"))
+        assert record.status == R.PASS and record.reference == "eager+fp64", record.summary()
 
 
 def test_a_generated_case_runs_by_name_in_a_worker_process(full_cases, tmp_path):

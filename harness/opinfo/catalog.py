@@ -18,6 +18,7 @@ Nothing here imports op_db until a function needs it (`op_db()`).
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import os
 import itertools
@@ -226,8 +227,31 @@ class OpCall:
         sample_input, args, kwargs = fill(self.structure, tensors)
         return self.op(sample_input, *args, **kwargs)
 
+    def for_float64(self) -> "OpCall":
+        """The float64 reference's program: floating dtypes among the arguments become float64 too (an
+        `input_dtype=torch.float16` argument made the float64 run of `_softmax_backward_data` raise)."""
+        twin = copy.copy(self)
+        twin.structure = _floats_as_float64(self.structure)
+        return twin
+
+
+def _floats_as_float64(structure: Any) -> Any:
+    if isinstance(structure, torch.dtype):
+        return torch.float64 if structure.is_floating_point else structure
+    if isinstance(structure, (list, tuple)) and not isinstance(structure, torch.Size):
+        items = [_floats_as_float64(v) for v in structure]
+        return items if isinstance(structure, list) else tuple(items)
+    if isinstance(structure, dict):
+        return {k: _floats_as_float64(v) for k, v in structure.items()}
+    return structure
+
 
 # Probes: what the op does with a sample, learned from one eager run on the CPU.
+
+# ATen ops whose output is memory allocated and never written: a sample running only these has no values.
+UNINITIALIZING_OPS = frozenset({"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty",
+                                "new_empty_strided"})
+
 
 @dataclass(frozen=True)
 class Probe:
@@ -246,10 +270,13 @@ class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
         self.dynamic: list[str] = []
         self.writes: list[str] = []
         self.calls = 0
+        self.allocations: list[str] = []  # ops that allocate without setting values
+        self.initialized: list[str] = []  # every other op
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         self.calls += 1
+        (self.allocations if func._overloadpacket.__name__ in UNINITIALIZING_OPS else self.initialized).append(str(func))
         tags = getattr(func, "tags", ())
         if torch.Tag.nondeterministic_seeded in tags:
             self.random.append(str(func))
@@ -299,6 +326,10 @@ def probe(op_piece: str, dtype: torch.dtype, index: int) -> Probe:
     if recorder.dynamic:
         return Probe(skip=f"data-dependent output ({recorder.dynamic[0]}: its shape or a Python scalar depends on "
                           "values): Dynamo graph-breaks there, so the op would run eagerly", writes=writes)
+    if recorder.calls and not recorder.initialized:
+        # The version-proof form of OpInfo's has_nondeterministic_output, which older torch lacks for these.
+        return Probe(skip=f"output values are undefined: the op returns uninitialized memory ({', '.join(recorder.allocations)})",
+                     writes=writes)
     leaves = torch.utils._pytree.tree_leaves(output)
     outputs = [t for t in leaves if isinstance(t, torch.Tensor)]
     if not outputs:

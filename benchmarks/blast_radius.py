@@ -1,7 +1,7 @@
 """The blast radius of a launch-boundary bug over the OpInfo sweep: which ops and layouts it breaks.
 
     python benchmarks/blast_radius.py --device cuda --inject boundary-downcast [--full] [--fix boundary-downcast-strided]
-        [-k EXPR] [--out reports/blast-radius] [--timeout 600] [--baseline RESULTS.json] [--bug RESULTS.json]
+        [-k EXPR] [--shard I/N] [--out reports/blast-radius] [--timeout 600] [--baseline RESULTS.json] [--bug RESULTS.json]
 
 Runs the OpInfo sweep three times with `python -m harness run --tag opinfo`:
 plainly (the baseline: what fails without any injection), under `--inject`
@@ -53,6 +53,8 @@ def run_sweep(args: argparse.Namespace, inject: str | None, path: str) -> float:
         command.append("--full")
     if args.keyword:
         command += ["-k", args.keyword]
+    if args.shard:
+        command += ["--shard", args.shard]
     if inject:
         command += ["--inject", inject]
     print(f"$ {' '.join(command)}", flush=True)
@@ -130,7 +132,8 @@ def _symptom(record: CaseResult) -> str:
 
 def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
     lines = [f"# Blast radius of `{meta['inject']}` over the OpInfo sweep", "",
-             f"Device `{meta['device']}`, sweep `{meta['sweep']}`{', -k ' + repr(meta['keyword']) if meta.get('keyword') else ''}, "
+             f"Device `{meta['device']}`, sweep `{meta['sweep']}`{', -k ' + repr(meta['keyword']) if meta.get('keyword') else ''}"
+             f"{', shard ' + meta['shard'] if meta.get('shard') else ''}, "
              f"torch {meta.get('torch', '?')}. {result['runs']} runs of {result['ops']} ops under the injection; "
              f"{result['baseline_failing']} runs already fail or are known failures without it (not counted).", "",
              f"**{result['broken_runs']} runs of {result['broken_ops']} ops broken by `{meta['inject']}`** "
@@ -168,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fix", default="boundary-downcast-strided", help="the fix to check ('' for none)")
     parser.add_argument("--full", action="store_true", help="the full sweep (default: the ci sample)")
     parser.add_argument("-k", dest="keyword", help="restrict the sweep (harness -k expression)")
+    parser.add_argument("--shard", metavar="I/N", help="the I-th of N equal parts of the sweep (harness run --shard): "
+                        "a uniform sample, or one host's part")
     parser.add_argument("--out", default=os.path.join(ROOT, "reports", "blast-radius"))
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per case run")
     parser.add_argument("--workers", type=int, default=1, help="worker processes per sweep (harness run --workers)")
@@ -192,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     fixed = read_results(paths[args.fix])[1] if args.fix else None
     result = analyse(baseline, injected, fixed)
     meta = {"inject": args.inject, "fix": args.fix or None, "device": args.device, "keyword": args.keyword,
-            "sweep": "full" if args.full else "ci", "torch": (meta_run.get("versions") or {}).get("torch"),
+            "shard": args.shard, "sweep": "full" if args.full else "ci", "torch": (meta_run.get("versions") or {}).get("torch"),
             "wall_s": timings, "results": paths}
     with open(os.path.join(args.out, "blast_radius.json"), "w", encoding="utf-8") as handle:
         json.dump({"meta": meta, **result}, handle, indent=1)

@@ -219,9 +219,13 @@ def compare_results(actual: Results, expected: Results, references: Results | No
     return comparisons
 
 
-def all_pass(actual: Results, expected: Results, references: Results | None, verdict: Verdict) -> bool:
-    """Whether every result passes, stopping at the first that does not (for the probe's many reruns)."""
+def all_pass(actual: Results, expected: Results, references: Results | None, verdict: Verdict,
+             only: set[str] | None = None) -> bool:
+    """Whether every result (of those named in `only`, if given) passes, stopping at the first that does not
+    (for the probe's many reruns)."""
     for name, a, e, reference in _result_pairs(actual, expected, references):
+        if only is not None and name not in only:
+            continue
         if a is _MISSING or e is _MISSING:
             return False
         if isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor) and verdict.quick_match(a, e):
@@ -431,8 +435,14 @@ def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig,
             return all_pass(results, observed.expected, observed.references, observed.verdict)
         return False
 
+    # A failing run's candidate matters only if it moves a result that failed. One that moves only results
+    # that passed explains nothing of the failure, and its eager twin may be what is wrong there (a post-grad
+    # graph that already differs from the program: CUDA's diagonal_scatter of a broadcast input blamed a
+    # backward kernel, moving a passing gradient, for a wrong forward output).
+    failed = {c.name for c in compiled.comparisons if not c.passed} or None
+
     def moved(results: Results) -> bool:
-        return not all_pass(results, compiled.results, None, observed.verdict)
+        return not all_pass(results, compiled.results, None, observed.verdict, only=failed)
 
     program = CompiledProgram(rerun=lambda probe: _probe_run(observed, compiled, config, record, probe),
                               passes=passes, moved=moved, stage=lambda: coarse_stage(observed),

@@ -18,7 +18,11 @@ RELOWERED = "came from a cache entry without lowering facts"
 
 
 def bisect(name, dtype, mode, bisect=True, **config):
-    record = run_case(CASES[name], dtype, mode, RunConfig(bisect=bisect, **config))
+    return bisect_case(CASES[name], dtype, mode, bisect, **config)
+
+
+def bisect_case(case, dtype=torch.float32, mode="inference", bisect=True, **config):
+    record = run_case(case, dtype, mode, RunConfig(bisect=bisect, **config))
     return record, record.first_divergent_kernel
 
 
@@ -683,9 +687,43 @@ def test_a_wrong_kernel_the_outputs_absorb_is_passed_over_for_the_next():
     assert (found.answer, found.launch_index, found.launches) == (R.Answer.KERNEL, 2, 3)
     assert found.name == "extern_kernels.mm"
     assert found.problems == ["inference 0 launch 0 extern_kernels.mm differs on exact inputs, but making its outputs "
-                              "eager changes no output beyond tolerance (a numerical difference the outputs absorb; "
-                              "its other launches are not tried)"]
+                              "eager changes no failing output beyond tolerance (a numerical difference the outputs "
+                              "absorb; its other launches are not tried)"]
     # The probe run (stops at launch 0); launch 0 made eager, which moves no output; the probe run again from
     # launch 0 (launch 2 is the same kernel: not a candidate, but the next difference); the search from
     # launch 2, not from the immaterial launch 0: 2 passes, 1 fails and describes launch 2.
     assert (found.reruns, found.stages_checked) == (5, False)
+
+
+def _two_chains(x, y, w):
+    return (x + 1).sin(), torch.mm(y, w)  # two launches: a generated kernel and an extern one
+
+
+def test_a_kernel_that_moves_only_passing_results_is_not_blamed_for_a_failing_one(monkeypatch):
+    # Seen on CUDA: the eager twin of a kernel's buffer came from a post-grad graph that already differs from
+    # the program there, so the kernel looked wrong on exact inputs, and making its outputs eager moved a
+    # gradient that had passed; the kernel was named for a failing output it never touched. Here the first
+    # launch's eager twin is made wrong on purpose; the fault is in the other chain's kernel.
+    from harness.probe import values as values_module
+
+    case = Case(name="two_chains", modes=("inference",),
+                build=lambda d: Program(_two_chains, [contiguous((64,)), contiguous((8, 8)), contiguous((8, 8))]))
+    clean, kernels = bisect_case(case, bisect="always")
+    assert clean.status == R.PASS and len(kernels.kernels) == 2
+    twisted: list[str] = []
+
+    def twist(original):
+        def value(self, node):
+            found = original(self, node)
+            if not twisted:
+                twisted.append(node)  # the first value asked for: the first launch's buffer
+            return found + 1 if node == twisted[0] and found is not None else found
+        return value
+
+    for name in ("value", "float64"):  # the eager twin and its float64 reference alike
+        monkeypatch.setattr(values_module.GraphValues, name, twist(getattr(values_module.GraphValues, name)))
+    record, found = bisect_case(case, inject="fault-offset@1")
+    failing = [o.name for o in record.outputs if not o.passed]
+    assert record.status == R.FAIL and len(failing) == 1
+    assert (found.answer, found.launch_index) == (R.Answer.KERNEL, 1), found.line()
+    assert any("changes no failing output" in p for p in found.problems), found.problems

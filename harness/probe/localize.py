@@ -7,7 +7,7 @@ recompilation; see `execution.Session`):
    that misses the verdict policy is isolated (`isolation.isolate`). The
    first kernel that is wrong on exact inputs, or reads what it writes, is
    the answer if its difference matters: one more run with its outputs made
-   eager must change the outputs beyond tolerance (a reordered float32 sum
+   eager must change a failing output beyond tolerance (a reordered float32 sum
    is wrong on exact inputs by the letter of the policy, and changes
    nothing). Otherwise the next such kernel is tried.
 2. Otherwise the runs are repeated with the outputs of launches 0..m made
@@ -64,7 +64,8 @@ class CompiledProgram:
     rerun: Callable[[KernelProbe], Results]
     # Whether every output of a run passes the verdict against eager.
     passes: Callable[[Results], bool]
-    # Whether a run's outputs differ, beyond the verdict policy, from those of the first compiled run.
+    # Whether a run's outputs differ, beyond the verdict policy, from those of the first compiled run (of a
+    # failing run, its failing ones).
     moved: Callable[[Results], bool]
     # The first backend of COARSE_STAGES whose compiled run diverges, or "inductor".
     stage: Callable[[], str]
@@ -130,11 +131,11 @@ def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Lo
         if program.moved(results):
             _name(found, wrong, R.Answer.KERNEL, stage="inductor")
             found.reason = ("making its outputs eager makes every output pass" if program.passes(results) else
-                            "making its outputs eager changes the outputs beyond tolerance; later kernels add "
-                            "more differences")
+                            "making its outputs eager changes a failing output beyond tolerance; later kernels "
+                            "add more differences")
             return found
         found.problems.append(f"{wrong.graph} launch {wrong.launch_index} {wrong.kernel['name']} differs on exact "
-                              "inputs, but making its outputs eager changes no output beyond tolerance "
+                              "inputs, but making its outputs eager changes no failing output beyond tolerance "
                               "(a numerical difference the outputs absorb; its other launches are not tried)")
         # The same kernel launched again (the next layer) differs the same way: not a candidate either.
         immaterial.add(wrong.kernel["name"])

@@ -1,7 +1,8 @@
 """The blast radius of a launch-boundary bug over the OpInfo sweep: which ops and layouts it breaks.
 
     python benchmarks/blast_radius.py --device cuda --inject boundary-downcast [--full] [--fix boundary-downcast-strided]
-        [-k EXPR] [--shard I/N] [--out reports/blast-radius] [--timeout 600] [--baseline RESULTS.json] [--bug RESULTS.json]
+        [-k EXPR] [--shard I/N] [--out reports/blast-radius] [--timeout 600]
+        [--baseline RESULTS.json] [--bug RESULTS.json]
 
 Runs the OpInfo sweep three times with `python -m harness run --tag opinfo`:
 plainly (the baseline: what fails without any injection), under `--inject`
@@ -197,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     fixed = read_results(paths[args.fix])[1] if args.fix else None
     result = analyse(baseline, injected, fixed)
     meta = {"inject": args.inject, "fix": args.fix or None, "device": args.device, "keyword": args.keyword,
-            "shard": args.shard, "sweep": "full" if args.full else "ci", "torch": (meta_run.get("versions") or {}).get("torch"),
+            "shard": args.shard, "sweep": "full" if args.full else "ci",
+            "torch": (meta_run.get("versions") or {}).get("torch"),
             "wall_s": timings, "results": paths}
     with open(os.path.join(args.out, "blast_radius.json"), "w", encoding="utf-8") as handle:
         json.dump({"meta": meta, **result}, handle, indent=1)

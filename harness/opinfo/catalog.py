@@ -276,7 +276,8 @@ class _Recorder(torch.utils._python_dispatch.TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         self.calls += 1
-        (self.allocations if func._overloadpacket.__name__ in UNINITIALIZING_OPS else self.initialized).append(str(func))
+        allocates = func._overloadpacket.__name__ in UNINITIALIZING_OPS
+        (self.allocations if allocates else self.initialized).append(str(func))
         tags = getattr(func, "tags", ())
         if torch.Tag.nondeterministic_seeded in tags:
             self.random.append(str(func))
@@ -328,7 +329,8 @@ def probe(op_piece: str, dtype: torch.dtype, index: int) -> Probe:
                           "values): Dynamo graph-breaks there, so the op would run eagerly", writes=writes)
     if recorder.calls and not recorder.initialized:
         # The version-proof form of OpInfo's has_nondeterministic_output, which older torch lacks for these.
-        return Probe(skip=f"output values are undefined: the op returns uninitialized memory ({', '.join(recorder.allocations)})",
+        allocations = ", ".join(recorder.allocations)
+        return Probe(skip=f"output values are undefined: the op returns uninitialized memory ({allocations})",
                      writes=writes)
     leaves = torch.utils._pytree.tree_leaves(output)
     outputs = [t for t in leaves if isinstance(t, torch.Tensor)]

@@ -72,6 +72,27 @@ KNOWN_FAILURES = (
                              device="cpu", mode="training", torch="2.13"),
                 layouts=("overlapping",))
       for op in ("split", "split.list_args", "split_with_sizes", "chunk", "unsafe_chunk", "unsafe_split")),
+    # CUDA, torch 2.11: seen in two 1/32 shards of the full sweep on an H200 (2026-12-01), one dtype and mode
+    # each, so not strict: the other dtypes and modes of these layouts were not run there.
+    OpFailure("view_copy", "https://github.com/pytorch/pytorch/issues/191136",
+              KnownFailure("view_copy of a layout view() cannot take (pytorch#191136); seen on CUDA in int32 and "
+                           "bool", device="cuda", torch="2.11", strict=False),
+              layouts=("permuted", "broadcast", "overlapping")),
+    OpFailure("nn.functional.max_pool3d", "https://github.com/pytorch/pytorch/issues/197434",
+              KnownFailure("max_pool3d indices of an input whose spatial dims are not in row-major memory order "
+                           "(pytorch#197434); seen on CUDA in bfloat16 training", device="cuda", torch="2.11",
+                           strict=False),
+              layouts=("permuted",)),
+    # Triton's fp32 a / b is not IEEE-rounded: floor() of an exact integer quotient can land one below.
+    OpFailure("floor_divide", "https://github.com/pytorch/pytorch/issues/197895",
+              KnownFailure("floor_divide computed as floor(a / b) with a non-IEEE division (pytorch#197895 and "
+                           "#177740); seen on CUDA in bfloat16", device="cuda", torch="2.11", strict=False)),
+    # The compiled output keeps the expanded input's stride-0 layout (rows alias), as as_strided_scatter's does.
+    OpFailure("diagonal_scatter", UNREPORTED_SCATTER_BROADCAST,
+              KnownFailure(f"diagonal_scatter of an expanded input returns a stride-0 output, rows aliased "
+                           f"({UNREPORTED_SCATTER_BROADCAST}); seen on CUDA in bfloat16", device="cuda",
+                           torch="2.11", strict=False),
+              layouts=("broadcast",)),
 )
 
 CASE_SOURCES = [opinfo_source(KNOWN_FAILURES)]

@@ -311,6 +311,20 @@ class NothingCompared(Exception):
     pass
 
 
+def _overlapping_compiled_results(observed: _Observation, compiled: _Compiled) -> str | None:
+    """What to say of failing results the compiled program wrote into memory whose elements overlap, where
+    eager's do not: writes into such a result collide (a scatter given an expanded input's stride-0 layout)."""
+    failing = {c.name for c in compiled.comparisons if not c.passed}
+    names = [name for name in _self_overlapping_outputs(compiled.results, compiled.session) if name in failing]
+    if not names:
+        return None
+    strides = ", ".join(f"{name} {tuple(compiled.results.values[name].stride())} where eager's is "
+                        f"{tuple(observed.expected.values[name].stride())}" for name in names[:3]
+                        if isinstance(observed.expected.values.get(name), torch.Tensor))
+    return (f"the compiled result is laid out with elements sharing memory ({strides}): its writes collide, so "
+            "its layout is wrong before its values are (Inductor gave it an expanded or overlapping input's strides)")
+
+
 def _undefined_results(observed: _Observation, compiled: _Compiled) -> list[str]:
     """The failing results, if every one differs only where neither side nor float64 has a value
     (`differs_only_where_undefined`) and the inputs are finite; empty otherwise (a NaN input's NaN must
@@ -356,6 +370,8 @@ def _conclude(observed: _Observation, compiled: _Compiled, config: RunConfig, re
     record.status = R.FAIL if diverged else R.PASS
     if diverged:
         record.stage, record.symptom = R.Stage.COMPARE, R.Symptom.DIVERGENCE
+        if overlapping := _overlapping_compiled_results(observed, compiled):
+            record.diagnosis = overlapping
     if observed.nondeterministic:
         record.status, record.stage, record.symptom = R.NONDETERMINISTIC, R.Stage.EAGER, R.Symptom.NONDETERMINISM
         record.diagnosis = f"two eager runs differ ({', '.join(observed.nondeterministic[:5])}): no verdict on compiled"

@@ -276,3 +276,17 @@ def test_a_failure_that_only_a_cached_compile_shows_is_diagnosed_when_asked(monk
         assert first.status == R.PASS and second.status == R.FAIL
         assert (said in (second.diagnosis or "")) == asked
         assert ("--fresh-compile" in second.command) == asked
+
+
+def test_a_compiled_result_whose_elements_share_memory_is_diagnosed_as_a_layout_bug():
+    # Inductor gives a scatter of an expanded input that input's stride-0 layout: the result's rows alias and
+    # its writes collide. The verdict says which values differ; the diagnosis says why, from the strides.
+    case = load_registry().cases["upstream_new_as_strided_scatter_broadcast_input"]
+    record = run_case(case, torch.int64, "inference", RunConfig())
+    assert record.status == R.XFAIL  # (declared: a failure, judged as one)
+    assert "elements sharing memory (out0 (0, 1) where eager's is (3, 1))" in record.diagnosis, record.diagnosis
+    # A failure of values alone has no such diagnosis.
+    diverges = Case(name="diverges", build=lambda d: Program(
+        lambda x: x + 2 if torch.compiler.is_compiling() else x + 1, [contiguous((4, 4))]))
+    plain = run_case(diverges, torch.float32, "inference", RunConfig())
+    assert plain.status == R.FAIL and not plain.diagnosis, plain.diagnosis

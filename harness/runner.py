@@ -322,7 +322,7 @@ def _overlapping_compiled_results(observed: _Observation, compiled: _Compiled) -
                         f"{tuple(observed.expected.values[name].stride())}" for name in names[:3]
                         if isinstance(observed.expected.values.get(name), torch.Tensor))
     return (f"the compiled result is laid out with elements sharing memory ({strides}): its writes collide, so "
-            "its layout is wrong before its values are (Inductor gave it an expanded or overlapping input's strides)")
+            "its layout is wrong before its values are (as when a scatter keeps an expanded input's strides)")
 
 
 def _undefined_results(observed: _Observation, compiled: _Compiled) -> list[str]:

@@ -6,7 +6,8 @@ and tagged `opinfo`, the op's name and the layout. `--tag opinfo` runs the
 `ci` sample (about 200 runs, one case per op); with `--full`, the whole sweep.
 Needs the `expecttest` package: `pip install -e '.[opinfo]'`.
 
-`KNOWN_FAILURES` below: what fails on the ci sample, each with its upstream issue.
+`KNOWN_FAILURES` below: what fails on CPU (the ci sample and the full sweep) and
+what CUDA shards of the full sweep showed, each with its upstream issue.
 """
 
 from harness import KnownFailure

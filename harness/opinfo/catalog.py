@@ -183,20 +183,29 @@ class _Slot:
     index: int
 
 
+def map_leaves(value: Any, leaf: Any) -> Any:
+    """`value` with each leaf of its lists, tuples and dicts replaced by `leaf(it)`, in order (a torch.Size is
+    a leaf)."""
+    if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
+        items = [map_leaves(v, leaf) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, dict):
+        return {k: map_leaves(v, leaf) for k, v in value.items()}
+    return leaf(value)
+
+
 def flatten(sample: Any) -> tuple[list[torch.Tensor], Any, int]:
     """The sample's tensors (in order), its structure with slots for them, and how many belong to `input`."""
     tensors: list[torch.Tensor] = []
 
+    def slot(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        tensors.append(value)
+        return _Slot(len(tensors) - 1)
+
     def strip(value: Any) -> Any:
-        if isinstance(value, torch.Tensor):
-            tensors.append(value)
-            return _Slot(len(tensors) - 1)
-        if isinstance(value, (list, tuple)) and not isinstance(value, torch.Size):
-            items = [strip(v) for v in value]
-            return items if isinstance(value, list) else tuple(items)
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items()}
-        return value
+        return map_leaves(value, slot)
 
     structure = (strip(sample.input),)
     primary = len(tensors)
@@ -231,19 +240,12 @@ class OpCall:
         """The float64 reference's program: floating dtypes among the arguments become float64 too (an
         `input_dtype=torch.float16` argument made the float64 run of `_softmax_backward_data` raise)."""
         twin = copy.copy(self)
-        twin.structure = _floats_as_float64(self.structure)
+        twin.structure = map_leaves(self.structure, _float_as_float64)
         return twin
 
 
-def _floats_as_float64(structure: Any) -> Any:
-    if isinstance(structure, torch.dtype):
-        return torch.float64 if structure.is_floating_point else structure
-    if isinstance(structure, (list, tuple)) and not isinstance(structure, torch.Size):
-        items = [_floats_as_float64(v) for v in structure]
-        return items if isinstance(structure, list) else tuple(items)
-    if isinstance(structure, dict):
-        return {k: _floats_as_float64(v) for k, v in structure.items()}
-    return structure
+def _float_as_float64(value: Any) -> Any:
+    return torch.float64 if isinstance(value, torch.dtype) and value.is_floating_point else value
 
 
 # Probes: what the op does with a sample, learned from one eager run on the CPU.

@@ -221,6 +221,9 @@ class CaseSource:
     # What it leaves out and why: (what, reason) pairs, for `harness list --skipped`.
     skipped: Callable[[], Iterable[tuple[str, str]]] = lambda: ()
     description: str = ""
+    # Loads what building its cases needs (OpInfo: op_db). A worker calls it before its first case of the
+    # source starts, so that the load is outside every case's clock and timeout.
+    prepare: Callable[[], None] = lambda: None
 
 
 class _Cases(dict):
@@ -286,6 +289,16 @@ class Registry:
                                          f"{type(exc).__name__}: {exception_line(exc)}"))
             return
         self.loaded_sources[source.name] = include_full
+
+    def prepare(self, case: Case) -> None:
+        """Load what building a generated case needs (its source's `prepare`); nothing for other cases. A load
+        that fails is left to the case's build, which fails the same way inside the run and is recorded."""
+        for source in self.case_sources:
+            if case.source == CASE_SOURCE_ORIGIN + source.name:
+                try:
+                    source.prepare()
+                except Exception:  # noqa: BLE001 - the build raises it again, in the run's record
+                    pass
 
     def lookup(self, name: str) -> Case | None:
         """A case by name, looked up in the case source whose prefix it has (nothing else is generated)."""

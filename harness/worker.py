@@ -90,18 +90,21 @@ def main() -> int:
             paths = [source] if source else setup["case_paths"]
             registries[source] = load_registry(paths, include_default=not source,
                                                import_timeout_s=setup.get("import_timeout_s"))
-        case = registries[source].lookup(task["case"])
+        registry = registries[source]
+        case = registry.lookup(task["case"])
         if case is None and source:  # a source that is not a loadable module: look everywhere
             if "" not in registries:
                 registries[""] = load_registry(setup["case_paths"], import_timeout_s=setup.get("import_timeout_s"))
-            case = registries[""].lookup(task["case"])
+            registry = registries[""]
+            case = registry.lookup(task["case"])
         if case is None:
             results.write(json.dumps({"missing": task["case"]}) + "\n")
             continue
         if origin not in frozen_origins:
             # A case module, or what a case source loads for its first case (OpInfo's op_db: the most objects
-            # of the worker), lives as long as the worker too.
+            # of the worker), lives as long as the worker too. Loaded now, before the case's clock starts.
             frozen_origins.add(origin)
+            registry.prepare(case)
             gc.collect()
             gc.freeze()
         results.write(json.dumps({"started": task["case"]}) + "\n")

@@ -51,6 +51,20 @@ def test_usage_errors_are_one_line_and_exit_2(capsys, args, message):
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
+def test_a_run_without_compile_options_does_not_import_the_compiler_in_the_harness_process():
+    """The harness process never compiles: checking option names (which imports Dynamo) waits for an option."""
+    code = textwrap.dedent("""
+        import sys
+        from harness.options import run_config_from
+        config = run_config_from({"device": "cpu"})
+        plain = "torch._inductor" in sys.modules
+        config = run_config_from({"device": "cpu", "compile_option": [("max_autotune", True)]})
+        print(plain, "torch._inductor" in sys.modules, config.compile_options)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["False", "True", "{'max_autotune':", "True}"], done.stderr[-2000:]
+
+
 def test_missing_torch_npu_is_a_usage_error_that_says_how_to_fix_it(capsys):
     pytest.importorskip("torch")
     try:

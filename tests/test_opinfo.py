@@ -201,6 +201,117 @@ def test_a_case_is_looked_up_by_name_without_generating_the_others(full_cases, c
     assert load_registry().cases[ci_cases[0].name].size == "ci"
 
 
+# The catalogue remembered on disk.
+
+_SELECT_AND_SAY_WHAT_WAS_IMPORTED = f"""
+    import json, sys
+    from harness.registry import load_registry
+    registry = load_registry()
+    ci = registry.select(tags=["opinfo"])
+    full = registry.select(tags=["opinfo"], include_full=True)
+    print(json.dumps({{"op_db": "{OP_DB_MODULE}" in sys.modules, "compiler": "torch._inductor" in sys.modules,
+                      "ci": [[c.name, c.size, list(c.tags), list(c.modes), c.description] for c in ci],
+                      "full": len(full), "known": sum(bool(c.known_failures) for c in full)}}))
+"""
+
+
+@needs_expecttest
+def test_a_second_selection_reads_the_catalogue_from_disk_without_op_db(ci_cases, full_cases, tmp_path):
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    first = json.loads(_python(_SELECT_AND_SAY_WHAT_WAS_IMPORTED, env=env))
+    assert first["op_db"] and len(list(tmp_path.glob("harness-opinfo-catalogue-*.json"))) == 1
+    second = json.loads(_python(_SELECT_AND_SAY_WHAT_WAS_IMPORTED, env=env))
+    assert not second["op_db"] and not second["compiler"]
+    # The same cases as made from op_db here: names, sizes, tags, modes, descriptions, known failures.
+    assert second == {**first, "op_db": False, "compiler": False}
+    assert [c[0] for c in second["ci"]] == [c.name for c in ci_cases]
+    assert second["ci"][5] == [ci_cases[5].name, "ci", list(ci_cases[5].tags), list(ci_cases[5].modes),
+                               ci_cases[5].description]
+    assert second["full"] == len(full_cases) and second["known"] == sum(bool(c.known_failures) for c in full_cases)
+
+
+@needs_expecttest
+def test_a_worker_looks_remembered_cases_up_without_probing_and_loads_op_db_before_the_clock(full_cases, tmp_path):
+    """A worker's lookup reads the file (no sample drawn or probed); `prepare` then loads op_db, which the
+    worker calls before a case's clock starts, and the case builds as one made from op_db."""
+    name = _named([c for c in full_cases if c.size == "full"], "add", "gapped")
+    made_here = next(c for c in full_cases if c.name == name)
+    env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
+    _python(_SELECT_AND_SAY_WHAT_WAS_IMPORTED, env=env)  # the parent's selection writes the file
+    out = json.loads(_python(f"""
+        import json, sys
+        from harness.opinfo import catalog as C
+        from harness.registry import load_registry
+        registry = load_registry()
+        case = registry.lookup("{name}")
+        looked_up = ["{OP_DB_MODULE}" in sys.modules, C.samples.cache_info().currsize]
+        registry.prepare(case)
+        prepared = "{OP_DB_MODULE}" in sys.modules
+        program = case.build(case.dtypes[0])
+        print(json.dumps({{"looked_up": looked_up, "prepared": prepared, "size": case.size,
+                          "description": case.description, "inputs": [list(t.shape) for t in program.inputs]}}))
+    """, env=env))
+    assert out["looked_up"] == [False, 0] and out["prepared"]
+    assert (out["size"], out["description"]) == ("full", made_here.description)
+    assert out["inputs"] == [list(t.shape) for t in made_here.build(made_here.dtypes[0]).inputs]
+
+
+@needs_expecttest
+def test_an_unreadable_or_foreign_catalogue_file_is_made_again(ci_cases, tmp_path, monkeypatch):
+    from harness.opinfo import remembered
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    for content in ("{not json", json.dumps({"key": "another torch", "ci": [["nonsense"]]}),
+                    json.dumps({"key": remembered._key(), "ci": [{"op_piece": "add"}]})):
+        with open(remembered.path(), "w") as handle:
+            handle.write(content)
+        remembered.ci_sample.cache_clear()
+        assert [f.entry.name for f in remembered.ci_sample()] == [c.name for c in ci_cases]
+        with open(remembered.path()) as handle:
+            assert json.load(handle)["key"] == remembered._key()
+    remembered.ci_sample.cache_clear()
+
+
+def test_the_catalogue_file_is_named_for_torch_and_the_catalogue_code(monkeypatch, tmp_path):
+    from harness.opinfo import remembered
+
+    assert os.path.join(os.path.dirname(remembered.__file__), "catalog.py") in remembered._SOURCES
+    here = remembered.path()
+    remembered._key.cache_clear()
+    try:
+        monkeypatch.setattr(torch, "__version__", "2.99.0+other")
+        assert remembered.path() != here
+        monkeypatch.undo()
+        remembered._key.cache_clear()
+        assert remembered.path() == here
+        # An edit to the catalogue's code names another file.
+        source = tmp_path / "catalog.py"
+        source.write_text("SAMPLES = 1\n")
+        monkeypatch.setattr(remembered, "_SOURCES", [str(source)])
+        remembered._key.cache_clear()
+        before = remembered.path()
+        source.write_text("SAMPLES = 2\n")
+        remembered._key.cache_clear()
+        assert remembered.path() != before
+    finally:
+        remembered._key.cache_clear()
+
+
+def test_the_cache_directory_is_inductors_without_importing_the_compiler():
+    out = json.loads(_python("""
+        import json, os, sys
+        os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        from harness.inductor_compat import inductor_cache_dir
+        mine = [inductor_cache_dir()]
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = "relative-cache"
+        mine.append(inductor_cache_dir())
+        compiler = "torch._inductor" in sys.modules
+        from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
+        print(json.dumps({"mine": mine, "inductor": [default_cache_dir(), cache_dir()], "compiler": compiler}))
+    """))
+    assert out["mine"] == out["inductor"] and not out["compiler"]
+
+
 # Layouts.
 
 def _primary(case):

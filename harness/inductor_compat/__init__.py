@@ -27,6 +27,8 @@ What is relied on, and why there is no public API for it:
   `origins`); `capture_graphs` records them for every graph compiled while it
   is active (FX graph and AOT autograd caches off, since a cache hit skips
   lowering; the generated code is the same).
+- `cache_dir.py`: Inductor's cache directory, where the harness keeps what
+  it learns once per host (the ISA verdicts below, the OpInfo catalogue).
 - `cpu_isa.py`: Inductor's CPU vector-ISA build checks, remembered on disk
   (each process would otherwise probe again: tens of seconds on torch 2.11).
 - `kernel_variants.py`: the text of generated reduction kernels (C++ and
@@ -35,6 +37,7 @@ What is relied on, and why there is no public API for it:
 """
 
 from . import torch_state
+from .cache_dir import inductor_cache_dir
 from .cpu_isa import pick_cpu_vec_isa, remember_vec_isa_checks
 from .versions import OLDEST_TORCH, NEWEST_TESTED_TORCH, torch_version_problem
 from .dynamo import (compile_cache_hits, compile_caches_off, dynamo_graph_counts, graph_break_reasons, mode_options,

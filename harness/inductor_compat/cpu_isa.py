@@ -26,15 +26,13 @@ import platform
 import sys
 import tempfile
 
+from .cache_dir import inductor_cache_dir
+
 _VERDICTS_FILE = "harness-vec-isa-checks.json"
 
 
 def _verdicts_path() -> str:
-    try:
-        from torch._inductor.runtime.cache_dir_utils import cache_dir
-    except ImportError:  # before the runtime package had it
-        from torch._inductor.codecache import cache_dir
-    return os.path.join(cache_dir(), _VERDICTS_FILE)
+    return os.path.join(inductor_cache_dir(), _VERDICTS_FILE)
 
 
 @functools.cache

@@ -8,7 +8,8 @@ sample (about 200 runs, one case per op) have size `ci` and tag `ci`; the rest
 of the sweep has size `full`.
 
 Importing this package does not import op_db: that happens when the registry
-loads the source (`harness/source_selection.py` says when).
+loads the source (`harness/source_selection.py` says when) and the catalogue
+is not on disk yet (`remembered`), or when a case is built.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import torch
 
 from ..registry import CASE_SOURCE_ORIGIN, Case, CaseSource, KnownFailure, Program
 from . import catalog as C
+from . import remembered
 from .layouts import LAYOUTS, REGISTRY as LAYOUT_REGISTRY
 
 SOURCE = "opinfo"
@@ -53,27 +55,29 @@ def opinfo_source(known_failures: Sequence[OpFailure] = ()) -> CaseSource:
     return CaseSource(
         name=SOURCE, prefix=C.PREFIX, tags=TAGS,
         generate=functools.partial(_generate, failures), lookup=functools.partial(_lookup, failures),
-        unavailable=unavailable, skipped=_skipped,
+        unavailable=unavailable, skipped=_skipped, prepare=C.ops_by_piece,
         description="torch's OpInfo samples (op_db), each op x dtype x sample x layout a case",
     )
 
 
 def _generate(failures: tuple[OpFailure, ...], include_full: bool) -> Iterable[Case]:
-    ci = C.ci_sample()
-    ci_names = {e.name for e in ci}
-    for entry in ci:
-        yield make_case(entry, failures, ci=True)
+    # Remembered on disk once made (`remembered`): a selection then imports no op_db.
+    for facts in remembered.ci_sample():
+        yield make_case(facts, failures, ci=True)
     if include_full:
-        for entry in C.full_catalogue():
-            if entry.name not in ci_names:
-                yield make_case(entry, failures, ci=False)
+        for facts in remembered.full_catalogue():
+            if facts.entry.name not in remembered.ci_names():
+                yield make_case(facts, failures, ci=False)
 
 
 def _lookup(failures: tuple[OpFailure, ...], name: str) -> Case | None:
-    entry = C.lookup(name)
-    if entry is None:
-        return None
-    return make_case(entry, failures, ci=any(e.name == name for e in C.ci_sample()))
+    facts = remembered.find(name)
+    if facts is None:
+        entry = C.lookup(name)
+        if entry is None:
+            return None
+        facts = remembered.facts_of(entry)
+    return make_case(facts, failures, ci=name in remembered.ci_names())
 
 
 def _skipped() -> list[tuple[str, str]]:
@@ -82,14 +86,11 @@ def _skipped() -> list[tuple[str, str]]:
     return [(s.what, s.reason) for s in skips]
 
 
-def make_case(entry: C.Entry, failures: Sequence[OpFailure], ci: bool) -> Case:
-    op = C.ops_by_piece()[entry.op_piece]
-    key = C.op_key(op)
+def make_case(facts: remembered.Facts, failures: Sequence[OpFailure], ci: bool) -> Case:
+    entry, key = facts.entry, facts.op_key
     mine = [f for f in failures if f.op == key and (f.layouts is None or entry.layout in f.layouts)
             and (f.samples is None or entry.index in f.samples)]
-    tags = ["opinfo", op.name] + ([key] if key != op.name else []) + [entry.layout] + (["ci"] if ci else [])
-    tensors, _, _ = C.flatten(C.samples(entry.op_piece, entry.dtype)[entry.index])
-    shapes = ", ".join(str(tuple(t.shape)) for t in tensors) or "no tensor"
+    tags = ["opinfo", facts.op_name] + ([key] if key != facts.op_name else []) + [entry.layout] + (["ci"] if ci else [])
     return Case(
         name=entry.name,
         build=functools.partial(build, entry),
@@ -100,7 +101,7 @@ def make_case(entry: C.Entry, failures: Sequence[OpFailure], ci: bool) -> Case:
         issue=mine[0].issue if mine else None,
         known_failures=tuple(f.failure for f in mine),
         generated=True,
-        description=(f"OpInfo {key} sample {entry.index} ({C.dtype_name(entry.dtype)}; inputs {shapes}), "
+        description=(f"OpInfo {key} sample {entry.index} ({C.dtype_name(entry.dtype)}; inputs {facts.shapes}), "
                      f"{entry.layout}: {LAYOUT_REGISTRY[entry.layout].summary}"),
         source=CASE_SOURCE_ORIGIN + SOURCE,
     )

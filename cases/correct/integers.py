@@ -7,9 +7,17 @@ arithmetic has no rounding, so any difference at all would be a bug.
 
 import torch
 
-from harness import Program, case, contiguous, permuted
+from harness import KnownFailure, Program, case, contiguous, permuted
 
 INTS = (torch.int64, torch.int32)
+# Found by this corpus on a GPU host's CPU (AVX512, torch 2.11.0; new, not yet reported upstream): the one
+# kernel Inductor fuses for every output here writes, in 91-94% of rows, x.argmax(-1) rounded down to a
+# multiple of 16 (the start of the 16-lane vector holding the maximum: 869 becomes 864). The same program
+# compiled without the harness fails the same way there, and `x.argmax(-1)` compiled alone is right.
+# AVX2 CPUs (torch 2.13) compute it right: not strict, whether it shows depends on the CPU.
+FUSED_ARGMAX_AVX512 = KnownFailure(
+    "the fused argmax/argmin kernel returns the row maximum's 16-lane vector start, not its index, on an AVX512 "
+    "CPU (seen with torch 2.11; new, not yet reported upstream)", device="cpu", torch="2.11", strict=False)
 
 
 def argmax_and_compare(x, y):
@@ -17,7 +25,8 @@ def argmax_and_compare(x, y):
             x > y, torch.where(x >= y, x, y), (x == y).sum(dim=-1))
 
 
-@case(tags=("correct", "integer", "argmax", "compare"), dtypes=(torch.float32,), modes=("inference",))
+@case(tags=("correct", "integer", "argmax", "compare"), dtypes=(torch.float32,), modes=("inference",),
+      known_failures=[FUSED_ARGMAX_AVX512])
 def correct_argmax_compare_float(dtype):
     """argmax/argmin (int64 results) over 1024- and 256-long dims of distinct floats, comparisons, where."""
     return Program(argmax_and_compare, [
@@ -26,7 +35,8 @@ def correct_argmax_compare_float(dtype):
     ])
 
 
-@case(tags=("correct", "integer", "argmax", "compare"), dtypes=INTS, modes=("inference",))
+@case(tags=("correct", "integer", "argmax", "compare"), dtypes=INTS, modes=("inference",),
+      known_failures=[FUSED_ARGMAX_AVX512])
 def correct_argmax_compare_int(dtype):
     """argmax/argmin over integers with many ties (the first index must win), comparisons, where."""
     return Program(argmax_and_compare, [

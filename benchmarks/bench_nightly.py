@@ -1,6 +1,7 @@
 """The nightly job's costs: how suite wall time scales with `--workers`, and what the harness adds per case.
 
-    python benchmarks/bench_nightly.py [--workers 1 2 3 4] [--tag correct] [--mode inference] [--json out.json]
+    python benchmarks/bench_nightly.py [--workers 1 2 3 4] [--tag correct] [--mode inference] [--full --shard 1/48]
+        [--cache-dir DIR] [--warm-workers 8] [--json out.json]
 
 Both measurements run whole processes, one after another in this one run, on
 CPU Inductor with one shared Inductor cache directory warmed first (a nightly
@@ -70,7 +71,8 @@ for case in cases:
 def selection_args(args: argparse.Namespace) -> list[str]:
     chosen = [arg for tag in args.tag for arg in ("--tag", tag)]
     modes = [] if args.mode == "all" else ["--mode", args.mode]
-    return chosen + (["-k", args.keyword] if args.keyword else []) + modes
+    sweep = (["--full"] if args.full else []) + (["--shard", args.shard] if args.shard else [])
+    return chosen + (["-k", args.keyword] if args.keyword else []) + modes + sweep
 
 
 def timed(command: list[str], env: dict[str, str], ok: tuple[int, ...] = (0, 1)) -> float:
@@ -99,6 +101,13 @@ def main() -> int:
     parser.add_argument("--tag", action="append", default=[], help="selection (default: --tag correct)")
     parser.add_argument("-k", dest="keyword", default=None)
     parser.add_argument("--mode", default="inference", help="a mode, or all (every mode of each case)")
+    parser.add_argument("--full", action="store_true", help="case sources' full sweeps (OpInfo: every op and layout)")
+    parser.add_argument("--shard", metavar="I/N", help="this part of the selection (a nightly-sized slice of --full)")
+    parser.add_argument("--cache-dir", help="the Inductor cache directory to warm and share (default: a new one; "
+                        "one kept between invocations spares a second cold warm-up)")
+    parser.add_argument("--warm-workers", type=int, default=None,
+                        help="workers for the cold warm-up (default: the largest --workers; the thread count per "
+                        "worker stays the measured one, which the compiled kernels depend on)")
     parser.add_argument("--threads-per-worker", type=int, default=None,
                         help="OMP threads of every worker (default: the cores over the largest --workers)")
     parser.add_argument("--pairs", type=int, default=3, help="alternating bare/harness pairs for the overhead")
@@ -107,10 +116,13 @@ def main() -> int:
     parser.add_argument("--json", dest="json_path")
     args = parser.parse_args()
     args.tag = args.tag or ([] if args.keyword else ["correct"])
+    if (args.full or args.shard) and not args.skip_overhead:
+        parser.error("the overhead's bare script selects by tag and keyword only: add --skip-overhead")
 
     work = tempfile.mkdtemp(prefix="bench-nightly-")
     threads = args.threads_per_worker or max(1, (os.cpu_count() or 1) // max(args.workers))
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=os.path.join(work, "inductor-cache"), OMP_NUM_THREADS=str(threads))
+    cache = args.cache_dir or os.path.join(work, "inductor-cache")
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, OMP_NUM_THREADS=str(threads))
     out = os.path.join(work, "results.json")
     report: dict = {"machine": f"{platform.node()} {os.cpu_count()} cores", "python": platform.python_version(),
                     "selection": selection_args(args), "threads_per_worker": threads,
@@ -120,7 +132,8 @@ def main() -> int:
     report["torch"] = torch.__version__
     print(f"warming the Inductor cache ({' '.join(selection_args(args))}; {threads} threads per worker) ...",
           flush=True)
-    timed(harness_command(args, max(args.workers), out), env)  # the fastest way to a warm cache: one for every N
+    # The fastest way to a warm cache, one for every N: each worker compiles for the same thread count.
+    report["warm_s"] = timed(harness_command(args, args.warm_workers or max(args.workers), out), env)
     records = _records(out)
     report["case_runs"] = len(records)
     first = (records[0]["case"],)  # a one-case run measures what every run pays once (startup, loading)

@@ -8,8 +8,9 @@ case needs before it runs (its entry: op, dtype, sample, layout, modes; the
 op's names; the sample's shapes) depends only on torch, Python, numpy and the
 catalogue's own code. Those make the file's name: another torch, or a changed
 catalogue, gets a file of its own. The file lives in Inductor's cache
-directory, which a run's workers share and a nightly host keeps between runs.
-An unreadable or foreign file is ignored and written again.
+directory, which a run's workers share and a nightly host keeps between runs;
+a worker finds the case it is sent there too (`find`), without drawing or
+probing samples. An unreadable or foreign file is ignored and written again.
 """
 
 from __future__ import annotations

@@ -266,10 +266,12 @@ def test_an_unreadable_or_foreign_catalogue_file_is_made_again(ci_cases, tmp_pat
         with open(remembered.path(), "w") as handle:
             handle.write(content)
         remembered.ci_sample.cache_clear()
+        remembered._on_disk.cache_clear()
         assert [f.entry.name for f in remembered.ci_sample()] == [c.name for c in ci_cases]
         with open(remembered.path()) as handle:
             assert json.load(handle)["key"] == remembered._key()
     remembered.ci_sample.cache_clear()
+    remembered._on_disk.cache_clear()
 
 
 def test_the_catalogue_file_is_named_for_torch_and_the_catalogue_code(monkeypatch, tmp_path):

@@ -22,6 +22,7 @@ import os
 import platform
 import tempfile
 from dataclasses import dataclass
+from typing import Callable, Iterable
 
 import torch
 
@@ -111,23 +112,30 @@ def _parts(data: dict, part: str) -> list[Facts] | None:
 
 
 @functools.cache
+def _on_disk() -> dict:
+    """The file as this process first read it: parsed once (about 3 MB with the full sweep), whatever asks."""
+    return _read()
+
+
+def _remembered(part: str, make: Callable[[], Iterable[C.Entry]]) -> tuple[Facts, ...]:
+    """A part of the catalogue from the file, or made from op_db and added to it."""
+    found = _parts(_on_disk(), part)
+    if found is None:
+        found = [facts_of(entry) for entry in make()]
+        _write({**_read(), part: [f.to_dict() for f in found]})  # read again: keep what another process added
+    return tuple(found)
+
+
+@functools.cache
 def ci_sample() -> tuple[Facts, ...]:
     """The ci sample's cases, in order."""
-    found = _parts(_read(), "ci")
-    if found is None:
-        found = [facts_of(entry) for entry in C.ci_sample()]
-        _write({**_read(), "ci": [f.to_dict() for f in found]})
-    return tuple(found)
+    return _remembered("ci", C.ci_sample)
 
 
 @functools.cache
 def full_catalogue() -> tuple[Facts, ...]:
     """Every case of the full sweep, in op order."""
-    found = _parts(_read(), "full")
-    if found is None:
-        found = [facts_of(entry) for entry in C.full_catalogue()]
-        _write({**_read(), "full": [f.to_dict() for f in found]})
-    return tuple(found)
+    return _remembered("full", C.full_catalogue)
 
 
 @functools.cache
@@ -137,7 +145,7 @@ def ci_names() -> frozenset[str]:
 
 @functools.cache
 def _by_name() -> dict[str, Facts]:
-    return {facts.entry.name: facts for part in ("ci", "full") for facts in _parts(_read(), part) or ()}
+    return {facts.entry.name: facts for part in ("ci", "full") for facts in _parts(_on_disk(), part) or ()}
 
 
 def find(name: str) -> Facts | None:

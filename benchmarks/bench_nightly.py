@@ -1,7 +1,7 @@
 """The nightly job's costs: how suite wall time scales with `--workers`, and what the harness adds per case.
 
-    python benchmarks/bench_nightly.py [--workers 1 2 3 4] [--tag correct] [--mode inference] [--full --shard 1/48]
-        [--cache-dir DIR] [--warm-workers 8] [--json out.json]
+    python benchmarks/bench_nightly.py [--workers 1 2 3 4] [--tag correct] [--mode inference] [--full --shard 1/10]
+        [--cache-dir DIR] [--warm-workers 8] [--skip-warm] [--json out.json]
 
 Both measurements run whole processes, one after another in this one run, on
 CPU Inductor with one shared Inductor cache directory warmed first (a nightly
@@ -108,6 +108,10 @@ def main() -> int:
     parser.add_argument("--warm-workers", type=int, default=None,
                         help="workers for the cold warm-up (default: the largest --workers; the thread count per "
                         "worker stays the measured one, which the compiled kernels depend on)")
+    parser.add_argument("--skip-warm", action="store_true",
+                        help="--cache-dir is already warm for this selection and thread count (an earlier invocation "
+                        "warmed it): a long curve split over invocations, e.g. one per N (speed-ups are printed against this "
+                        "invocation's first N: compare the times across invocations)")
     parser.add_argument("--threads-per-worker", type=int, default=None,
                         help="OMP threads of every worker (default: the cores over the largest --workers)")
     parser.add_argument("--pairs", type=int, default=3, help="alternating bare/harness pairs for the overhead")
@@ -118,6 +122,8 @@ def main() -> int:
     args.tag = args.tag or ([] if args.keyword else ["correct"])
     if (args.full or args.shard) and not args.skip_overhead:
         parser.error("the overhead's bare script selects by tag and keyword only: add --skip-overhead")
+    if args.skip_warm and (not args.cache_dir or not args.skip_overhead or args.skip_scaling):
+        parser.error("--skip-warm measures scaling in a --cache-dir warmed before: give it, and --skip-overhead")
 
     work = tempfile.mkdtemp(prefix="bench-nightly-")
     threads = args.threads_per_worker or max(1, (os.cpu_count() or 1) // max(args.workers))
@@ -130,19 +136,19 @@ def main() -> int:
     import torch
 
     report["torch"] = torch.__version__
-    print(f"warming the Inductor cache ({' '.join(selection_args(args))}; {threads} threads per worker) ...",
-          flush=True)
-    # The fastest way to a warm cache, one for every N: each worker compiles for the same thread count.
-    report["warm_s"] = timed(harness_command(args, args.warm_workers or max(args.workers), out), env)
-    records = _records(out)
-    report["case_runs"] = len(records)
-    first = (records[0]["case"],)  # a one-case run measures what every run pays once (startup, loading)
-    first_runs = sum(r["case"] == first[0] for r in records)
+    records = None
+    if not args.skip_warm:
+        print(f"warming the Inductor cache ({' '.join(selection_args(args))}; {threads} threads per worker) ...",
+              flush=True)
+        # The fastest way to a warm cache, one for every N: each worker compiles for the same thread count.
+        report["warm_s"] = timed(harness_command(args, args.warm_workers or max(args.workers), out), env)
+        records = _records(out)
 
     if not args.skip_scaling:
         curve, case_time = {}, {}
         for workers in args.workers:
             curve[workers] = timed(harness_command(args, workers, out), env)
+            records = records or _records(out)
             # Where the time went: the cases' own time (summed over workers), and what is left of the wall
             # time once that is shared out (start-up, loading, the parent's bookkeeping).
             case_time[workers] = sum(r["duration_s"] for r in _records(out))
@@ -152,8 +158,11 @@ def main() -> int:
                   f"efficiency {speedup / workers:.2f} (target >= {TARGET_EFFICIENCY}); "
                   f"cases {case_time[workers]:.1f} s in all, outside them {outside:.1f} s", flush=True)
         report["scaling_s"], report["case_time_s"] = curve, case_time
+    report["case_runs"] = len(records)
 
     if not args.skip_overhead:
+        first = (records[0]["case"],)  # a one-case run measures what every run pays once (startup, loading)
+        first_runs = sum(r["case"] == first[0] for r in records)
         bare_script = os.path.join(work, "bare.py")
         with open(bare_script, "w") as handle:
             handle.write(BARE)

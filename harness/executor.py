@@ -156,17 +156,25 @@ class WorkerPool:
         if self.config is None:
             raise RuntimeError("WorkerPool.run before configure()")
         pending = list(tasks)
+        self._dispatch(pending)
         while pending or any(w.busy for w in self.workers.values()):
-            for slot in range(self.size):
-                worker = self.workers.get(slot)
-                if worker is not None and not worker.busy and (worker.retiring or worker.process.poll() is not None):
-                    self._stop(worker)  # died between tasks, or cannot run another
-                    worker = None
-                if pending and (worker is None or not worker.busy):
-                    if worker is None:
-                        worker = self.workers[slot] = self._start(slot)
-                    worker.send(pending.pop(0))
-            yield from self._poll()
+            finished = list(self._poll())
+            # Idle workers get their next task before the caller sees these records: its bookkeeping (the
+            # journal's fsync, the console) then overlaps the workers' cases instead of holding them up.
+            self._dispatch(pending)
+            yield from finished
+
+    def _dispatch(self, pending: list[Task]) -> None:
+        """Give every idle worker slot the next pending task (starting a worker where the slot has none)."""
+        for slot in range(self.size):
+            worker = self.workers.get(slot)
+            if worker is not None and not worker.busy and (worker.retiring or worker.process.poll() is not None):
+                self._stop(worker)  # died between tasks, or cannot run another
+                worker = None
+            if pending and (worker is None or not worker.busy):
+                if worker is None:
+                    worker = self.workers[slot] = self._start(slot)
+                worker.send(pending.pop(0))
 
     def _poll(self) -> Iterator[R.CaseResult]:
         for key, _ in self.selector.select(POLL_S):

@@ -333,3 +333,23 @@ def test_workers_start_before_the_harness_imports_torch(argv, started):
             "print('torch' in sys.modules, len(pool.workers) if pool else 0); pool and pool.close()")
     result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert result.stdout.split() == ["False", str(started)], result.stderr[-2000:]
+
+
+def test_an_idle_worker_gets_its_next_task_before_the_caller_handles_a_record(cases):
+    """The caller's bookkeeping per record (the journal's fsync, the console) overlaps the next case: where an
+    fsync takes milliseconds (a network filesystem), a worker waiting on it would idle that long every case."""
+    from harness.executor import Task, WorkerPool
+    from harness.options import run_config_from
+    from harness.registry import load_registry
+
+    registry = load_registry([str(cases)], include_default=False)
+    tasks = [Task(registry.lookup(name), "float32", "inference") for name in ("adds_one", "doubles")]
+    pool = WorkerPool(run_config_from({"device": "cpu", "backend": "eager"}), [str(cases)], 120.0)
+    try:
+        results = pool.run(tasks)
+        first = next(results)
+        assert (first.case, first.status) == ("adds_one", "pass")
+        assert pool.workers[0].task == tasks[1]  # sent before the first record reached the caller
+        assert next(results).case == "doubles"
+    finally:
+        pool.close()

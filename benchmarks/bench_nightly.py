@@ -109,9 +109,9 @@ def main() -> int:
                         help="workers for the cold warm-up (default: the largest --workers; the thread count per "
                         "worker stays the measured one, which the compiled kernels depend on)")
     parser.add_argument("--skip-warm", action="store_true",
-                        help="--cache-dir is already warm for this selection and thread count (an earlier invocation "
-                        "warmed it): a long curve split over invocations, e.g. one per N (speed-ups are printed against this "
-                        "invocation's first N: compare the times across invocations)")
+                        help="--cache-dir is already warm for this selection and thread count (an earlier "
+                        "invocation warmed it): a long curve split over invocations, e.g. one per N (speed-ups are "
+                        "printed against this invocation's first N: compare the times across invocations)")
     parser.add_argument("--threads-per-worker", type=int, default=None,
                         help="OMP threads of every worker (default: the cores over the largest --workers)")
     parser.add_argument("--pairs", type=int, default=3, help="alternating bare/harness pairs for the overhead")

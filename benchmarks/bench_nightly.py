@@ -148,10 +148,11 @@ def main() -> int:
         curve, case_time = {}, {}
         for workers in args.workers:
             curve[workers] = timed(harness_command(args, workers, out), env)
-            records = records or _records(out)
+            measured = _records(out)
+            records = records or measured
             # Where the time went: the cases' own time (summed over workers), and what is left of the wall
             # time once that is shared out (start-up, loading, the parent's bookkeeping).
-            case_time[workers] = sum(r["duration_s"] for r in _records(out))
+            case_time[workers] = sum(r["duration_s"] for r in measured)
             speedup = curve[args.workers[0]] / curve[workers] * args.workers[0]
             outside = curve[workers] - case_time[workers] / workers
             print(f"workers={workers}: {curve[workers]:.1f} s, speed-up {speedup:.2f}x, "

@@ -8,7 +8,9 @@ Runs the OpInfo sweep three times with `python -m harness run --tag opinfo`:
 plainly (the baseline: what fails without any injection), under `--inject`
 (the bug), and under `--fix` (the proposed fix, by default the stride-preserving
 `boundary-downcast-strided`). A run is *broken by the injection* when it passes
-plainly and fails, errs or passes unexpectedly under it. For every broken op it
+plainly and fails, errs or passes unexpectedly under it; a run the injection did
+not reach (no generated kernel launched: `injection-missed`) is counted apart,
+neither broken nor spared. For every broken op it
 answers whether a non-dense int64/float64 argument reached a kernel in its
 broken runs (the records' `injection_stats.non_dense_args`), and how many of
 its arguments shared a storage with another argument of the launch
@@ -71,9 +73,14 @@ def key(record: CaseResult) -> tuple[str, str, str]:
 
 
 def broken_runs(baseline: list[CaseResult], injected: list[CaseResult]) -> list[CaseResult]:
-    """Runs that pass without the injection and fail, err or pass unexpectedly with it."""
+    """Runs that pass without the injection and fail, err or pass unexpectedly with it (reached by it)."""
     plain = {key(r): str(r.status) for r in baseline}
-    return [r for r in injected if str(r.status) in FAILING and plain.get(key(r)) == "pass"]
+    return [r for r in injected if str(r.status) in FAILING and plain.get(key(r)) == "pass" and not missed(r)]
+
+
+def missed(record: CaseResult) -> bool:
+    """A run the injection never reached: the program launched no generated kernel."""
+    return record.symptom == "injection-missed"
 
 
 def analyse(baseline: list[CaseResult], injected: list[CaseResult], fixed: list[CaseResult] | None) -> dict[str, Any]:
@@ -115,6 +122,7 @@ def analyse(baseline: list[CaseResult], injected: list[CaseResult], fixed: list[
         "runs": len(injected), "baseline_runs": len(baseline),
         "baseline_failing": sum(str(r.status) in FAILING | {"xfail"} for r in baseline),
         "ops": len({k[0] for k in totals}), "broken_runs": len(broken), "broken_ops": len(ops),
+        "missed_runs": sum(missed(r) for r in injected),
         "layouts": layouts,
         "table": {op: {l: [cells.get((op, l), 0), totals.get((op, l), 0)] for l in layouts} for op in ops},
         "per_layout": {l: [sum(cells.get((op, l), 0) for op in ops), sum(n for (o, ll), n in totals.items() if ll == l)]
@@ -138,7 +146,9 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
              f"torch {meta.get('torch', '?')}. {result['runs']} runs of {result['ops']} ops under the injection; "
              f"{result['baseline_failing']} runs already fail or are known failures without it (not counted).", "",
              f"**{result['broken_runs']} runs of {result['broken_ops']} ops broken by `{meta['inject']}`** "
-             "(pass without the injection, fail with it).", ""]
+             "(pass without the injection, fail with it)"
+             + (f"; {result['missed_runs']} runs launched no generated kernel for it to reach (not counted)"
+                if result.get("missed_runs") else "") + ".", ""]
     if meta.get("fix"):
         broken = result["fix_broken_runs"]
         lines += [f"**The fix `{meta['fix']}` breaks {len(broken)} runs**" + (": " + ", ".join(broken[:20]) if broken else "."), ""]

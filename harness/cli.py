@@ -234,13 +234,14 @@ def _stop_on_signals() -> Iterator[None]:
 
 
 def _run(args: argparse.Namespace, early: Any = None) -> int:
-    from .devices import get_device
+    from .devices import compiler_problem, get_device
 
     try:
         config = run_config_from(vars(args))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    unavailable = get_device(config.device).unavailable_reason()
+    device = get_device(config.device)
+    unavailable = device.unavailable_reason() or compiler_problem(device, config)
     if unavailable:
         raise UsageError(f"device {config.device} is not usable: {unavailable}")
     _check_torch_version()
@@ -276,7 +277,11 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any) -> int:
     started_at, started = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
     journal_file = journal_path(args.json_path, args.report_dir)
     journal = Journal(journal_file, plan.carried) if journal_file else None
-    say(f"running {_plural(len(plan.tasks), 'case run')} on {config.device} with backend {config.backend}"
+    from .devices import get_device
+
+    surrogate = get_device(config.device).surrogate()
+    say(f"running {_plural(len(plan.tasks), 'case run')} on {config.device}"
+        + (f" ({surrogate})" if surrogate else "") + f" with backend {config.backend}"
         + (f" (emulation: {config.inject})" if config.inject else "")
         + (f", {_plural(len(plan.carried), 'run')} carried from {args.resume}" if plan.carried else "")
         + (f", shard {args.shard[0]}/{args.shard[1]}" if args.shard else ""))
@@ -303,7 +308,7 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any) -> int:
     from .publish import publish, run_metadata
 
     meta = run_metadata(results, command=" ".join(["harness", *sys.argv[1:]]) if argv_is_cli() else None,
-                        device=config.device, backend=config.backend, emulation=config.inject,
+                        device=config.device, backend=config.backend, emulation=config.inject, surrogate=surrogate,
                         started_at=started_at, duration_s=round(time.perf_counter() - started, 3),
                         load_errors=[str(e) for e in registry.errors], shard=args.shard,
                         stopped_by=str(stopped) if stopped else None, journal=journal_file)

@@ -11,7 +11,10 @@ import functools
 import gc
 import importlib
 import importlib.metadata
+import os
 import platform
+import shlex
+import sys
 from typing import Any, Iterator
 
 import torch
@@ -55,6 +58,10 @@ class UnknownDeviceError(ValueError):
     pass
 
 
+class BackendMismatch(ValueError):
+    """The compiler backend the device loaded is not the one the run asked for: a usage error."""
+
+
 class Device:
     name = ""
     # The variable that makes one of several devices visible to a process (one worker per device).
@@ -94,6 +101,21 @@ class Device:
     def compile_options(self, config: Any) -> dict[str, Any]:
         """torch.compile options this device adds to a run with `config` (a RunConfig)."""
         return {}
+
+    def load_compiler(self, config: Any, options: dict[str, Any]) -> dict[str, Any]:
+        """Load the device's compiler backend for a compile with `options`, as its first compile would; the
+        record fields saying what loaded. Called before the harness saves the config it restores after a case,
+        so the state restored is the backend's own. Raises BackendMismatch when another backend loaded."""
+        return {}
+
+    def surrogate(self) -> str | None:
+        """What every record, console line and report says when this device stands in for the one its name
+        says (a CPU-backed surrogate); None for the device itself."""
+        return None
+
+    def command_prefix(self) -> str:
+        """What a copy-paste reproduction needs before `python -m harness` to find this device's packages."""
+        return ""
 
     def numerics(self) -> contextlib.AbstractContextManager:
         """The math settings every run of a case (eager, compiled, references) runs under: full float32."""
@@ -201,10 +223,61 @@ class Npu(Device):
         return torch.npu.get_device_name()  # type: ignore[attr-defined]
 
     def compile_options(self, config: Any) -> dict[str, Any]:
-        return {"npu_backend": getattr(config, "npu_backend", None) or self.DEFAULT_BACKEND}
+        from .inductor_compat import torch_npu_backend
+
+        # A torch_npu with one backend has no `npu_backend` option: Inductor would reject it.
+        return {"npu_backend": self.asked_backend(config)} if torch_npu_backend.selects_backends() else {}
+
+    @classmethod
+    def asked_backend(cls, config: Any, options: dict[str, Any] | None = None) -> str:
+        return (options or {}).get("npu_backend") or getattr(config, "npu_backend", None) or cls.DEFAULT_BACKEND
+
+    def load_compiler(self, config: Any, options: dict[str, Any]) -> dict[str, Any]:
+        from .inductor_compat import torch_npu_backend
+
+        asked = self.asked_backend(config, options)
+        found = torch_npu_backend.load(asked)
+        if found.mismatch:
+            hint = "" if found.loaded is None else f"; to run it, pass --npu-backend {found.loaded}"
+            raise BackendMismatch(f"{found.mismatch}{hint}")
+        return {"npu_backend": asked, "npu_backend_loaded": found.loaded}
+
+    def surrogate(self) -> str | None:
+        # A stand-in says so itself (`torch_npu.SURROGATE`); torch_npu proper has no such attribute.
+        try:
+            return getattr(importlib.import_module("torch_npu"), "SURROGATE", None)
+        except ImportError:
+            return None
+
+    def versions(self) -> dict[str, str]:
+        found = super().versions()
+        # A torch_npu on the path but not installed as a distribution (a source checkout) has only __version__.
+        version = getattr(sys.modules.get("torch_npu"), "__version__", None)  # imported by unavailable_reason
+        if "torch_npu" not in found and version:
+            found["torch_npu"] = str(version)
+        return found
+
+    def command_prefix(self) -> str:
+        # A torch_npu found through PYTHONPATH (a source checkout, a surrogate) is found so by the command too.
+        module = sys.modules.get("torch_npu")
+        if module is None or "torch_npu" in _package_versions() or not getattr(module, "__file__", None):
+            return ""
+        return f"PYTHONPATH={shlex.quote(os.path.dirname(os.path.dirname(os.path.abspath(module.__file__))))} "
 
 
 DEVICES: dict[str, type[Device]] = {"cpu": Cpu, "cuda": Cuda, "npu": Npu}
+
+
+def compiler_problem(device: Device, config: Any) -> str | None:
+    """Why the run `config` cannot compile on `device` (its backend does not load, or another one loads), in one
+    line; None when it can. The CLI and pytest ask before any case runs: a usage error, not a record per case."""
+    try:
+        device.load_compiler(config, {**device.compile_options(config), **config.compile_options})
+    except BackendMismatch as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - the device's own loader failed
+        return f"loading its compiler backend failed ({type(exc).__name__}: {exc})"
+    return None
 
 
 def _catalog():

@@ -25,6 +25,10 @@ Every record made under one of these carries its name in `emulation`.
   by launch index (`@3`) or kernel-name glob (`@*relu*`), for testing localization.
 - `reduction-partial`, `reduction-axis-order` (optionally `@<selector>`):
   seed 002's NPU codegen bugs, run as rewritten kernels (`rewritten_kernels.py`).
+
+Every handler says, through `missed()`, when it changed nothing it was asked to change (a selector that
+selects no launch, a rewriter that recognises no kernel, a launcher that saw no generated kernel): such a run
+is an error (`injection-missed`), never a pass that looks like evidence.
 """
 
 from __future__ import annotations
@@ -70,11 +74,21 @@ class BoundaryDowncast:
         # of those, how many had a non-dense layout (the ones a collapse breaks).
         # `aliased_args`: converted arguments that share a storage with another argument of their launch.
         self.stats = InjectionStats(converted_args=0, non_dense_args=0, aliased_args=0)
+        self.generated_launches = 0
+
+    def missed(self) -> str | None:
+        """The launcher's conversion applies to every generated kernel (those without 64-bit arguments keep
+        theirs): it misses only when none launched."""
+        if self.generated_launches:
+            return None
+        return (f"no generated kernel was launched ({self.stats.launches} launches, all library calls): the "
+                "launcher it emulates converts the arguments of generated kernels only")
 
     def __call__(self, launch: Launch) -> Any:
         self.stats.launches += not launch.replay
         if launch.kernel.kind == "extern":  # library calls (mm, bmm, ...) take 64-bit types as they are
             return launch.run()
+        self.generated_launches += not launch.replay
         args, write_backs = list(launch.args), []
         converted_positions = [p for p, arg in enumerate(launch.args) if isinstance(arg, torch.Tensor)
                                and not (self.narrowing and arg.dtype not in self.narrowing)]
@@ -209,9 +223,10 @@ class KernelFault:
         self.stats = InjectionStats(hits=[])
 
     def selects(self, launch: Launch) -> bool:
-        if self.selector.isdigit():
-            return launch.index == int(self.selector)
-        return fnmatch.fnmatchcase(launch.kernel.name, self.selector)
+        return selects(self.selector, launch)
+
+    def missed(self) -> str | None:
+        return None if self.stats.hits else unselected(self.selector, self.stats.launches)
 
     def __call__(self, launch: Launch) -> Any:
         if not self.selects(launch):
@@ -226,6 +241,22 @@ class KernelFault:
         for _, written in launch.written():
             CORRUPTIONS[self.corruption](written)
         return result
+
+
+def selects(selector: str, launch: Launch) -> bool:
+    """`@SELECTOR`: a launch index counted from 0, or a kernel-name glob."""
+    if selector.isdigit():
+        return launch.index == int(selector)
+    return fnmatch.fnmatchcase(launch.kernel.name, selector)
+
+
+def unselected(selector: str, launches: int) -> str:
+    """Why `@SELECTOR` selected none of a run's `launches` kernel launches."""
+    if selector.isdigit():
+        why = f"there is no launch {selector}: launches count from 0" + (f" to {launches - 1}" if launches else "")
+    else:
+        why = f"no kernel launched is named like {selector!r}"
+    return f"@{selector} selected none of the {launches} kernel launches ({why})"
 
 
 def _fault(corruption: str) -> Injection:

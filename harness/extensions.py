@@ -8,7 +8,9 @@ A package declares, in its pyproject.toml,
     [project.entry-points."harness.injections"]
     my-fault = "mypackage.harness_adapter:MY_FAULT"     # a harness.emulation.Injection
 
-and `--device mydev` / `--inject my-fault` then work in the CLI and in pytest.
+and `--device mydev` / `--inject my-fault` then work in the CLI and in pytest. An injection's handler that
+defines `missed()` (a sentence, or None) makes a run in which it changed nothing an `injection-missed` error,
+as the built-in ones do.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _CONTROLLER["config"] = config
     _collect_case_paths(config)
     if not hasattr(config, "workerinput"):
-        _check_device(config.stash[RUN_CONFIG_KEY].device)
+        _check_device(config.stash[RUN_CONFIG_KEY])
         _check_torch_version(config)
 
 
@@ -61,14 +61,16 @@ def _check_torch_version(config: pytest.Config) -> None:
         config.issue_config_time_warning(pytest.PytestConfigWarning(message), stacklevel=2)
 
 
-def _check_device(device: str) -> None:
+def _check_device(run_config: Any) -> None:
     """A device asked for and absent fails the session, as in the CLI: a misconfigured GPU/NPU runner must not
-    go green with every case skipped."""
-    from .devices import get_device
+    go green with every case skipped. So does a compiler backend that does not load as asked (loaded here, in
+    this process, before any case: what a case restores is then the backend's own state)."""
+    from .devices import compiler_problem, get_device
 
-    reason = get_device(device).unavailable_reason()
+    device = get_device(run_config.device)
+    reason = device.unavailable_reason() or compiler_problem(device, run_config)
     if reason:
-        raise pytest.UsageError(f"device {device} is not usable: {reason}")
+        raise pytest.UsageError(f"device {run_config.device} is not usable: {reason}")
 
 
 def _collect_case_paths(config: pytest.Config) -> None:
@@ -272,7 +274,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         run_config = config.stash[RUN_CONFIG_KEY]
         command = " ".join(["pytest", *config.invocation_params.args])
         publish(records, run_metadata(records, command=command, device=run_config.device,
-                                      backend=run_config.backend, emulation=run_config.inject),
+                                      backend=run_config.backend, emulation=run_config.inject,
+                                      surrogate=next((r.surrogate for r in records if r.surrogate), None)),
                 config.getoption("harness_json"), config.getoption("harness_report"))
 
 

@@ -77,6 +77,14 @@ class Symptom(_Named):
     NOTHING_COMPARED = "nothing-compared"
     # Dynamo produced no graph for a case that expects compilation: the "compiled" run was eager.
     NOTHING_COMPILED = "nothing-compiled"
+    # The compiled program diverges on its kernels' first launches only (loaded afresh it fails again, run
+    # again it passes): a compiler bug, not nondeterminism.
+    FIRST_LAUNCH = "first-launch"
+    # An injection (emulation or fault) was asked for and changed no kernel launch: the run says nothing of it.
+    INJECTION_MISSED = "injection-missed"
+    # The device loaded another compiler backend than the run asked for (torch_npu's fallback for an unknown
+    # name): what would run is not what was asked.
+    BACKEND_MISMATCH = "backend-mismatch"
 
 
 class Answer(_Named):
@@ -445,7 +453,16 @@ class CaseResult:
     issue: str | None = None
     size: str = "ci"
     npu_backend: str | None = None
+    # The NPU backend torch_npu loaded for the run (it falls back to its default for a name it does not know):
+    # a run whose loaded backend is not `npu_backend` never runs (a usage error).
+    npu_backend_loaded: str | None = None
+    # Set when the device stands in for the one its name says (a CPU-backed surrogate NPU): no result of the run
+    # is a result of that device.
+    surrogate: str | None = None
     compile_options: dict[str, Any] = field(default_factory=dict)
+    # Dynamo's, Inductor's and functorch's config entries set away from their defaults while the case ran, besides
+    # its compile options (by the device's compiler backend as it loaded: torch_npu's `split_reductions=False`).
+    compile_config: dict[str, Any] = field(default_factory=dict)
     device_name: str | None = None
     # Why a case was skipped, or the declared reason of a known failure.
     reason: str | None = None
@@ -481,6 +498,8 @@ class CaseResult:
     def summary(self) -> str:
         """The console block: one head line, then what a reader must see (failures, the answer, notes)."""
         head = f"{self.status.upper():5} {self.run_id} {self.duration_s:.1f}s"
+        if self.surrogate:
+            head += f" ({self.surrogate})"
         if self.emulation:
             head += f" (emulation: {self.emulation})"
         if self.error is not None:

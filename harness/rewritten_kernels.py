@@ -26,12 +26,11 @@ that ran a variant, as "index:kernel") and `rewritten_kernels`.
 
 from __future__ import annotations
 
-import fnmatch
 from typing import Any
 
 from .inductor_compat import Launch
 from .records import InjectionStats
-from .inductor_compat.kernel_variants import variant
+from .inductor_compat.kernel_variants import RECOGNISED, variant
 
 REWRITE_INJECTIONS = {
     "reduction-partial": "emulates seed 002's accumulator scoped inside the reduction loops: "
@@ -49,18 +48,32 @@ class RewrittenKernels:
         # What the runner activates around the compiled run (kernel_variants.rewriting).
         self.rewriters = (rewriter,)
         self.stats = InjectionStats(hits=[], rewritten_kernels=[])
+        self._selected = 0  # launches the selector selected, variant or not
 
     def selects(self, launch: Launch) -> bool:
-        if self.selector is None:
-            return True
-        if self.selector.isdigit():
-            return launch.index == int(self.selector)
-        return fnmatch.fnmatchcase(launch.kernel.name, self.selector)
+        from .emulation import selects
+
+        return self.selector is None or selects(self.selector, launch)
+
+    def missed(self) -> str | None:
+        """Why no launch ran a variant: the selector selected none, or no selected kernel has the shape the
+        rewriter recognises (the NPU's own Triton reductions have others)."""
+        if self.stats.hits:
+            return None
+        from .emulation import unselected
+
+        if self.selector is not None and not self._selected:
+            return unselected(self.selector, self.stats.launches)
+        return (f"{self.rewriter} rewrote none of the {self.stats.launches} kernel launches: it recognises "
+                f"{RECOGNISED[self.rewriter]}")
 
     def __call__(self, launch: Launch) -> Any:
         self.stats.launches += not launch.replay
+        if not self.selects(launch):
+            return launch.run()
+        self._selected += not launch.replay
         found = variant(launch.kernel, self.rewriter)
-        if found is None or not self.selects(launch):
+        if found is None:
             return launch.run()
         if not launch.replay:
             self.stats.hits.append(f"{launch.index}:{launch.kernel.name}")

@@ -84,19 +84,23 @@ def missing_requirements(case: Case) -> list[str]:
 
 def new_record(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.CaseResult:
     """A record with the run's identity filled in and nothing measured yet."""
+    from .devices import Npu, get_device
+
+    device = get_device(config.device)
     return R.CaseResult(
         case=case.name, device=config.device, backend=config.backend, dtype=dtype_name(dtype), mode=mode,
         status=R.PASS, tags=list(case.tags), issue=case.issue, size=case.size, culprit=case.culprit,
-        npu_backend=config.npu_backend if config.device == "npu" else None,
-        emulation=config.inject, command=config.command_for(case.name, dtype_name(dtype), mode),
+        npu_backend=Npu.asked_backend(config) if isinstance(device, Npu) else None, surrogate=device.surrogate(),
+        emulation=config.inject,
+        command=device.command_prefix() + config.command_for(case.name, dtype_name(dtype), mode),
     )
 
 
 def apply_known_failure(record: R.CaseResult, case: Case) -> R.CaseResult:
     """A declared failure turns fail/error into xfail, and pass into xpass unless it is declared not strict."""
-    known = case.known_failure(device=record.device, backend=record.backend, npu_backend=record.npu_backend,
-                               dtype=record.dtype, mode=record.mode, emulation=record.emulation,
-                               torch=record.versions.get("torch") or torch.__version__)
+    known = case.known_failure(bool(record.surrogate), device=record.device, backend=record.backend,
+                               npu_backend=record.npu_backend, dtype=record.dtype, mode=record.mode,
+                               emulation=record.emulation, torch=record.versions.get("torch") or torch.__version__)
     if known is None or record.status == R.SKIP:
         return record
     if record.status == R.PASS and not known.strict:

@@ -20,7 +20,7 @@ import torch
 
 from . import records as R
 from .compare import Verdict, differs_only_where_undefined, missing_result
-from .devices import Device, get_device
+from .devices import BackendMismatch, Device, get_device
 from .emulation import NARROWED_DTYPES, make_handler, parse_injection
 from .execution import Inputs, Results, Session, materialize_inputs, module_state
 from .inputs import seed_for
@@ -53,12 +53,14 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
 
     record.versions = device.versions()
     record.device_name = device.device_name()
+    record.compile_options = {**device.compile_options(config), **case.compile_options, **config.compile_options}
+    if not _compiler_loaded(device, config, record):
+        return apply_known_failure(record, case)
     started = time.perf_counter()
     changed: list[str] = []
     with device.numerics(), torch_state.preserved(changed):
+        record.compile_config = torch_state.config_set()
         try:
-            record.compile_options = {**device.compile_options(config), **case.compile_options,
-                                      **config.compile_options}
             observed = _Observation.make(case, dtype, mode, config, device, record)
             compiled = _compiled_run(observed, config, record)
             _conclude(observed, compiled, config, record)
@@ -91,6 +93,25 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
         shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
         record.warnings.append(f"the case changed global torch state, restored after it: {shown}")
     return apply_known_failure(record, case)
+
+
+def _compiler_loaded(device: Device, config: RunConfig, record: R.CaseResult) -> bool:
+    """Load the device's compiler backend before the case's state is saved (torch_npu's writes Inductor's
+    config as it loads: restored to what it was before, every case after the first would compile without
+    them); record which backend loaded. A backend other than the one asked for, or one that fails to load,
+    makes the run an error."""
+    try:
+        for key, value in device.load_compiler(config, record.compile_options).items():
+            setattr(record, key, value)
+        return True
+    except BackendMismatch as exc:
+        record.status, record.stage, record.symptom = R.ERROR, R.Stage.SETUP, R.Symptom.BACKEND_MISMATCH
+        record.error = R.ErrorInfo(type(exc).__name__, str(exc))
+    except Exception as exc:  # noqa: BLE001 - the device's own loader failed (a missing compiler package)
+        record.status, record.stage, record.symptom = R.ERROR, R.Stage.SETUP, R.Symptom.CRASH
+        record.error = R.ErrorInfo(type(exc).__name__, f"loading the {device.name} compiler backend failed: "
+                                   f"{R.exception_text(exc)}", _traceback(exc))
+    return False
 
 
 def _release(device: Device, record: R.CaseResult) -> None:
@@ -262,6 +283,8 @@ class _Compiled:
     copy_graph_inputs: bool = False
     # Graphs the compile took from Inductor's or AOT autograd's cache.
     cache_hits: int = 0
+    # It diverges on its kernels' first launches only: every probe run loads it afresh.
+    first_launch: bool = False
 
 
 def _compiled_run(observed: _Observation, config: RunConfig, record: R.CaseResult) -> _Compiled:
@@ -286,10 +309,18 @@ def _compiled_run(observed: _Observation, config: RunConfig, record: R.CaseResul
     observed.verdict = dataclasses.replace(observed.verdict, accumulated=program_accumulates(capture.called))
     if handler is not None:
         record.injection_stats = copy.deepcopy(handler.stats)
+        # An injection that changed nothing makes the verdict say nothing of it: a pass would read as evidence.
+        if (missed := getattr(handler, "missed", lambda: None)()) is not None:
+            raise CaseFailure(R.Stage.COMPILE, InjectionMissed(f"{config.inject}: {missed}"),
+                              R.Symptom.INJECTION_MISSED)
     return _Compiled(session, results, observed.judge(results), handler_factory, cache_hits=compile_cache_hits())
 
 
 class NothingCompiled(Exception):
+    pass
+
+
+class InjectionMissed(Exception):
     pass
 
 
@@ -376,13 +407,20 @@ def _conclude(observed: _Observation, compiled: _Compiled, config: RunConfig, re
         record.status, record.stage, record.symptom = R.NONDETERMINISTIC, R.Stage.EAGER, R.Symptom.NONDETERMINISM
         record.diagnosis = f"two eager runs differ ({', '.join(observed.nondeterministic[:5])}): no verdict on compiled"
     elif diverged and not config.bisect:
-        # A divergence is retried once (no recompilation): one that does not come back is nondeterminism.
-        # (With --bisect, localization's first run, which changes no value, is that retry.)
-        _settle_reproduction(record, _reproduces(observed, compiled))
+        # A divergence is retried once (no recompilation): one that does not come back is nondeterminism, or
+        # a bug of first launches. (With --bisect, localization's first run, which changes no value, is that
+        # retry.)
+        reproduced = _reproduces(observed, compiled)
+        if reproduced or not _first_launches_fail(observed, compiled, config, record):
+            _settle_reproduction(record, reproduced)
     if config.bisect and (record.status == R.FAIL or (config.bisect == "always" and record.status == R.PASS)):
         with _stage("localize", record.timings, wrap=False):
             found = _localize(observed, compiled, config, record)
-        if record.status == R.FAIL:
+            if found is None and _first_launches_fail(observed, compiled, config, record):
+                found = _localize(observed, compiled, config, record) or R.Localization(
+                    answer=R.Answer.UNLOCALIZED, diverged=True, reason="the probe's runs, each on first launches "
+                    "of the kernels loaded afresh, did not diverge again")
+        if record.status == R.FAIL and record.symptom != R.Symptom.FIRST_LAUNCH:
             _settle_reproduction(record, found is not None)
         record.first_divergent_kernel = found
         if observed.case.culprit and record.status == R.FAIL:
@@ -397,8 +435,6 @@ def _conclude(observed: _Observation, compiled: _Compiled, config: RunConfig, re
         record.diagnosis = f"{record.diagnosis}; {cached}" if record.diagnosis else cached
     record.reference = observed.reference
     stats = record.injection_stats or R.InjectionStats()
-    if stats.hits is not None and not stats.hits:
-        record.diagnosis = f"the injected fault selected none of the {stats.launches} kernel launches"
     narrows = config.inject is not None and parse_injection(config.inject)[0].narrows
     if narrows and stats.converted_args and _narrowing_visible(record):
         with _stage(R.Stage.REFERENCE, record.timings):
@@ -429,6 +465,40 @@ def _reproduces(observed: _Observation, compiled: _Compiled) -> bool:
     with _launches_through(compiled.handler_factory()):
         again = compiled.session.run()
     return not all_pass(again, observed.expected, observed.references, observed.verdict)
+
+
+def _first_launches_fail(observed: _Observation, compiled: _Compiled, config: RunConfig,
+                         record: R.CaseResult) -> bool:
+    """Whether a divergence that did not come back on a second run is one of first launches: loaded afresh
+    (caches warm, every kernel made anew, as a new process would load it), the program fails again on its
+    first run and passes on the next. If so the run fails with symptom `first-launch`, and the compiled side
+    is the program loaded afresh (every later probe run loads it afresh too)."""
+    try:
+        with _stage("first_launch", record.timings, wrap=False):
+            session = _loaded_afresh(observed, config, record)
+            outcomes = []
+            for _ in range(2):
+                with _launches_through(compiled.handler_factory()):
+                    outcomes.append(all_pass(session.run(), observed.expected, observed.references, observed.verdict))
+    except Exception:  # noqa: BLE001 - no answer from this check: the run stays what the retry made it
+        return False
+    if outcomes != [False, True]:
+        return False
+    compiled.session, compiled.first_launch = session, True
+    record.reproduced, record.symptom = True, R.Symptom.FIRST_LAUNCH
+    said = ("the compiled program diverges on its kernels' first launches only: run again it passed; loaded "
+            "afresh (its kernels made anew, the compile caches warm) it diverged again on its first run and "
+            "passed on the next")
+    record.diagnosis = f"{record.diagnosis}; {said}" if record.diagnosis else said
+    return True
+
+
+def _loaded_afresh(observed: _Observation, config: RunConfig, record: R.CaseResult) -> Session:
+    """The compiled session again, its kernels loaded as a new process would load them (from warm caches)."""
+    from .inductor_compat import load_kernels_afresh
+
+    load_kernels_afresh()
+    return observed.compiled_session(config.backend, **_compile_kwargs(config, record.compile_options))
 
 
 def _settle_reproduction(record: R.CaseResult, reproduced: bool) -> None:
@@ -462,7 +532,7 @@ def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig,
 
     program = CompiledProgram(rerun=lambda probe: _probe_run(observed, compiled, config, record, probe),
                               passes=passes, moved=moved, stage=lambda: coarse_stage(observed),
-                              injection=compiled.handler_factory)
+                              injection=compiled.handler_factory, first_launches=compiled.first_launch)
     failing = record.status == R.FAIL
     try:
         found = localize(program, observed.verdict, failing)
@@ -471,7 +541,7 @@ def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig,
     except NotReproduced:
         return None
     except Exception as exc:  # the probe's own failure must never cost the run its verdict
-        if failing and not _reproduces(observed, compiled):
+        if failing and not compiled.first_launch and not _reproduces(observed, compiled):
             return None
         answer = R.Answer.UNLOCALIZED if failing else R.Answer.NONE
         return R.Localization(answer=answer, diverged=failing, reason=f"the probe itself failed ({type(exc).__name__}: "
@@ -497,6 +567,8 @@ def _probe_run_once(observed: _Observation, compiled: _Compiled, config: RunConf
                     probe: Any) -> Results:
     from .inductor_compat import adopt_facts, capture_graphs, intercept_launches
 
+    if compiled.first_launch:  # the probe judges the kernels' first launches
+        compiled.session = _loaded_afresh(observed, config, record)
     with capture_graphs(probe.observe_graph) as capture, intercept_launches(probe.on_launch):
         results = compiled.session.run()
     if capture.missing:

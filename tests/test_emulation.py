@@ -114,10 +114,31 @@ def test_stride_collapse_fault_misreads_a_gapped_input():
     assert (out.bad, out.max_abs) == (7, 14.0)
 
 
-def test_a_fault_that_hits_nothing_says_so():
-    record = run_case(ADD_ONE, torch.float32, "inference", RunConfig(inject="fault-scale@7"))
-    assert record.status == R.PASS
-    assert record.diagnosis == "the injected fault selected none of the 1 kernel launches"
+@pytest.mark.parametrize("fault, said", [
+    ("fault-offset@1", "fault-offset@1: @1 selected none of the 1 kernel launches (there is no launch 1: "
+                       "launches count from 0 to 0)"),
+    ("fault-scale@7", "fault-scale@7: @7 selected none of the 1 kernel launches (there is no launch 7: "
+                      "launches count from 0 to 0)"),
+    ("fault-scale@*relu*", "fault-scale@*relu*: @*relu* selected none of the 1 kernel launches (no kernel "
+                           "launched is named like '*relu*')"),
+])
+def test_a_fault_that_hits_nothing_is_an_error_not_a_pass(fault, said):
+    record = run_case(ADD_ONE, torch.float32, "inference", RunConfig(inject=fault))
+    assert (record.status, record.stage, record.symptom) == (R.ERROR, R.Stage.COMPILE, R.Symptom.INJECTION_MISSED)
+    assert record.error.type == "InjectionMissed" and record.error.message == said
+    assert record.injection_stats.launches == 1 and record.injection_stats.hits == []
+    assert record.emulation == fault and said in record.summary()
+
+
+def test_the_launcher_emulation_misses_only_a_program_without_generated_kernels():
+    # mm alone is a library call: the NPU launcher converts the arguments of generated kernels only.
+    matmul_only = Case(name="mm_only", build=lambda d: Program(torch.mm, [contiguous((4, 4)), contiguous((4, 4))]))
+    record = run_case(matmul_only, torch.float64, "inference", RunConfig(inject="boundary-downcast"))
+    assert (record.status, record.symptom) == (R.ERROR, R.Symptom.INJECTION_MISSED), record.summary()
+    assert "no generated kernel was launched (1 launches, all library calls)" in record.error.message
+    # A generated kernel without 64-bit arguments is a launch the launcher handles, converting nothing.
+    record = run_case(ADD_ONE, torch.float32, "inference", RunConfig(inject="boundary-downcast"))
+    assert record.status == R.PASS and record.injection_stats.converted_args == 0
 
 
 @pytest.mark.parametrize("text, message", [

@@ -19,6 +19,8 @@ from harness.inductor_compat import kernel_variants as kv
 from harness.registry import load_registry
 from harness.runner import RunConfig, run_case
 
+RECOGNISED = kv.RECOGNISED
+
 CASES = load_registry().cases
 SEED = "seed_rmsnorm_weight_grad_small"
 TRAINING = "rmsnorm_permuted_training"
@@ -277,12 +279,17 @@ def test_the_family_is_registered_whole():
 def test_family_hits_and_misses(name, injection):
     should_fail = FAMILY_EXPECTED[name][injection == "reduction-axis-order"]
     record = run_case(CASES[name], torch.float32, "inference", RunConfig(inject=injection))
-    assert record.status == (R.FAIL if should_fail else R.PASS), record.summary()
     assert record.emulation == injection
-    # A miss is the kernel left alone, not a rewrite that happened to compute right.
+    # A miss is the kernel left alone, not a rewrite that happened to compute right; and a run in which the
+    # emulation rewrote nothing is an error saying what it recognises, not a pass.
     assert bool(record.injection_stats.hits) == should_fail
     if should_fail:  # small integers: a correct kernel is exact, so every failure is large
+        assert record.status == R.FAIL, record.summary()
         assert record.outputs[0].bad >= 7 and record.outputs[0].max_abs >= 100
+    else:
+        assert (record.status, record.symptom) == (R.ERROR, R.Symptom.INJECTION_MISSED), record.summary()
+        assert record.error.message.startswith(f"{injection}: {injection} rewrote none of the ")
+        assert f"it recognises {RECOGNISED[injection]}" in record.error.message
 
 
 def test_variants_reach_modules_loaded_earlier_and_cache_hits():
@@ -318,9 +325,11 @@ def test_seed_fails_under_axis_order_in_the_same_kernel():
     assert "sum_1" in kernel.nodes and kernel.isolated.startswith("kernel is wrong")
 
 
-def test_a_selector_that_matches_no_launch_leaves_the_seed_correct():
+def test_a_selector_that_matches_no_launch_is_an_error_naming_the_selector():
     record = run_case(CASES[SEED], torch.bfloat16, "inference", RunConfig(inject="reduction-partial@5"))
-    assert record.status == R.PASS and record.injection_stats.hits == []
+    assert (record.status, record.symptom) == (R.ERROR, R.Symptom.INJECTION_MISSED)
+    assert record.injection_stats.hits == []
+    assert record.error.message.startswith("reduction-partial@5: @5 selected none of the ")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -349,3 +358,43 @@ def test_rmsnorm_training_under_axis_order_breaks_only_the_weight_gradient():
     assert failed == {"grad.weight"}
     assert kernel.graph == "backward 0" and "sum_1" in kernel.nodes
     assert kernel.isolated.startswith("kernel is wrong")
+
+
+# A reduction as torch_npu's triton_experimental codegen lays it out (`codegen/triton.py`: the group-dispatch
+# prologue and `for i in range(group_size)` loop, and a per-node loop nest whose outer reduction axis is a scalar
+# loop of its own). Neither rewriter recognises it: a run of such kernels is `injection-missed`, not a pass.
+NPU_REDUCTION = """\
+@triton.jit
+def triton_unk_fused_sum_0(in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK : tl.constexpr, R0_BLOCK : tl.constexpr):
+    group_id = tl.program_id(0)
+    total_thread = tl.num_programs(0)
+    x0_blocks = (xnumel + XBLOCK - 1) // XBLOCK
+    group_size = x0_blocks // total_thread
+    group_tail = x0_blocks % total_thread
+    if group_id < group_tail:
+        group_size = group_size + 1
+        group_base = group_id * group_size
+    else:
+        group_base = group_id * group_size + group_tail
+    for i in range(group_size):
+        x0 = (group_base + i) * XBLOCK + tl.arange(0, XBLOCK)[:, None]
+        xmask = x0 < xnumel
+        r0_base = tl.arange(0, R0_BLOCK)[None, :]
+        _tmp2 = tl.full([XBLOCK, R0_BLOCK], 0, tl.float32)
+        for r0_2 in range(6):
+            for r0_offset in range(0, 5, R0_BLOCK):
+                r0_index = r0_offset + r0_base
+                r0_mask = r0_index < 5
+                r0_1 = r0_index
+                tmp0 = tl.load(in_ptr0 + (r0_1 + 5 * r0_2 + 30 * x0), r0_mask & xmask, other=0.0)
+                tmp1 = tl.broadcast_to(tmp0, [XBLOCK, R0_BLOCK])
+                _tmp2 = _tmp2 + tl.where(r0_mask & xmask, tmp1, 0)
+        tmp2 = tl.sum(_tmp2, 1)[:, None]
+        tl.store(out_ptr0 + (x0), tmp2, xmask)
+"""
+
+
+@pytest.mark.parametrize("rewriter", sorted(kv.REWRITERS))
+def test_an_npu_shaped_reduction_is_not_recognised(rewriter):
+    assert kv.rewrite(rewriter, "triton", NPU_REDUCTION) is None
+    assert rewriter in RECOGNISED

@@ -75,6 +75,16 @@ def test_known_failure_matches_only_its_run():
     assert not known.matches(device="cpu", dtype="int64", backend="inductor")
 
 
+def test_a_failure_declared_for_a_device_is_not_its_surrogates():
+    npu = KnownFailure("triton_experimental narrows int64", device="npu", dtype="int64")
+    anywhere = KnownFailure("fails on every device", dtype="int64")
+    assert npu.matches(device="npu", dtype="int64") and not npu.matches(True, device="npu", dtype="int64")
+    assert anywhere.matches(True, device="npu", dtype="int64")  # not about the device: it applies to the stand-in too
+    case = Case(name="declared", build=lambda d: None, known_failures=(npu, anywhere))
+    assert case.known_failure(device="npu", dtype="int64") is npu
+    assert case.known_failure(True, device="npu", dtype="int64") is anywhere
+
+
 def test_project_cases_load_cleanly():
     registry = load_registry()
     assert not registry.errors

@@ -240,6 +240,22 @@ def test_emulation_label_is_prominent_wherever_the_record_appears(page):
     assert text_of(section(page, "cases")).count(label) == 1
 
 
+def test_a_surrogate_devices_runs_say_so_wherever_they_appear():
+    label = "surrogate NPU (CPU-backed), not an NPU result"
+    records = [record("ops.add", "pass", device="npu", surrogate=label, outputs=[passing_output()]),
+               record("ops.mul", "fail", device="npu", surrogate=label, npu_backend="triton_experimental",
+                      npu_backend_loaded="triton_experimental", outputs=[failing_output()])]
+    html = render_html(records, {**RUN_META, "device": "npu", "surrogate": label})
+    assert re.search(r'<div class="emulation-banner" id="surrogate-banner">' + re.escape(label), html)
+    assert label in text_of(section(html, "summary"))
+    rows = re.findall(r"<tr class.*?</tr>", section(html, "cases"), re.S)
+    assert len(rows) == 2 and all(label in row for row in rows)
+    failing = detail(html, "ops.mul[float32-inference]")
+    assert label in failing and "<b>npu backend:</b> triton_experimental" in failing
+    # A run on the device itself says nothing of the kind.
+    assert label not in render_html(sample_records(), RUN_META)
+
+
 def test_untrusted_text_renders_as_text_not_markup(page):
     assert HOSTILE_CASE not in page and "<img src=x" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page

@@ -27,6 +27,9 @@ What is relied on, and why there is no public API for it:
   `origins`); `capture_graphs` records them for every graph compiled while it
   is active (FX graph and AOT autograd caches off, since a cache hit skips
   lowering; the generated code is the same).
+- `torch_npu_backend.py`: torch_npu's Inductor backend registry (torch_npu
+  2.7.1 to 2.14.0, read in its wheels): a backend loaded as a compile would
+  load it, before the config is saved, and which backend did load.
 - `cache_dir.py`: Inductor's cache directory, where the harness keeps what
   it learns once per host (the ISA verdicts below, the OpInfo catalogue).
 - `cpu_isa.py`: Inductor's CPU vector-ISA build checks, remembered on disk
@@ -40,8 +43,8 @@ from . import torch_state
 from .cache_dir import inductor_cache_dir
 from .cpu_isa import pick_cpu_vec_isa, remember_vec_isa_checks
 from .versions import OLDEST_TORCH, NEWEST_TESTED_TORCH, torch_version_problem
-from .dynamo import (compile_cache_hits, compile_caches_off, dynamo_graph_counts, graph_break_reasons, mode_options,
-                     preload_compiler, quiet_torch_logging, reset_dynamo_counters)
+from .dynamo import (compile_cache_hits, compile_caches_off, dynamo_graph_counts, graph_break_reasons,
+                     load_kernels_afresh, mode_options, preload_compiler, quiet_torch_logging, reset_dynamo_counters)
 from .graphs import (STATE_BEFORE_IN_PLACE, BufferFact, Capture, GraphInfo, GraphObserver, adopt_facts, capture_graphs,
                      float64_copy, graph_info, install_lowering_hook, program_accumulates, written_inputs)
 from .launches import (ROLE_IN, ROLE_INOUT, ROLE_OUT, ROLE_SCALAR, KernelInfo, Launch, LaunchHandler,

@@ -92,6 +92,22 @@ def inductor_option_names() -> set[str]:
     return set(inductor_config.get_config_copy())
 
 
+def load_kernels_afresh() -> None:
+    """Make the next compile load its program as a new process would, from the warm caches: Dynamo's frames are
+    dropped (`torch.compiler.reset`), and so is the table in which Inductor keeps every Triton kernel it loaded
+    to hand the same kernel object to every module defining it (`async_compile.CompiledTritonKernels`, torch
+    2.6 to 2.13). Wrapper modules run anew at every load (`PyCodeCache.load_by_key_path` with attributes),
+    so their kernels are new objects and each one's next launch is its first."""
+    import torch
+
+    torch.compiler.reset()
+    try:
+        from torch._inductor.async_compile import CompiledTritonKernels
+    except ImportError:  # a torch without the table: every load makes its kernels anew
+        return
+    CompiledTritonKernels.cache_clear()
+
+
 def preload_compiler() -> None:
     """Import what a first compile would import lazily (Dynamo, AOT autograd, Inductor's compiler and caches)."""
     import torch._dynamo  # noqa: F401

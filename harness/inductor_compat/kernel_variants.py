@@ -556,6 +556,20 @@ REWRITERS: dict[str, dict[str, Rewrite]] = {
 }
 
 
+# What each rewriter recognises, for the error of a run in which it rewrote nothing. The NPU's own Triton
+# reductions (torch_npu's `triton_experimental/codegen/triton.py`: a group-dispatch `for i in range(group_size)`
+# loop, per-node loop nests, rsplit partial-plus-combine kernel pairs) are none of these.
+RECOGNISED = {
+    "reduction-partial": "C++ reductions whose accumulator (`tmp_accN`) is updated in a "
+                         "`for(int64_t xN=...)` loop nest that runs more than once, and Triton reductions that loop "
+                         "(`for r0_offset in tl.range(0, r0_numel, R0_BLOCK)`, accumulators set before the loop); "
+                         "persistent reductions and unrolled ones have no loop",
+    "reduction-axis-order": "C++ reductions over two or more nested reduction loops of unequal trip counts, and "
+                            "Triton reductions that decompose one flattened `r0_index` into a variable per axis "
+                            "(`r0_1 = (r0_index % 5)`, `r0_2 = r0_index // 5`)",
+}
+
+
 def rewrite(name: str, kind: str, source: str) -> str | None:
     """The source of `name`'s variant of a `kind` ("cpp", "triton") kernel; None if it is not affected."""
     rewriter = REWRITERS[name].get(kind)

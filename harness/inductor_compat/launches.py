@@ -26,6 +26,12 @@ class KernelInfo:
     module_path: str = ""
     # Variants compiled from rewritten source, by rewriter (None: not affected); see kernel_variants.py.
     variants: dict[str, Any] = field(default_factory=dict)
+    # Whether it sums many terms (a reduction, a scan, a matmul template), read off what it was compiled as:
+    # Triton's heuristic type, a C++ kernel's accumulators. Not from its name: the NPU's Triton kernels are
+    # decorated by its own heuristics module, and Inductor then names them `triton_unk_*`.
+    accumulates: bool = False
+    # Launches since the wrapper module defining it was loaded (each load makes its kernels afresh).
+    launched: int = 0
 
     def role(self, position: int) -> str:
         if position >= len(self.arg_names):
@@ -54,6 +60,8 @@ class Launch:
     invoke: Callable[..., Any] = field(repr=False)
     caller_locals: dict[str, Any] = field(default_factory=dict, repr=False)
     replay: bool = False  # a second run of this launch (bisection's isolation), not a new launch
+    # The kernel's first launch since its wrapper module was loaded.
+    first: bool = False
 
     def run(self, args: list[Any] | None = None, kwargs: dict[str, Any] | None = None) -> Any:
         return self.invoke(*(self.args if args is None else args), **(self.kwargs if kwargs is None else kwargs))
@@ -133,12 +141,11 @@ MODULE_KERNELS: dict[str, list[str]] = {}
 MODULE_ACCUMULATES: dict[str, bool] = {}
 
 
-def _accumulates(source: str, kernels: list[str]) -> bool:
-    """Read off the wrapper when lowering facts are missing: Inductor names Triton reductions
-    `triton_red_*`/`triton_per_*`, C++ reductions keep `tmp_acc*` accumulators, and library and
-    fallback calls go through `extern_kernels.` and `aten.`/`torch.ops.`."""
+def _accumulates(source: str, kernels: list[KernelInfo]) -> bool:
+    """Read off the wrapper when lowering facts are missing: a kernel that sums (`KernelInfo.accumulates`),
+    or a library or fallback call (`extern_kernels.`, `aten.`, `torch.ops.`)."""
     call = source[source.find("def call("):]
-    return (any(k.startswith(("triton_red_", "triton_per_")) for k in kernels) or "tmp_acc" in source
+    return (any(k.accumulates for k in kernels)
             or re.search(r"\b(extern_kernels|aten|torch\.ops\.\w+)\.\w+(\.\w+)?\(", call) is not None)
 _install_lock = threading.Lock()
 _installed_original: Any = None
@@ -188,12 +195,14 @@ def _wrap_module(module: Any) -> None:
     cpp_params = _cpp_kernel_params(source)
     path = getattr(module, "__file__", "")
     MODULE_KERNELS[path] = kernels = []
+    infos = []
     for name, value in list(vars(module).items()):
         info = _kernel_info(name, value, cpp_params, path)
         if info is not None:
             kernels.append(name)
+            infos.append(info)
             setattr(module, name, _TritonProxy(value, info) if info.kind == "triton" else _CppProxy(value, info))
-    MODULE_ACCUMULATES[path] = _accumulates(source, kernels)
+    MODULE_ACCUMULATES[path] = _accumulates(source, infos)
     if "extern_kernels" in vars(module):
         module.extern_kernels = _ExternKernelsProxy(module.extern_kernels, path)
     if callable(getattr(module, "call", None)):
@@ -204,7 +213,7 @@ def _wrap_module(module: Any) -> None:
 def _kernel_info(name: str, value: Any, cpp_params: dict[str, tuple[list[str], str]], path: str) -> KernelInfo | None:
     if name in cpp_params and callable(value):
         params, source = cpp_params[name]
-        return KernelInfo(name, "cpp", params, source=source, module_path=path)
+        return KernelInfo(name, "cpp", params, source=source, module_path=path, accumulates="tmp_acc" in source)
     try:
         from torch._inductor.runtime.triton_heuristics import CachingAutotuner
     except ImportError:  # no Triton in this torch build
@@ -214,8 +223,14 @@ def _kernel_info(name: str, value: Any, cpp_params: dict[str, tuple[list[str], s
         names = [n for n in value.fn.arg_names if signature.get(n) != "constexpr"]
         # `cached_autotune` moves mutated_arg_names from inductor_meta onto the autotuner.
         mutated = frozenset(getattr(value, "mutated_arg_names", None) or value.inductor_meta.get("mutated_arg_names", ()))
-        return KernelInfo(name, "triton", names, mutated, getattr(value.fn, "src", ""), path)
+        return KernelInfo(name, "triton", names, mutated, getattr(value.fn, "src", ""), path,
+                          accumulates=_sums(getattr(value, "heuristic_type", None)))
     return None
+
+
+def _sums(heuristic_type: Any) -> bool:
+    """Whether a Triton kernel of this heuristic type (`runtime.hints.HeuristicType`) sums many terms."""
+    return getattr(heuristic_type, "name", None) in ("REDUCTION", "PERSISTENT_REDUCTION", "SPLIT_SCAN", "TEMPLATE")
 
 
 # `name = async_compile.cpp_pybinding([...], r'''<source>''')`; the source's
@@ -247,10 +262,12 @@ def _module_source(module: Any) -> str:
 
 def _dispatch(info: KernelInfo, invoke: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     handler = _state.handler
+    info.launched += 1  # handled or not: a first launch is first whoever watches it
     if handler is None:
         return invoke(*args, **kwargs)
     # Two frames up is the wrapper's `call` (proxy method -> _dispatch).
-    launch = Launch(info, _state.launches, list(args), kwargs, invoke, sys._getframe(2).f_locals)
+    launch = Launch(info, _state.launches, list(args), kwargs, invoke, sys._getframe(2).f_locals,
+                    first=info.launched == 1)
     _state.launches += 1
     try:
         return handler(launch)
@@ -276,12 +293,16 @@ class _ExternKernelsProxy:
 
     def __init__(self, namespace: Any, path: str):
         self._namespace, self._path = namespace, path
+        self._infos: dict[str, KernelInfo] = {}  # one per library call, counting its launches
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self._namespace, name)
         if not callable(target):
             return target
-        info = KernelInfo(f"extern_kernels.{name}", "extern", [], module_path=self._path)
+        info = self._infos.get(name)
+        if info is None:
+            info = self._infos[name] = KernelInfo(f"extern_kernels.{name}", "extern", [], module_path=self._path,
+                                                  accumulates=True)
 
         def launch(*args: Any, **kwargs: Any) -> Any:
             return _dispatch(info, target, args, kwargs)

@@ -93,6 +93,24 @@ def preserved(changed: list[str]) -> Iterator[None]:
         changed.extend(found)
 
 
+def config_set() -> dict[str, Any]:
+    """The config entries whose values differ from their declared defaults now (set by a compiler backend as it
+    loaded, an environment variable, the user), by qualified name: what a record says the case ran under
+    besides its own options. `ConfigModule._get_dict(skip_default=True)` (torch 2.5 to 2.13) names every entry
+    ever assigned, and `config.patch` assigns the old value back when it ends: an entry is kept only if its
+    value is not its `_config` entry's `default`."""
+    found: dict[str, Any] = {}
+    for module_name, module in _config_modules().items():
+        export, entries = getattr(module, "_get_dict", None), getattr(module, "_config", {})
+        if export is None:
+            continue
+        for key, value in export(skip_default=True).items():
+            entry = entries.get(key)
+            if entry is None or _differs(value, entry.default):
+                found[f"{module_name}.{key}"] = value
+    return found
+
+
 def backend_flags_mutable() -> contextlib.AbstractContextManager:
     """Allow setting cuDNN/MKLDNN flags by attribute while the block runs.
 

@@ -9,6 +9,9 @@ by the same verdict policy:
 - still diverging: the kernel is wrong;
 - matching, while a read argument overlapped a written one in the real
   launch: the kernel reads what it writes (aliasing inside the kernel);
+- matching, on the kernel's first launch, while everything it read held
+  exactly eager's values before it ran (the probe notes it for programs that
+  diverge on first launches only): the kernel is wrong on its first launch;
 - matching otherwise: its inputs were already off, and it amplified that.
 
 An argument updated in place (`in_out_ptr`) whose state before the launch
@@ -47,6 +50,15 @@ class Isolation:
 
 
 @dataclass
+class ExactInputs:
+    """A first launch whose inputs all held eager's values before it ran (probe.py), but for these arguments
+    updated in place whose state did not (no eager twin, or another value: a fresh buffer the kernel writes
+    before it reads it back). The isolation checks the kernel does not read their state."""
+
+    unchecked: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Replay:
     """A launch run again on eager values of its inputs, into fresh tensors laid out as its arguments."""
 
@@ -63,11 +75,12 @@ Recomputed = Callable[[torch.Tensor], "tuple[int, torch.Tensor] | None"]
 
 
 def replay(launch: Launch, regions: RegionMap, values: GraphValues, run: Callable[[Launch], Any],
-           recomputed: Recomputed | None = None, zero_unknown_priors: bool = False) -> Replay:
+           recomputed: Recomputed | None = None, zero: frozenset[str] = frozenset()) -> Replay:
     """Run `launch` again on eager values of its inputs (call before `regions` records this launch's writes).
 
     An argument updated in place whose prior state has no eager twin starts from what the launch left
-    there (or zeros, with `zero_unknown_priors`: two replays tell whether the kernel reads that state).
+    there. The written arguments named in `zero` start from zeros instead: two replays tell whether the
+    kernel reads their state.
     """
     # Unchecked: checking a region computes its value, one pass each for values already let go of.
     regions_needed = [regions.read(launch, t, check=False) for _, t in launch.tensor_args()]
@@ -101,8 +114,8 @@ def replay(launch: Launch, regions: RegionMap, values: GraphValues, run: Callabl
             fresh = clone_exact(tensor)  # what the launch wrote: its prior state is not known
             if launch.role(key) == ROLE_INOUT:
                 unknown_priors.append(name)
-                if zero_unknown_priors:
-                    fresh.zero_()
+        if name in zero:
+            fresh.zero_()
         _put(args, kwargs, key, fresh)
         outputs.append((name, written, fresh))
     try:
@@ -113,8 +126,14 @@ def replay(launch: Launch, regions: RegionMap, values: GraphValues, run: Callabl
 
 
 def isolate(launch: Launch, regions: RegionMap, values: GraphValues, verdict: Verdict,
-            run: Callable[[Launch], Any], recomputed: Recomputed | None = None) -> Isolation:
-    """Is the kernel wrong on exact inputs, does it read what it writes, or did it amplify upstream drift?"""
+            run: Callable[[Launch], Any], recomputed: Recomputed | None = None,
+            exact: ExactInputs | None = None) -> Isolation:
+    """Is the kernel wrong on exact inputs, does it read what it writes, or did it amplify upstream drift?
+
+    `exact`: for a kernel's first launch, what the probe saw before it ran: everything it read held exactly
+    eager's values (None otherwise, or for a later launch). Such a launch that diverged while its replay
+    matches eager is wrong on its first launch (triton-ascend #2292), not fed a drift.
+    """
     again = replay(launch, regions, values, run, recomputed)
     if again.error is not None:
         return Isolation(NOT_ISOLATED, f"not isolated: the kernel could not be run again ({again.error})")
@@ -129,7 +148,7 @@ def isolate(launch: Launch, regions: RegionMap, values: GraphValues, verdict: Ve
         if not comparison.passed:
             still_wrong.append(f"{name} bad={comparison.bad}/{comparison.numel}")
     kept, group = again.kept, again.group
-    if still_wrong and again.unknown_priors and _reads_unknown_priors(launch, regions, values, run, recomputed, again):
+    if still_wrong and _reads_state_of(again.unknown_priors, launch, regions, values, run, recomputed, again):
         # In-place kernels often write a buffer before reading it back (a fresh buffer, or one Inductor reused);
         # this one reads what was there, and that state is gone: the replay read its own output instead.
         kept = kept + [f"{name} (updated in place; the kernel reads its state before the launch, which has no "
@@ -153,16 +172,23 @@ def isolate(launch: Launch, regions: RegionMap, values: GraphValues, verdict: Ve
         return Isolation(ALIASING, f"reads what it writes (aliasing inside the kernel): {', '.join(aliased)} is read "
                                    f"and written by the same launch; on {on} it diverges when they share memory "
                                    "as in the compiled call, and matches eager when they are apart", group)
+    if exact is not None and not group and not _reads_state_of(exact.unchecked, launch, regions, values, run,
+                                                               recomputed, again):
+        # Given exactly eager's values it diverged, and launched again on them it does not: not its inputs.
+        return Isolation(WRONG, "kernel is wrong on its first launch: launched for the first time on inputs equal "
+                                "to eager's it diverged; launched again on them it matches eager")
     return Isolation(DRIFT, f"upstream drift amplified here: on {on} this kernel matches eager", group)
 
 
-def _reads_unknown_priors(launch: Launch, regions: RegionMap, values: GraphValues, run: Callable[[Launch], Any],
-                         recomputed: Recomputed | None, first: Replay) -> bool:
-    """Whether the replay's outputs change when the in-place arguments of unknown prior state start as zeros."""
-    again = replay(launch, regions, values, run, recomputed, zero_unknown_priors=True)
-    if again.error is not None:
-        return True
-    return not all(same_values(a, b) for (_, _, a), (_, _, b) in zip(first.outputs, again.outputs))
+def _reads_state_of(names: list[str], launch: Launch, regions: RegionMap, values: GraphValues,
+                    run: Callable[[Launch], Any], recomputed: Recomputed | None, first: Replay) -> bool:
+    """Whether the replay's outputs change when the named in-place arguments start as zeros (a kernel that
+    writes them before reading them back gives the same outputs)."""
+    if not names:
+        return False
+    again = replay(launch, regions, values, run, recomputed, zero=frozenset(names))
+    return again.error is not None or not all(same_values(a, b) for (_, _, a), (_, _, b)
+                                              in zip(first.outputs, again.outputs))
 
 
 def reads_what_it_writes(launch: Launch, regions: RegionMap) -> list[str]:
@@ -174,7 +200,10 @@ def reads_what_it_writes(launch: Launch, regions: RegionMap) -> list[str]:
     mutates.
     """
     info = regions.info
-    computed = info.computed_by(launch.kernel.name) or []
+    computed = info.computed_by(launch.kernel.name)
+    if computed is None:  # codegen named no buffers for it (the NPU's schedulings trace no provenance)
+        computed = [region.buffer for region in (regions.written(launch, t, check=False)
+                                                 for _, t in launch.written_args()) if region.buffer in info.buffers]
     mutated: dict[str, str] = {}  # storage -> its own node or graph input
     for buffer in computed:
         fact = info.buffers.get(buffer)

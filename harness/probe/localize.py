@@ -71,6 +71,8 @@ class CompiledProgram:
     stage: Callable[[], str]
     # The injection's launch handler for a run (a fresh one each time), or None.
     injection: Callable[[], Callable | None]
+    # It diverges on its kernels' first launches only, and every rerun loads it afresh.
+    first_launches: bool = False
 
     def run(self, probe: KernelProbe) -> bool:
         return self.passes(self.rerun(probe))
@@ -311,7 +313,7 @@ def _absorbed(divergence: Divergence) -> R.BufferDivergence:
 
 
 def _probe(program: CompiledProgram, verdict: Verdict, **mode) -> KernelProbe:
-    return KernelProbe(verdict, inner=program.injection(), **mode)
+    return KernelProbe(verdict, inner=program.injection(), first_launches=program.first_launches, **mode)
 
 
 def _evidence(probe: KernelProbe) -> R.Localization:

@@ -21,9 +21,10 @@ import torch
 
 from .. import records as R
 from ..compare import Verdict
-from ..inductor_compat import STATE_BEFORE_IN_PLACE, GraphInfo, Launch
+from ..execution import same_values
+from ..inductor_compat import ROLE_IN, ROLE_INOUT, STATE_BEFORE_IN_PLACE, GraphInfo, Launch
 from ..layout import clone_exact, is_non_overlapping_and_dense, span
-from .isolation import ALIASING, DRIFT, WRONG, Isolation, isolate, replay
+from .isolation import ALIASING, DRIFT, WRONG, ExactInputs, Isolation, isolate, replay
 from .regions import Region, RegionMap, describe_reason, region_key
 from .values import GraphValues, storage_pointer
 
@@ -91,6 +92,9 @@ class KernelProbe:
     describe: frozenset[int] = frozenset()
     # With stop_at_wrong: stop comparing after this many differences from upstream, too.
     upstream_limit: int = UPSTREAM_DIFFERENCES_COMPARED
+    # The program diverges on its kernels' first launches only (each run loads it afresh): before each first
+    # launch, whether its inputs hold exactly eager's values is noted, for the isolation.
+    first_launches: bool = False
     launches: int = 0
     graphs: list[str] = field(default_factory=list)
     graph_launches: dict[str, list[int]] = field(default_factory=dict)
@@ -115,6 +119,8 @@ class KernelProbe:
     _labels: dict[str, str] = field(default_factory=dict)
     _stopped: bool = False
     _upstream_seen: int = 0
+    # With first_launches: launch index -> what its inputs held before it ran (`_exact_inputs`).
+    _inputs_before: dict[int, ExactInputs | None] = field(default_factory=dict)
 
     @property
     def comparing(self) -> bool:
@@ -174,11 +180,16 @@ class KernelProbe:
         if call is not None and not launch.replay:
             for _, tensor in launch.written_args():
                 call.values.before_write(tensor)
+            if self.first_launches and launch.first and self._judges(launch.index):
+                self._inputs_before[launch.index] = _exact_inputs(launch, call)
         result = self._run(launch)
         self.launches += 1
         if call is not None and not launch.replay:
             self._after(launch, call)
         return result
+
+    def _judges(self, index: int) -> bool:
+        return (self.comparing and index > self.compare_after) or index in self.describe
 
     def _run(self, launch: Launch) -> Any:
         return self.inner(launch) if self.inner is not None else launch.run()
@@ -187,7 +198,7 @@ class KernelProbe:
         index = launch.index
         entry = R.LaunchEntry(index, call.label, launch.kernel.name)
         self.log.append(entry)
-        judging = (self.comparing and index > self.compare_after) or index in self.describe
+        judging = self._judges(index)
         substituting = self.substitute is not None and index in self.substitute
         mapped: list[tuple[torch.Tensor, Region]] = []
         unmapped = []
@@ -242,7 +253,8 @@ class KernelProbe:
             isolation = Isolation(DRIFT, "not isolated again: the same kernel's difference, at an earlier launch, "
                                          "moved no output")
         else:
-            isolation = isolate(launch, call.regions, call.values, verdict, self._run, call.lookup)
+            isolation = isolate(launch, call.regions, call.values, verdict, self._run, call.lookup,
+                                self._inputs_before.get(launch.index))
         producers = {i: call.producers[i] for i in isolation.group if i in call.producers}
         return Divergence(launch.index, call.label, _describe(launch, call.info, key, name, region, comparison),
                           isolation, producers)
@@ -290,7 +302,7 @@ class KernelProbe:
         """Forget everything seen (a run that has to be made again), keeping the mode and the problems."""
         problems, copy = self.problems, self.copy_inputs if copy_inputs is None else copy_inputs
         fresh = KernelProbe(self.verdict, self.inner, self.stop_at_wrong, self.compare_after, self.substitute,
-                            self.immaterial, self.describe, self.upstream_limit)
+                            self.immaterial, self.describe, self.upstream_limit, self.first_launches)
         self.__dict__.update(fresh.__dict__)
         self.problems, self.copy_inputs = problems, copy
 
@@ -315,6 +327,27 @@ class _Memory:
         if self.key[0] != other.key[0] or not (self.start <= other.start and other.end <= self.end):
             return False
         return self.dense or self.key == other.key
+
+
+def _exact_inputs(launch: Launch, call: _GraphCall) -> ExactInputs | None:
+    """Before a kernel's first launch: whether everything it only reads holds exactly eager's values (None
+    when something differs or cannot be compared). Arguments it updates in place whose state is not eager's
+    are named apart: the kernel may write them before it reads them back (a fresh buffer)."""
+    unchecked = []
+    for key, tensor in launch.tensor_args():
+        role = launch.role(key)
+        if role not in (ROLE_IN, ROLE_INOUT):
+            continue
+        region = call.regions.read(launch, tensor)
+        if region.input is not None:
+            continue  # a graph input not written before: the same values on both sides
+        expected = region.eager(call.values) if region.mapped else None
+        if expected is not None and same_values(tensor, expected):
+            continue
+        if role != ROLE_INOUT:
+            return None
+        unchecked.append(call.regions.local_of(launch, tensor) or launch.param_name(key))
+    return ExactInputs(unchecked)
 
 
 def _eager_inputs(info: GraphInfo, args: list, copy_all: bool) -> tuple[list, set[int]]:

@@ -139,6 +139,8 @@ _SETUP = (
     ("emulation", lambda value: str(value) if value else "none"),  # metadata says null for a run without one
     ("device", _device_type),
     ("backend", lambda value: str(value) if value else None),
+    # A surrogate device's results (CPU kernels) against the device's own: every difference may be that.
+    ("surrogate", lambda value: str(value) if value else "none"),
 )
 
 
@@ -152,6 +154,8 @@ def _setup_values(what: str, normalize, records: list[CaseResult], meta: dict[st
 def _listed(values: list[str], what: str) -> str:
     if what == "emulation":
         values = ["without emulation" if v == "none" else v for v in values]
+    if what == "surrogate":
+        values = ["on the device itself" if v == "none" else v for v in values]
     return " and ".join(values)
 
 

@@ -358,6 +358,7 @@ def summarize(records: list[CaseResult], run_meta: dict[str, Any]) -> dict[str, 
         "dtypes": _union(None, [r.dtype for r in records]),
         "versions": _versions(run_meta.get("versions"), records),
         "emulation": _union(run_meta.get("emulation"), [r.emulation for r in records]),
+        "surrogate": _union(run_meta.get("surrogate"), [r.surrogate for r in records]),
         "started_at": run_meta.get("started_at"),
         "duration_s": run_meta.get("duration_s"),
         "case_time_s": case_time,
@@ -396,7 +397,8 @@ def _versions(meta_versions: Any, records: list[CaseResult]) -> list[tuple[str, 
     return [(name, " | ".join(values)) for name, values in sorted(merged.items())]
 
 
-SHOWN_META = {"started_at", "duration_s", "device", "backend", "command", "versions", "emulation", "baseline"}
+SHOWN_META = {"started_at", "duration_s", "device", "backend", "command", "versions", "emulation", "surrogate",
+              "baseline"}
 
 
 def _other_meta(run_meta: dict[str, Any]) -> list[tuple[str, str]]:

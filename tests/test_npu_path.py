@@ -1,0 +1,171 @@
+"""The NPU code path, run on the surrogate NPU (`tests/npu_surrogate`: a CPU-backed device "npu" and torch_npu's
+compiler registry as torch_npu 2.14.0 ships it). Nothing here is an NPU result, and every record says so.
+
+Each test runs the harness in a process of its own with the surrogate on PYTHONPATH: once registered, the
+device stays for the life of the process.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.registry import load_registry
+from harness.runner import RunConfig, run_case
+
+ROOT = Path(__file__).resolve().parent.parent
+SURROGATE_DIR = ROOT / "tests" / "npu_surrogate"
+LABEL = "surrogate NPU (CPU-backed), not an NPU result"
+SEED_FIGURES = (2260992, 2359296, 589824, 589823)  # bad, numel, max_abs, out_max: the upstream report's
+
+
+@pytest.fixture(scope="session")
+def surrogate(tmp_path_factory):
+    """The environment that puts the surrogate on the path; its device extension built (once per torch)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(SURROGATE_DIR), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env.pop("NPU_SURROGATE_BACKENDS", None)
+    built = subprocess.run([sys.executable, "-c", "import torch, torch_npu; print(torch.ones(2, device='npu').sum())"],
+                           env=env, capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    return env
+
+
+def run_harness(env, *args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "harness", *args], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def records_of(path):
+    return {(r["case"], r["dtype"], r["mode"]): r for r in json.loads(Path(path).read_text())["records"]}
+
+
+def test_the_seed_fails_on_the_surrogate_as_on_the_cpu_and_the_same_kernel_is_named(surrogate, tmp_path):
+    result = run_harness(surrogate, "run", "-k", "seed_index", "--device", "npu", "--inject", "boundary-downcast",
+                         "--bisect", "--json", str(tmp_path / "npu.json"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    records = records_of(tmp_path / "npu.json")
+    npu = records[("seed_index_as_strided_view", "int64", "inference")]
+    # The known failure declared for the NPU's triton_experimental does not apply to a surrogate: it fails.
+    assert npu["status"] == "fail" and npu["surrogate"] == LABEL
+    (out,) = npu["outputs"]
+    assert (out["bad"], out["numel"], out["max_abs"], out["actual_max"]) == SEED_FIGURES
+    cpu = run_case(load_registry().cases["seed_index_as_strided_view"], torch.int64, "inference",
+                   RunConfig(inject="boundary-downcast", bisect=True))
+    (cpu_out,) = cpu.outputs
+    assert (cpu_out.bad, cpu_out.numel, cpu_out.max_abs, cpu_out.actual_max) == SEED_FIGURES
+    found = npu["first_divergent_kernel"]
+    assert (found["answer"], found["name"], found["launch_index"]) == ("kernel", cpu.first_divergent_kernel.name,
+                                                                       cpu.first_divergent_kernel.launch_index)
+    assert found["isolated"].startswith("kernel is wrong")
+    for record in records.values():
+        assert record["surrogate"] == LABEL and record["device"] == "npu"
+        assert (record["npu_backend"], record["npu_backend_loaded"]) == ("triton_experimental",) * 2
+        assert record["versions"]["torch_npu"] == "2.14.0+surrogate"
+    # Every console line of a run says it, and so does the command that reproduces it.
+    heads = [line for line in result.stdout.splitlines() if line.startswith("[")]
+    assert len(heads) == 4 and all(f"({LABEL})" in line for line in heads), result.stdout
+    assert f"on npu ({LABEL})" in result.stdout.splitlines()[0]
+    assert npu["command"].startswith(f"PYTHONPATH={SURROGATE_DIR} python -m harness run seed_index_as_strided_view")
+
+
+def test_pytest_runs_the_seed_cases_on_the_surrogate(surrogate, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "cases", "-k", "seed_index",
+                             "--device", "npu", "--harness-json", str(tmp_path / "results.json")],
+                            env=surrogate, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    # On the surrogate's CPU kernels the seed is right; the NPU's known failure is not the surrogate's (xfail).
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "4 passed" in result.stdout
+    records = records_of(tmp_path / "results.json")
+    assert len(records) == 4 and all(r["status"] == "pass" and r["surrogate"] == LABEL for r in records.values())
+
+
+@pytest.mark.parametrize("asked, kept, said", [
+    # torch_npu loads its default backend for a name it does not know, and says nothing.
+    ("nonesuch", None, "npu_backend 'nonesuch' was asked for, but torch_npu loaded 'default'; "
+                       "to run it, pass --npu-backend default"),
+    # The release branches v2.7.1 to v2.12.0 have no triton_experimental: the harness's default loads 'default'.
+    (None, "default,mlir", "npu_backend 'triton_experimental' was asked for, but torch_npu loaded 'default'; "
+                           "to run it, pass --npu-backend default"),
+])
+def test_a_backend_that_is_not_the_one_asked_for_is_a_usage_error_naming_both(surrogate, asked, kept, said):
+    env = dict(surrogate, **({"NPU_SURROGATE_BACKENDS": kept} if kept else {}))
+    args = ["run", "seed_index_as_strided_view", "--device", "npu", *(["--npu-backend", asked] if asked else [])]
+    result = run_harness(env, *args)
+    assert result.returncode == 2 and result.stdout == "", result.stdout + result.stderr
+    assert result.stderr.splitlines() == [f"error: device npu is not usable: {said}"]
+    if kept:  # (pytest's check is the same function: once is enough)
+        return
+    tested = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "cases/seed_index_as_strided.py",
+                             "--device", "npu", *(["--npu-backend", asked] if asked else [])],
+                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert tested.returncode == 4 and said in tested.stderr, tested.stdout + tested.stderr
+
+
+def test_the_backend_that_loaded_is_recorded(surrogate, tmp_path):
+    env = dict(surrogate, NPU_SURROGATE_BACKENDS="default,mlir")
+    result = run_harness(env, "run", "seed_index_as_strided_view", "--dtype", "int32", "--device", "npu",
+                         "--npu-backend", "default", "--json", str(tmp_path / "r.json"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    (record,) = records_of(tmp_path / "r.json").values()
+    assert (record["npu_backend"], record["npu_backend_loaded"]) == ("default", "default")
+    assert record["compile_options"] == {"npu_backend": "default"}
+
+
+# Every compile of a run, observed where Inductor lowers it: the config torch_npu's backend set must be the one in
+# force for the second case as for the first (the harness restores the config after each case).
+CONFIG_AT_EACH_COMPILE = textwrap.dedent("""
+    import json, sys, torch, torch_npu
+    import torch._inductor.config as config
+    from torch._inductor.graph import GraphLowering
+    from harness.registry import load_registry
+    from harness.runner import RunConfig, run_case
+
+    seen, lower = [], GraphLowering.codegen
+    def observed(self, *args, **kwargs):
+        seen.append({key: getattr(config, key) for key in ("split_reductions", "size_asserts", "layout_optimization")})
+        return lower(self, *args, **kwargs)
+    GraphLowering.codegen = observed
+    cases = load_registry().cases
+    records = [run_case(cases[name], getattr(torch, dtype), "inference", RunConfig(device="npu"))
+               for name, dtype in (("seed_index_as_strided_view", "int32"), ("seed_index_as_strided_base", "int32"),
+                                   ("seed_index_as_strided_view", "int64"))]
+    print(json.dumps({"seen": seen, "records": [(r.status, r.warnings, getattr(r, "compile_config", None))
+                                               for r in records]}))
+""")
+
+
+def test_every_case_compiles_under_the_config_the_backend_set_whatever_its_place(surrogate):
+    env = dict(surrogate, TORCHINDUCTOR_FX_GRAPH_CACHE="0")  # every graph lowered: every compile seen
+    result = subprocess.run([sys.executable, "-c", CONFIG_AT_EACH_COMPILE], env=env, cwd=ROOT, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.splitlines()[-1])
+    activated = {"split_reductions": False, "size_asserts": False, "layout_optimization": False}
+    assert len(found["seen"]) == 3 and all(seen == activated for seen in found["seen"]), found["seen"]
+    statuses, warnings, configs = zip(*found["records"])
+    assert statuses == ("pass",) * 3 and warnings == ([],) * 3  # no case "changed global torch state"
+    assert configs[0]["torch._inductor.config.split_reductions"] is False and configs == (configs[0],) * 3
+
+
+def test_a_two_worker_run_gives_every_case_the_same_record_whatever_its_place(surrogate, tmp_path):
+    names = ["seed_index_as_strided_view", "relu_mlp", "seed_index_as_strided_base"]
+    selection = [*names, "--dtype", "int32", "--dtype", "float32", "--mode", "inference", "--device", "npu"]
+    together = run_harness(surrogate, "run", *selection, "--workers", "2", "--json", str(tmp_path / "two.json"))
+    assert together.returncode == 0, together.stdout + together.stderr
+    reversed_order = [*names[::-1], *selection[len(names):]]
+    alone = run_harness(surrogate, "run", *reversed_order, "--json", str(tmp_path / "one.json"))
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+
+    def facts(record):
+        return (record["status"], record["warnings"], record["compile_config"], record["npu_backend_loaded"],
+                [(o["name"], o["bad"], o["max_abs"]) for o in record["outputs"]])
+
+    two, one = records_of(tmp_path / "two.json"), records_of(tmp_path / "one.json")
+    assert set(two) == set(one) and len(two) == 3
+    assert {key: facts(r) for key, r in two.items()} == {key: facts(r) for key, r in one.items()}

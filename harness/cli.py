@@ -266,6 +266,7 @@ def _worker_pool(args: argparse.Namespace, config: Any, early: Any):
 
 
 def _run_with(args: argparse.Namespace, config: Any, pool: Any) -> int:
+    from .devices import get_device
     from .executor import run_in_process
     from .known_issues import apply_known_issues
 
@@ -277,8 +278,6 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any) -> int:
     started_at, started = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
     journal_file = journal_path(args.json_path, args.report_dir)
     journal = Journal(journal_file, plan.carried) if journal_file else None
-    from .devices import get_device
-
     surrogate = get_device(config.device).surrogate()
     say(f"running {_plural(len(plan.tasks), 'case run')} on {config.device}"
         + (f" ({surrogate})" if surrogate else "") + f" with backend {config.backend}"

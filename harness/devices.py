@@ -238,7 +238,7 @@ class Npu(Device):
         asked = self.asked_backend(config, options)
         found = torch_npu_backend.load(asked)
         if found.mismatch:
-            hint = "" if found.loaded is None else f"; to run it, pass --npu-backend {found.loaded}"
+            hint = "" if found.loaded is None else f"; to run the one that loads, pass --npu-backend {found.loaded}"
             raise BackendMismatch(f"{found.mismatch}{hint}")
         return {"npu_backend": asked, "npu_backend_loaded": found.loaded}
 
@@ -246,7 +246,7 @@ class Npu(Device):
         # A stand-in says so itself (`torch_npu.SURROGATE`); torch_npu proper has no such attribute.
         try:
             return getattr(importlib.import_module("torch_npu"), "SURROGATE", None)
-        except ImportError:
+        except Exception:  # noqa: BLE001 - not importable here (unavailable_reason says why): not a stand-in
             return None
 
     def versions(self) -> dict[str, str]:

@@ -38,8 +38,8 @@ class KnownIssue:
 
     def applies(self, record: R.CaseResult) -> bool:
         return fnmatch.fnmatchcase(record.case, self.case) and self.failure.matches(
-            bool(record.surrogate), device=record.device, backend=record.backend, npu_backend=record.npu_backend, dtype=record.dtype,
-            mode=record.mode, emulation=record.emulation, torch=record.versions.get("torch"))
+            bool(record.surrogate), device=record.device, backend=record.backend, npu_backend=record.npu_backend,
+            dtype=record.dtype, mode=record.mode, emulation=record.emulation, torch=record.versions.get("torch"))
 
     def apply(self, record: R.CaseResult) -> None:
         if record.status == R.PASS and not self.failure.strict:

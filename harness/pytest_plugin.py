@@ -269,13 +269,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     records = list(config.stash[RECORDS_KEY]) + _worker_records(config)
     if records:
+        from .devices import get_device
         from .publish import publish, run_metadata
 
         run_config = config.stash[RUN_CONFIG_KEY]
         command = " ".join(["pytest", *config.invocation_params.args])
         publish(records, run_metadata(records, command=command, device=run_config.device,
                                       backend=run_config.backend, emulation=run_config.inject,
-                                      surrogate=next((r.surrogate for r in records if r.surrogate), None)),
+                                      surrogate=get_device(run_config.device).surrogate()),
                 config.getoption("harness_json"), config.getoption("harness_report"))
 
 

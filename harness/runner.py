@@ -53,8 +53,7 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
 
     record.versions = device.versions()
     record.device_name = device.device_name()
-    record.compile_options = {**device.compile_options(config), **case.compile_options, **config.compile_options}
-    if not _compiler_loaded(device, config, record):
+    if not _compiler_loaded(device, case, config, record):
         return apply_known_failure(record, case)
     started = time.perf_counter()
     changed: list[str] = []
@@ -95,12 +94,13 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
     return apply_known_failure(record, case)
 
 
-def _compiler_loaded(device: Device, config: RunConfig, record: R.CaseResult) -> bool:
-    """Load the device's compiler backend before the case's state is saved (torch_npu's writes Inductor's
-    config as it loads: restored to what it was before, every case after the first would compile without
-    them); record which backend loaded. A backend other than the one asked for, or one that fails to load,
-    makes the run an error."""
+def _compiler_loaded(device: Device, case: Case, config: RunConfig, record: R.CaseResult) -> bool:
+    """The run's compile options; and the device's compiler backend loaded before the case's state is saved
+    (torch_npu's writes Inductor's config as it loads: restored to what it was before, every case after the
+    first would compile without them), with which backend loaded. A backend other than the one asked for,
+    or one that fails to load, makes the run an error."""
     try:
+        record.compile_options = {**device.compile_options(config), **case.compile_options, **config.compile_options}
         for key, value in device.load_compiler(config, record.compile_options).items():
             setattr(record, key, value)
         return True

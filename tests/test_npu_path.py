@@ -75,12 +75,11 @@ def test_the_seed_fails_on_the_surrogate_as_on_the_cpu_and_the_same_kernel_is_na
 
 
 def test_pytest_runs_the_seed_cases_on_the_surrogate(surrogate, tmp_path):
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "cases", "-k", "seed_index",
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-k", "seed_index",
                              "--device", "npu", "--harness-json", str(tmp_path / "results.json")],
                             env=surrogate, cwd=ROOT, capture_output=True, text=True, timeout=600)
     # On the surrogate's CPU kernels the seed is right; the NPU's known failure is not the surrogate's (xfail).
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "4 passed" in result.stdout
     records = records_of(tmp_path / "results.json")
     assert len(records) == 4 and all(r["status"] == "pass" and r["surrogate"] == LABEL for r in records.values())
 
@@ -88,10 +87,10 @@ def test_pytest_runs_the_seed_cases_on_the_surrogate(surrogate, tmp_path):
 @pytest.mark.parametrize("asked, kept, said", [
     # torch_npu loads its default backend for a name it does not know, and says nothing.
     ("nonesuch", None, "npu_backend 'nonesuch' was asked for, but torch_npu loaded 'default'; "
-                       "to run it, pass --npu-backend default"),
+                       "to run the one that loads, pass --npu-backend default"),
     # The release branches v2.7.1 to v2.12.0 have no triton_experimental: the harness's default loads 'default'.
     (None, "default,mlir", "npu_backend 'triton_experimental' was asked for, but torch_npu loaded 'default'; "
-                           "to run it, pass --npu-backend default"),
+                           "to run the one that loads, pass --npu-backend default"),
 ])
 def test_a_backend_that_is_not_the_one_asked_for_is_a_usage_error_naming_both(surrogate, asked, kept, said):
     env = dict(surrogate, **({"NPU_SURROGATE_BACKENDS": kept} if kept else {}))

@@ -54,7 +54,7 @@ def _registry_module():
 
 def selects_backends() -> bool:
     """Whether this torch_npu has several Inductor backends, chosen by the `npu_backend` option (2.12.0 on)."""
-    return hasattr(_registry_module()._InductorNpuRegistry, "_loaded_backend")
+    return hasattr(getattr(_registry_module(), "_InductorNpuRegistry", None), "_loaded_backend")
 
 
 def load(asked: str | None) -> LoadedBackend:
@@ -65,14 +65,17 @@ def load(asked: str | None) -> LoadedBackend:
     loads again only when another name is asked for.
     """
     registry_module = _registry_module()
-    registry = registry_module._InductorNpuRegistry
-    if not selects_backends():  # one backend, loaded once
+    if not selects_backends():  # one backend, loaded once (by its registry, or by importing it)
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
-            registry_module.register_inductor_npu()
-        return _loaded(asked or DEFAULT, DEFAULT if registry.has_initialized() else None, said)
-    resolve = getattr(registry_module, "_resolve_npu_backend", None)
-    name = resolve(asked) if resolve is not None else (asked or os.environ.get(BACKEND_VARIABLE, DEFAULT))
+            register = getattr(registry_module, "register_inductor_npu", None)
+            if register is not None:
+                register()
+            else:
+                importlib.import_module("torch_npu._inductor")
+        return _loaded(asked or DEFAULT, DEFAULT if "torch_npu._inductor" in sys.modules else None, said)
+    registry = registry_module._InductorNpuRegistry
+    name = getattr(registry_module, "_resolve_npu_backend", _resolve)(asked)
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         scope = getattr(registry_module, "_NpuBackendScope", None)
@@ -93,6 +96,16 @@ def load(asked: str | None) -> LoadedBackend:
     loaders = getattr(sys.modules.get("torch_npu._inductor"), "_BACKEND_LOADERS", None)
     loaded = recorded if loaders is None or recorded in loaders else DEFAULT
     return _loaded(asked or DEFAULT, loaded, said)
+
+
+def _resolve(asked: str | None) -> str:
+    """torch_npu's rule where it has no `_resolve_npu_backend` (2.12.0 spells it out in its wrapper): the
+    option, else `torch._inductor.config.npu_backend`, else the variable; "default" gives way."""
+    configured = getattr(sys.modules.get("torch._inductor.config"), "npu_backend", None)
+    for name in (asked, configured):
+        if name not in (None, "", DEFAULT):
+            return name
+    return os.environ.get(BACKEND_VARIABLE, DEFAULT)
 
 
 def _loaded(asked: str, loaded: str | None, said: list[warnings.WarningMessage]) -> LoadedBackend:

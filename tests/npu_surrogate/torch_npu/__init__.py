@@ -25,3 +25,9 @@ from .utils import _dynamo  # noqa: E402
 
 _device.register()
 _dynamo.patch_inductor_wrapper()
+
+
+def npu_fusion_attention(*args, **kwargs):
+    """torch_npu's fused attention kernel, which libraries import from torch_npu when it is there (transformers'
+    `integrations/npu_flash_attention.py` at import). The surrogate has no such kernel."""
+    raise NotImplementedError(f"npu_fusion_attention: the {SURROGATE} has no fused attention kernel")

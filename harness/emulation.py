@@ -81,8 +81,10 @@ class BoundaryDowncast:
         theirs): it misses only when none launched."""
         if self.generated_launches:
             return None
-        return (f"no generated kernel was launched ({self.stats.launches} launches, all library calls): the "
-                "launcher it emulates converts the arguments of generated kernels only")
+        launched = (f"{self.stats.launches} launches, all library calls" if self.stats.launches else
+                    "no kernel launch at all: views, ATen fallbacks or no compiled graph")
+        return (f"no generated kernel was launched ({launched}): the launcher it emulates converts the arguments "
+                "of generated kernels only")
 
     def __call__(self, launch: Launch) -> Any:
         self.stats.launches += not launch.replay

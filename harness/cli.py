@@ -102,43 +102,24 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    early = _early_worker(argv)
+    # A run's SIGTERM/SIGINT is held from the first moment: one that comes while the command line is read or the
+    # cases load still leaves a results file (with no record) and exit 128 + signal.
+    stop = _StopSignals() if argv[:1] == ["run"] else contextlib.nullcontext()
     try:
-        args = build_parser().parse_args(argv)
-        if args.command == "run":
-            return _run(args, early)
-        return {"list": _list, "report": _report}[args.command](args)
+        with stop:
+            args = build_parser().parse_args(argv)
+            if args.command == "run":
+                return _run(args, stop)
+            return {"list": _list, "report": _report}[args.command](args)
     except UsageError as exc:
         say(f"error: {exc}", error=True)
         return EXIT_USAGE
+    except _Stopped as exc:  # before the run had anywhere to publish
+        say(f"stopped by {exc} before any case ran", error=True)
+        return 128 + exc.signum
     except KeyboardInterrupt:  # Ctrl-C outside a run (a run stops on it itself)
         say("interrupted", error=True)
         return EXIT_INTERRUPTED
-    finally:
-        if early is not None:
-            early.close()
-
-
-def _early_worker(argv: list[str]):
-    """For `run` with isolated workers: start them before anything here imports torch. Their start-up (torch and
-    the compiler, the longest part of a short run: 11 s on a 16-core GPU host) then overlaps this process's own.
-    Several workers on an accelerator are pinned to its devices, which needs torch here: those start later."""
-    if not argv or argv[0] != "run" or "--no-isolation" in argv or "-h" in argv or "--help" in argv:
-        return None
-    # The two options read as plain strings: the run's parser checks them with torch (`parse_device`).
-    early = argparse.ArgumentParser(add_help=False, exit_on_error=False)
-    early.add_argument("--workers", default="1")
-    early.add_argument("--device", default="cpu")
-    try:
-        known, _ = early.parse_known_args(argv[1:])
-    except argparse.ArgumentError:  # `--workers` with no value: the run's parser says so
-        return None
-    workers, device = known.workers, known.device
-    if not workers.isdigit() or int(workers) < 1 or (int(workers) > 1 and device != "cpu"):
-        return None  # a bad count is the run's parser's to report
-    from .executor import WorkerPool
-
-    return WorkerPool.spawned_early(int(workers), device)
 
 
 def say(text: str, error: bool = False) -> None:
@@ -162,24 +143,46 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" + ("" if count == 1 else "s")
 
 
-def _select(args: argparse.Namespace):
+def _select(args: argparse.Namespace, in_process: bool = False):
+    """The cases the selection names, and what loading them found (`case_loader.Loaded`, or the registry itself
+    with `in_process`). Case modules are imported in a loader process unless the run is in-process anyway."""
+    request = {"kind": "select", "paths": list(args.case_path), "names": list(args.cases), "keyword": args.keyword,
+               "tags": list(args.tag), "include_full": args.full}
+    if in_process:
+        loaded = _select_in_process(request)
+    else:
+        from .case_loader import LoaderFailed, load
+
+        try:
+            loaded = load(request)
+        except LoaderFailed as exc:
+            raise UsageError(f"cannot load cases: {exc}") from None
+    for error in loaded.errors:
+        say(f"error: {error}", error=True)
+    if loaded.usage:
+        raise UsageError(loaded.usage)
+    if not loaded.case_count and not loaded.errors:
+        raise UsageError(f"no cases found: this installation has no cases/ directory ({loaded.describe_sources()}); "
+                         "point at case modules with --case-path DIR")
+    return loaded, loaded.chosen
+
+
+def _select_in_process(request: dict[str, Any]):
+    """`--no-isolation`: the same selection, made with the case modules imported here (for a debugger)."""
+    from .case_loader import Loaded
     from .registry import load_registry
 
-    registry = load_registry(args.case_path)
+    registry = load_registry(request["paths"])
+    loaded = Loaded(sources=registry.sources)
     try:
-        chosen = registry.select(args.cases, args.keyword, args.tag, include_full=args.full)
+        loaded.chosen = registry.select(request["names"], request["keyword"], request["tags"],
+                                        include_full=request["include_full"])
     except KeyError as exc:
-        raise UsageError(exc.args[0]) from None
-    except Exception as exc:  # a malformed -k expression
-        raise UsageError(f"bad selection: {exc}") from None
-    finally:
-        # After the selection: it loads the case sources it asks for, and one may be unavailable here.
-        for error in registry.errors:
-            say(f"error: {error}", error=True)
-    if not registry.cases and not registry.errors:
-        raise UsageError(f"no cases found: this installation has no cases/ directory ({registry.describe_sources()}); "
-                         "point at case modules with --case-path DIR")
-    return registry, chosen
+        loaded.usage = exc.args[0]
+    except Exception as exc:  # noqa: BLE001 - a malformed -k expression
+        loaded.usage = f"bad selection: {exc}"
+    loaded.errors, loaded.case_count = list(registry.errors), len(registry.cases)
+    return loaded
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -193,9 +196,8 @@ def _list(args: argparse.Namespace) -> int:
     from .run_identity import dtype_name, runs_of
 
     if args.skipped:  # case sources' skips, with reasons (OpInfo: harness/sources.py)
-        from .sources import list_skipped
-        return list_skipped(args, say)
-    registry, chosen = _select(args)
+        return _list_skipped(args)
+    loaded, chosen = _select(args)
     say(f"{'CASE':40} {'SIZE':4} {'MODES':20} {'DTYPES':22} TAGS")
     runs = 0
     listed = 0
@@ -207,9 +209,31 @@ def _list(args: argparse.Namespace) -> int:
         runs += len(kept)
         modes = ",".join(dict.fromkeys(mode for _, mode in kept))
         dtypes = ",".join(dict.fromkeys(dtype_name(dtype) for dtype, _ in kept))
-        say(f"{case.name:40} {case.size:4} {modes:20} {dtypes:22} {' '.join(case.tags)}")
+        say(f"{case.name:40} {case.size:4} {modes:20} {dtypes:22} {R.one_line(' '.join(case.tags))}")
     say(f"{_plural(listed, 'case')}, {_plural(runs, 'case run')}", error=True)
-    return EXIT_USAGE if registry.errors else EXIT_OK
+    return EXIT_USAGE if loaded.errors else EXIT_OK
+
+
+def _list_skipped(args: argparse.Namespace) -> int:
+    """What the selected case sources leave out, and why (asked of the loader process)."""
+    from .case_loader import LoaderFailed, load
+
+    try:
+        loaded = load({"kind": "skipped", "paths": list(args.case_path), "names": list(args.cases),
+                       "keyword": args.keyword, "tags": list(args.tag)})
+    except LoaderFailed as exc:
+        raise UsageError(f"cannot load cases: {exc}") from None
+    if loaded.skipped is None:
+        say("no case source matches the selection (try --tag opinfo)")
+        return EXIT_OK
+    if loaded.skipped_error:
+        say(f"error: {loaded.skipped_error}", error=True)
+        return EXIT_USAGE
+    say(f"{'SKIPPED':60} REASON")
+    for what, why in loaded.skipped:
+        say(f"{R.one_line(what):60} {R.one_line(why)}")
+    say(f"{len(loaded.skipped)} skipped")
+    return EXIT_OK
 
 
 class _Stopped(Exception):
@@ -220,20 +244,81 @@ class _Stopped(Exception):
         self.signum = signum
 
 
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[None]:
-    def stop(signum: int, frame: Any) -> None:
-        raise _Stopped(signum)
+class _StopSignals:
+    """SIGTERM and SIGINT for the whole of a run. Until `raising()`, a signal is only noted (the run is not set
+    up: nothing to stop, nowhere to publish yet), and `check()` raises it at the next step; from then on, it
+    raises `_Stopped` at once."""
 
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._raise = False
+
+    def __enter__(self) -> "_StopSignals":
+        self._previous = {s: signal.signal(s, self._handle) for s in (signal.SIGTERM, signal.SIGINT)}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self._previous.items():
             signal.signal(signum, handler)
 
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = signum
+        if self._raise:
+            raise _Stopped(signum)
 
-def _run(args: argparse.Namespace, early: Any = None) -> int:
+    def check(self) -> None:
+        if self.received is not None:
+            raise _Stopped(self.received)
+
+    def raising(self) -> None:
+        self._raise = True
+        self.check()
+
+
+def _check_targets(args: argparse.Namespace) -> None:
+    """Every file the run will write, checked before the first case: a directory where a file goes, a file where
+    a directory goes, a place that cannot be written to is a usage error now, not a traceback after the run."""
+    from .journal import journal_path
+
+    files = [(args.json_path, "--json"), (args.junit, "--junit")]
+    if args.report_dir:
+        _check_directory(args.report_dir, "--report-dir")
+        files += [(os.path.join(args.report_dir, name), "--report-dir") for name in ("results.json", "index.html")]
+    journal = journal_path(args.json_path, args.report_dir)
+    files += [(journal, "the journal"), (journal and journal + ".lock", "the journal's lock")]
+    for path, option in files:
+        if path:
+            _check_file_target(path, option)
+
+
+def _check_directory(path: str, option: str) -> None:
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise UsageError(f"{option} {path}: not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: cannot create it ({exc.strerror or exc})") from None
+
+
+def _check_file_target(path: str, option: str) -> None:
+    if os.path.isdir(path):
+        raise UsageError(f"{option} {path}: a directory is in the way (give a file path)")
+    directory = os.path.dirname(os.path.abspath(path))
+    _check_directory(directory, option)
+    try:
+        if os.path.exists(path):
+            with open(path, "a"):  # writable as it is (appending nothing changes nothing)
+                pass
+        import tempfile
+
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".harness-check-"):
+            pass  # the file will be replaced through a temporary file beside it
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: cannot write it ({exc.strerror or exc})") from None
+
+
+def _run(args: argparse.Namespace, stop: _StopSignals) -> int:
+    """Everything the command line asks for is checked before a worker starts or a case module loads."""
     from .devices import compiler_problem, get_device
 
     try:
@@ -245,58 +330,110 @@ def _run(args: argparse.Namespace, early: Any = None) -> int:
     if unavailable:
         raise UsageError(f"device {config.device} is not usable: {unavailable}")
     _check_torch_version()
-    pool = None if args.no_isolation else _worker_pool(args, config, early)
+    _check_targets(args)
+    known = _known_issues(args.known_issues)
+    baseline = _baseline(args.baseline)
+    lock = _lock_journal(args)
     try:
-        return _run_with(args, config, pool)
+        carried = _resumed(args, config)
+        pool = None if args.no_isolation else _worker_pool(args, config)
+        try:
+            return _run_with(args, config, pool, stop, _Inputs(known, baseline, carried))
+        finally:
+            if pool is not None:
+                pool.close()
     finally:
-        if pool is not None:
-            pool.close()
+        if lock is not None:
+            lock.release()
 
 
-def _worker_pool(args: argparse.Namespace, config: Any, early: Any):
-    """The run's workers, started now (or earlier, by `main`): they import torch while this process loads the
-    case modules."""
+@dataclass
+class _Inputs:
+    """What the run read before it started: known issues, the baseline, the records `--resume` carries."""
+
+    known: list
+    baseline: list[R.CaseResult] | None
+    carried: list[R.CaseResult]
+
+
+def _lock_journal(args: argparse.Namespace):
+    from .journal import JournalBusy, JournalLock, journal_path
+
+    path = journal_path(args.json_path, args.report_dir)
+    if path is None:
+        return None
+    try:
+        return JournalLock(path, " ".join(["harness", *sys.argv[1:]]) if argv_is_cli() else "harness run")
+    except JournalBusy as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _resumed(args: argparse.Namespace, config: Any) -> list[R.CaseResult]:
+    """The records `--resume` names, if every one was made by a run of this run's identity (same device,
+    backends, options, injection, torch); otherwise a usage error naming the difference."""
+    if not args.resume:
+        return []
+    from .run_identity import identity_difference
+
+    try:
+        carried = read_records(args.resume)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    identity = config.identity()
+    for record in carried:
+        difference = identity_difference(record, identity)
+        if difference:
+            raise UsageError(f"--resume {args.resume}: {record.run_id} was made by another run ({difference}); "
+                             "run without --resume, or resume a journal of this run")
+    return carried
+
+
+def _worker_pool(args: argparse.Namespace, config: Any):
+    """The run's workers, started now: they import torch and the compiler while the case modules load."""
     from .executor import WorkerPool
 
     log_dir = os.path.join(args.report_dir, "logs") if args.report_dir else None
-    pool = early or WorkerPool(None, [], 0.0, args.workers)
-    pool.configure(config, list(args.case_path), args.timeout, args.workers, log_dir)
+    pool = WorkerPool(None, [], 0.0, args.workers, early_device=config.device)
     pool.start_idle()
+    pool.log_dir = log_dir or pool.log_dir
     return pool
 
 
-def _run_with(args: argparse.Namespace, config: Any, pool: Any) -> int:
+def _run_with(args: argparse.Namespace, config: Any, pool: Any, stop: _StopSignals, inputs: _Inputs) -> int:
     from .devices import get_device
     from .executor import run_in_process
     from .known_issues import apply_known_issues
 
-    registry, chosen = _select(args)
-    plan = _plan(args, chosen)
-    known = _known_issues(args.known_issues)
-    baseline = _baseline(args.baseline)
-
     started_at, started = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
-    journal_file = journal_path(args.json_path, args.report_dir)
-    journal = Journal(journal_file, plan.carried) if journal_file else None
     surrogate = get_device(config.device).surrogate()
-    say(f"running {_plural(len(plan.tasks), 'case run')} on {config.device}"
-        + (f" ({surrogate})" if surrogate else "") + f" with backend {config.backend}"
-        + (f" (emulation: {config.inject})" if config.inject else "")
-        + (f", {_plural(len(plan.carried), 'run')} carried from {args.resume}" if plan.carried else "")
-        + (f", shard {args.shard[0]}/{args.shard[1]}" if args.shard else ""))
-    results: list[R.CaseResult] = list(plan.carried)
+    journal_file = journal_path(args.json_path, args.report_dir)
+    results: list[R.CaseResult] = []
+    loaded = None
+    journal = None
     stopped: _Stopped | None = None
     try:
-        with _stop_on_signals():
-            records = pool.run(plan.tasks) if pool is not None else run_in_process(plan.tasks, config)
-            for position, record in enumerate(records, 1):
-                apply_known_issues(record, known)
-                results.append(record)
-                if journal:
-                    journal.append(record)
-                say(f"[{position}/{len(plan.tasks)}] {record.summary()}")
-                if R.is_failing(record.status) and record.command:
-                    say(f"    reproduce: {record.command}")
+        loaded, chosen = _select(args, in_process=pool is None)
+        plan = _plan(args, chosen, inputs.carried)
+        if pool is not None:
+            pool.configure(config, list(args.case_path), args.timeout, args.workers, pool.log_dir,
+                           broken_modules=loaded.broken_modules)
+        results = list(plan.carried)
+        journal = Journal(journal_file, plan.carried) if journal_file else None
+        say(f"running {_plural(len(plan.tasks), 'case run')} on {config.device}"
+            + (f" ({surrogate})" if surrogate else "") + f" with backend {config.backend}"
+            + (f" (emulation: {config.inject})" if config.inject else "")
+            + (f", {_plural(len(plan.carried), 'run')} carried from {args.resume}" if plan.carried else "")
+            + (f", shard {args.shard[0]}/{args.shard[1]}" if args.shard else ""))
+        stop.raising()
+        records = pool.run(plan.tasks) if pool is not None else run_in_process(plan.tasks, config)
+        for position, record in enumerate(records, 1):
+            apply_known_issues(record, inputs.known)
+            results.append(record)
+            if journal:
+                journal.append(record)
+            say(f"[{position}/{len(plan.tasks)}] {record.summary()}")
+            if R.is_failing(record.status) and record.command:
+                say(f"    reproduce: {record.command}")
     except _Stopped as exc:
         stopped = exc
         say(f"stopped by {exc}: {_plural(len(results), 'record')} kept", error=True)
@@ -306,23 +443,33 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any) -> int:
 
     from .publish import publish, run_metadata
 
+    load_errors = [str(e) for e in loaded.errors] if loaded is not None else []
     meta = run_metadata(results, command=" ".join(["harness", *sys.argv[1:]]) if argv_is_cli() else None,
                         device=config.device, backend=config.backend, emulation=config.inject, surrogate=surrogate,
                         started_at=started_at, duration_s=round(time.perf_counter() - started, 3),
-                        load_errors=[str(e) for e in registry.errors], shard=args.shard,
+                        load_errors=load_errors, shard=args.shard,
                         stopped_by=str(stopped) if stopped else None, journal=journal_file)
-    for path in publish(results, meta, args.json_path, args.report_dir, args.junit):
+    written, problems = publish(results, meta, args.json_path, args.report_dir, args.junit)
+    for path in written:
         say(f"{'report' if path.endswith('.html') else 'junit' if path.endswith('.xml') else 'results'}: {path}")
+    if journal is not None and journal.problem:
+        problems.insert(0, journal.problem)
+    for problem in problems:
+        say(f"error: {problem}", error=True)
     from .report.summary import console_lines  # per op and per layout, when OpInfo cases ran (harness/report/summary.py)
     for line in console_lines(results):
         say(line)
     say(totals(results))
     if stopped is not None:
         return 128 + stopped.signum
-    if registry.errors:
+    if load_errors:
         return EXIT_USAGE
-    if baseline is not None:
-        return _against_baseline(results, baseline)
+    if problems:
+        say(f"error: the run's results were not all written ({_plural(len(problems), 'problem')} above)",
+            error=True)
+        return EXIT_FAILED
+    if inputs.baseline is not None:
+        return _against_baseline(results, inputs.baseline)
     return EXIT_FAILED if any(R.is_failing(r.status) for r in results) else EXIT_OK
 
 
@@ -332,7 +479,7 @@ class _Plan:
     carried: list[R.CaseResult]
 
 
-def _plan(args: argparse.Namespace, chosen: list) -> _Plan:
+def _plan(args: argparse.Namespace, chosen: list, resumed: list[R.CaseResult]) -> _Plan:
     """The runs of this invocation: the selection, this shard of it, less what `--resume` already has."""
     from .executor import Task
     from .run_identity import runs_of
@@ -344,16 +491,9 @@ def _plan(args: argparse.Namespace, chosen: list) -> _Plan:
     if args.shard:
         index, count = args.shard
         tasks = [t for position, t in enumerate(sorted(tasks, key=lambda t: t.key)) if position % count == index - 1]
-    carried: list[R.CaseResult] = []
-    if args.resume:
-        try:
-            carried = read_records(args.resume)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        done = {(r.case, r.dtype, r.mode) for r in carried}
-        carried = [r for r in carried if (r.case, r.dtype, r.mode) in {t.key for t in tasks}]
-        tasks = [t for t in tasks if t.key not in done]
-    return _Plan(tasks, carried)
+    done = {(r.case, r.dtype, r.mode) for r in resumed}
+    carried = [r for r in resumed if (r.case, r.dtype, r.mode) in {t.key for t in tasks}]
+    return _Plan([t for t in tasks if t.key not in done], carried)
 
 
 def _known_issues(path: str | None) -> list:
@@ -417,8 +557,14 @@ def _report(args: argparse.Namespace) -> int:
     from .report import merge_results, write_report
 
     output = args.output or os.path.splitext(args.results[0])[0] + ".html"
+    _check_file_target(output, "-o")
+    if args.json_path:
+        _check_file_target(args.json_path, "--json")
     try:
         run_meta, records = merge_results(args.results)
+        if run_meta.get("repeated_runs_dropped"):
+            say(f"warning: {_plural(run_meta['repeated_runs_dropped'], 'record')} of runs already read "
+                "(overlapping shards, or a file given twice) counted once", error=True)
         baseline = read_records(args.baseline) if args.baseline else None
         if args.json_path:
             R.write_results(args.json_path, records, run_meta)
@@ -426,6 +572,8 @@ def _report(args: argparse.Namespace) -> int:
         say(f"report: {write_report(args.results, output, args.baseline)}")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write the report: {exc.strerror or exc} ({exc.filename or output})") from None
     if not args.check:
         return EXIT_OK
     say(totals(records))

@@ -197,10 +197,32 @@ def _training(session: Session, inputs: Inputs) -> Results:
     return results
 
 
+class OutputNotComparable(Exception):
+    """The program returned something no verdict can be reached on."""
+
+
+# Values other than tensors that an output may hold: compared for equality (floats within tolerance).
+COMPARABLE_VALUES = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout,
+                     torch.memory_format)
+
+
+def _check_comparable(path: str, leaf: Any) -> None:
+    if isinstance(leaf, torch.Tensor):
+        if leaf.device.type == "meta":
+            raise OutputNotComparable(f"output {path or 'out'} is a tensor on the meta device: it has no values to "
+                                      "compare")
+        return
+    if not isinstance(leaf, COMPARABLE_VALUES):
+        raise OutputNotComparable(f"output {path or 'out'} is a {type(leaf).__name__}: outputs are compared as "
+                                  "tensors and plain values (numbers, strings, None) in lists, tuples and dicts; "
+                                  "return those")
+
+
 def _forward(fn: Callable[..., Any], inputs: Inputs) -> tuple[Results, list[torch.Tensor]]:
     leaves = tree_flatten_with_path(fn(*inputs.args, **inputs.kwargs), is_leaf=lambda x: x is None)[0]
     results, tensors = Results(), []
     for path, leaf in leaves:
+        _check_comparable(keystr(path), leaf)
         if isinstance(leaf, torch.Tensor):
             name = f"out{len(tensors)}"
             tensors.append(leaf)

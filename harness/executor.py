@@ -2,8 +2,11 @@
 
 Each worker (`harness.worker`) runs tasks one after another (keeping Inductor's
 in-process caches warm), in a process session of its own: a timeout, a signal
-to the harness or its exit kills the worker's whole process group, a case's
-own child processes included. When a task kills its worker or outlives its
+to the harness or its exit kills the worker and every process it started (the
+worker is a subreaper: a case's children stay its descendants, even in a
+session of their own). The worker answers on a private, framed channel
+(`harness.channel`): a line a case forged, or a worker lost mid-message, makes
+that task an error record and the run goes on. When a task kills its worker or outlives its
 timeout (counted from the moment the worker starts it), that task gets an
 error record, with the end of the worker's log, and the next task starts a
 fresh worker; so does the task after one that left the device faulted (the
@@ -28,14 +31,19 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Iterable, Iterator
 
+from . import process_tree
 from . import records as R
+from .channel import ChannelCorrupted, Receiver, new_token
 
 if TYPE_CHECKING:  # the registry imports torch, which a worker pool started early must not wait for
     from .registry import Case
 
 POLL_S = 0.25
-# Beyond the import deadline the worker enforces itself, before the parent gives up on an import.
+# Beyond the import deadline the worker enforces itself (the registry's), before the parent gives up on an import.
 IMPORT_GRACE_S = 10.0
+# The registry's deadline for importing one case module; kept here as a number, not imported: the registry
+# imports torch, which a pool started early must not wait for (a test checks the two agree).
+DEFAULT_IMPORT_TIMEOUT_S = 120.0
 LOG_TAIL_CHARS = 2000
 
 
@@ -64,12 +72,14 @@ def run_in_process(tasks: Iterable[Task], config) -> Iterator[R.CaseResult]:
 class _Worker:
     slot: int
     process: subprocess.Popen
-    results: IO[str]
+    results: IO[bytes]
     log_path: str
+    receiver: Receiver
     task: Task | None = None
     loading: float | None = None
     started: float | None = None
-    buffer: str = ""
+    # The system's count of out-of-memory kills when the task was sent (None where the kernel does not say).
+    oom_kills_before: int | None = None
     # The worker said it cannot run another case (its device faulted): replaced before the next task.
     retiring: bool = False
 
@@ -78,13 +88,16 @@ class _Worker:
         return self.task is not None
 
     def send(self, task: Task) -> None:
-        self.task, self.loading, self.started = task, None, None
+        """Give the worker its next task; OSError (a broken pipe) when the worker is gone."""
         self.process.stdin.write(json.dumps({"case": task.case.name, "source": task.case.source, "dtype": task.dtype,
                                              "mode": task.mode}) + "\n")
         self.process.stdin.flush()
+        self.task, self.loading, self.started = task, None, None
+        self.oom_kills_before = oom_kills()
 
     def kill(self) -> None:
-        """Kill the worker's whole process group (a case's children too) and reap it."""
+        """Kill the worker and every process it started (a case's children, in any session) and reap it."""
+        process_tree.kill_tree(self.process.pid)
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -118,22 +131,17 @@ class WorkerPool:
     # Worker logs go to `log_dir`, or to a temporary directory removed on close (a lost worker's
     # record carries the end of its log).
     _temporary_logs: list[str] = field(default_factory=list)
-    # The device an early pool was started for (`spawned_early`), until `configure` gives the run's config.
+    # The device a pool started before its run's config (`configure`) is for: workers on several devices are
+    # pinned to one each from the start.
     early_device: str = "cpu"
-
-    @classmethod
-    def spawned_early(cls, size: int = 1, device: str = "cpu") -> "WorkerPool":
-        """Workers started before this process has even imported torch, for a run on `device`: their start-up
-        (torch and the compiler, seconds) then overlaps the caller's own. `configure` must follow before `run`;
-        it starts them again if the run turns out other (several workers are pinned to its devices)."""
-        pool = cls(None, [], 0.0, size, early_device=device)
-        pool.start_idle()
-        return pool
+    # Case modules the loader found broken (exits or crashes at import): workers never import them.
+    broken_modules: set[str] = field(default_factory=set)
 
     def configure(self, config: object, case_paths: list[str], timeout_s: float, size: int = 1,
-                  log_dir: str | None = None) -> "WorkerPool":
+                  log_dir: str | None = None, broken_modules: Iterable[str] = ()) -> "WorkerPool":
         """Give an early pool its run: workers already started get their setup now."""
         self.config, self.case_paths, self.timeout_s = config, list(case_paths), timeout_s
+        self.broken_modules = set(broken_modules)
         self.log_dir = log_dir or self.log_dir
         if size != self.size or (size > 1 and getattr(config, "device", "cpu") != self.early_device):
             for worker in list(self.workers.values()):  # started for another count, or unpinned
@@ -156,38 +164,60 @@ class WorkerPool:
         if self.config is None:
             raise RuntimeError("WorkerPool.run before configure()")
         pending = list(tasks)
-        self._dispatch(pending)
-        while pending or any(w.busy for w in self.workers.values()):
-            finished = list(self._poll())
+        undelivered = self._dispatch(pending)
+        while pending or undelivered or any(w.busy for w in self.workers.values()):
+            finished = undelivered + list(self._poll())
             # Idle workers get their next task before the caller sees these records: its bookkeeping (the
             # journal's fsync, the console) then overlaps the workers' cases instead of holding them up.
-            self._dispatch(pending)
+            undelivered = self._dispatch(pending)
             yield from finished
 
-    def _dispatch(self, pending: list[Task]) -> None:
-        """Give every idle worker slot the next pending task (starting a worker where the slot has none)."""
+    def _dispatch(self, pending: list[Task]) -> list[R.CaseResult]:
+        """Give every idle worker slot the next pending task (starting a worker where the slot has none). A task
+        no fresh worker would take is returned as an error record."""
+        undelivered = []
         for slot in range(self.size):
             worker = self.workers.get(slot)
             if worker is not None and not worker.busy and (worker.retiring or worker.process.poll() is not None):
                 self._stop(worker)  # died between tasks, or cannot run another
                 worker = None
-            if pending and (worker is None or not worker.busy):
+            if not pending or (worker is not None and worker.busy):
+                continue
+            task = pending.pop(0)
+            for attempt in range(2):  # a worker that died since its last task gets one replacement
                 if worker is None:
                     worker = self.workers[slot] = self._start(slot)
-                worker.send(pending.pop(0))
+                try:
+                    worker.send(task)
+                    break
+                except OSError as exc:
+                    tail = worker.log_tail()
+                    self._stop(worker)
+                    worker = None
+                    if attempt:
+                        record = _failed(task, self.config, "worker", "crash", "WorkerCrash",
+                                         f"no worker process would take the case ({exc})", 0.0)
+                        record.error.traceback = tail
+                        undelivered.append(record)
+        return undelivered
 
     def _poll(self) -> Iterator[R.CaseResult]:
         for key, _ in self.selector.select(POLL_S):
             worker: _Worker = key.data
-            chunk = os.read(worker.results.fileno(), 1 << 20).decode("utf-8", errors="backslashreplace")
+            chunk = os.read(worker.results.fileno(), 1 << 20)
             if not chunk:  # the result pipe closed: the worker died
                 continue
-            worker.buffer += chunk
-            while "\n" in worker.buffer:
-                line, worker.buffer = worker.buffer.split("\n", 1)
-                record = self._message(worker, json.loads(line))
-                if record is not None:
-                    yield record
+            try:
+                for message in worker.receiver.feed(chunk):
+                    record = self._message(worker, message)
+                    if record is not None:
+                        yield record
+            except ChannelCorrupted as exc:
+                if worker.busy:
+                    yield self._lost(worker, "crash", f"the worker's result channel was written to by the case: {exc}",
+                                     kind="ChannelCorrupted")
+                else:
+                    self._stop(worker)
         now = time.perf_counter()
         for worker in list(self.workers.values()):
             if not worker.busy:
@@ -197,9 +227,10 @@ class WorkerPool:
             elif worker.started is not None and now - worker.started > self.timeout_s:
                 yield self._lost(worker, "timeout", f"no result after {self.timeout_s:g}s (--timeout)")
             elif worker.started is None and worker.loading is not None and \
-                    now - worker.loading > self.timeout_s + IMPORT_GRACE_S:
+                    now - worker.loading > DEFAULT_IMPORT_TIMEOUT_S + IMPORT_GRACE_S:
                 # The module's own import deadline did not fire (an import stuck in C code).
-                yield self._lost(worker, "timeout", f"importing the case module took more than {self.timeout_s:g}s")
+                yield self._lost(worker, "timeout",
+                                 f"importing the case module took more than {DEFAULT_IMPORT_TIMEOUT_S:g}s")
 
     def _message(self, worker: _Worker, message: dict) -> R.CaseResult | None:
         if "loading" in message:
@@ -211,20 +242,28 @@ class WorkerPool:
         task, worker.task = worker.task, None
         if "missing" in message:
             return _failed(task, self.config, "setup", "crash", "CaseNotLoaded",
-                           f"the worker could not load case {message['missing']!r} (see the load errors)", 0.0)
+                           f"the worker could not load case {message['missing']!r}: "
+                           f"{message.get('reason') or 'see the load errors'}", 0.0)
         worker.retiring = bool(message.get("retire"))
         return R.CaseResult.from_dict(message["record"])
 
-    def _lost(self, worker: _Worker, symptom: str, message: str) -> R.CaseResult:
+    def _lost(self, worker: _Worker, symptom: str, message: str, kind: str | None = None) -> R.CaseResult:
         elapsed = time.perf_counter() - (worker.started or time.perf_counter())
         task = worker.task
         tail = worker.log_tail()
         self._stop(worker)
         if symptom == "crash" and "SIGKILL" in message:
-            symptom = "oom"  # nothing here sent it: most likely the kernel's out-of-memory killer
-            message += " (the out-of-memory killer?)"
-        record = _failed(task, self.config, "worker", symptom, "WorkerCrash" if symptom != "timeout" else "Timeout",
-                         message, elapsed)
+            # Nothing here sent it. The kernel counts its out-of-memory kills: one since the task began is
+            # most likely this one; none, and the case (or someone) killed the worker itself.
+            before, now = worker.oom_kills_before, oom_kills()
+            if before is None or now is None:
+                symptom, message = "oom", message + " (the out-of-memory killer?)"
+            elif now > before:
+                symptom, message = "oom", message + " (the kernel's out-of-memory killer acted meanwhile)"
+            else:
+                message += " (not by the harness, and not by the out-of-memory killer: by the case, or another process)"
+        kind = kind or ("WorkerCrash" if symptom != "timeout" else "Timeout")
+        record = _failed(task, self.config, "worker", symptom, kind, message, elapsed)
         if tail:
             record.error.traceback = f"last output of the worker ({worker.log_path}):\n{tail}"
         return record
@@ -252,7 +291,10 @@ class WorkerPool:
             pass_fds=(write_end,), env=env, start_new_session=True, text=True, cwd=os.getcwd())
         os.close(write_end)
         log.close()
-        worker = _Worker(slot, process, os.fdopen(read_end, "rb", buffering=0), log_path)
+        token = new_token()
+        worker = _Worker(slot, process, os.fdopen(read_end, "rb", buffering=0), log_path, Receiver(token))
+        process.stdin.write(token + "\n")
+        process.stdin.flush()
         self.selector.register(worker.results, selectors.EVENT_READ, worker)
         if self.config is not None:
             self._send_setup(worker)
@@ -260,9 +302,12 @@ class WorkerPool:
 
     def _send_setup(self, worker: _Worker) -> None:
         setup = {"config": base64.b64encode(pickle.dumps(self.config)).decode("ascii"),
-                 "case_paths": self.case_paths, "import_timeout_s": self.timeout_s}
-        worker.process.stdin.write(json.dumps(setup) + "\n")
-        worker.process.stdin.flush()
+                 "case_paths": self.case_paths, "broken_modules": sorted(self.broken_modules)}
+        try:
+            worker.process.stdin.write(json.dumps(setup) + "\n")
+            worker.process.stdin.flush()
+        except OSError:  # the worker is gone already: the first task sent to it finds out and replaces it
+            pass
 
     def _stop(self, worker: _Worker) -> None:
         try:
@@ -291,6 +336,18 @@ def _failed(task: Task, config, stage: str, symptom: str, kind: str, message: st
     record.error = R.ErrorInfo(kind, message)
     record.duration_s = round(elapsed, 3)
     return apply_known_failure(record, task.case)
+
+
+def oom_kills() -> int | None:
+    """The kernel's count of out-of-memory kills since boot (`oom_kill` in /proc/vmstat, Linux 4.13+), or None."""
+    try:
+        with open("/proc/vmstat") as handle:
+            for line in handle:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def _device(name: str):

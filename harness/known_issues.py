@@ -74,14 +74,23 @@ def load_known_issues(path: str) -> list[KnownIssue]:
         raise ValueError(f"{path}: expected a list of [[issue]] tables")
     issues = []
     for number, entry in enumerate(entries, 1):
+        if not isinstance(entry, dict):
+            raise ValueError(f"{path}: issue {number}: expected a table of keys, not {type(entry).__name__}")
         missing = [k for k in ("case", "link") if not entry.get(k)]
         if not isinstance(entry.get("strict", True), bool):
             raise ValueError(f"{path}: issue {number}: strict must be true or false")
+        # Every other value is text: a number where a case glob goes would fail only when the first record is
+        # matched against it, after the run had started.
+        wrong = [f"{key} = {value!r}" for key, value in entry.items() if key != "strict" and not isinstance(value, str)]
+        if wrong:
+            raise ValueError(f"{path}: issue {number}: must be text (in quotes): {', '.join(wrong)}")
+        if entry.get("status") not in (None, "fail", "error"):
+            raise ValueError(f"{path}: issue {number}: status must be \"fail\" or \"error\", not {entry['status']!r}")
         unknown = sorted(set(entry) - _FILTERS - {"case", "link", "reason", "status", "strict"})
         if missing or unknown:
             raise ValueError(f"{path}: issue {number}: " + "; ".join(
                 ([f"missing {', '.join(missing)}"] if missing else []) + ([f"unknown keys {', '.join(unknown)}"] if unknown else [])))
-        filters = {k: str(v) for k, v in entry.items() if k in _FILTERS}
+        filters = {k: v for k, v in entry.items() if k in _FILTERS}
         failure = KnownFailure(entry.get("reason", "known issue"), **filters, strict=entry.get("strict", True))
         issues.append(KnownIssue(entry["case"], entry["link"], failure, entry.get("status")))
     return issues

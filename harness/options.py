@@ -68,13 +68,19 @@ def parse_compile_option(text: str) -> tuple[str, Any]:
         return key, value
 
 
+# Seconds a timeout may be: from a tenth of a second (a case shorter than that cannot even start) to a week
+# (timers and deadlines beyond that overflow or never fire; `inf` and `nan` are no deadline at all).
+SECONDS_RANGE = (0.1, 7 * 24 * 3600.0)
+
+
 def parse_positive(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise ValueError(f"{text!r} is not a number of seconds") from None
-    if value <= 0:
-        raise ValueError(f"{text!r} must be more than 0 seconds")
+    low, high = SECONDS_RANGE
+    if not low <= value <= high:  # also false for nan
+        raise ValueError(f"{text!r} is not a number of seconds from {low:g} to {high:g}")
     return value
 
 
@@ -184,18 +190,16 @@ def check_values(values: Mapping[str, Any], options: Sequence[Option]) -> dict[s
 
 def run_config_from(values: Mapping[str, Any]):
     """The RunConfig for parsed option values; raises ValueError for a combination that cannot run."""
-    from .inductor_compat.dynamo import inductor_option_names
+    from .inductor_compat.dynamo import inductor_option_problem
     from .run_identity import RunConfig
 
     device = values.get("device") or "cpu"
     options = dict(values.get("compile_option") or [])
     # Only options given are checked: the check imports the compiler (2 s of a run's start otherwise).
-    known = inductor_option_names() if options else set()
-    for key in options:
-        if key not in known and not (device == "npu" and key == "npu_backend"):
-            import torch
-
-            raise ValueError(f"--compile-option {key!r} is not an Inductor config option of torch {torch.__version__}")
+    for key, value in options.items():
+        problem = None if device == "npu" and key == "npu_backend" else inductor_option_problem(key, value)
+        if problem:
+            raise ValueError(problem)
     return RunConfig(
         device=device, backend=values.get("backend") or "inductor", npu_backend=values.get("npu_backend"),
         compile_mode=values.get("compile_mode"), compile_options=options, reference=values.get("reference"),

@@ -23,21 +23,32 @@ def run_metadata(records: Sequence[R.CaseResult], *, command: str | None, device
 
 
 def publish(records: Sequence[R.CaseResult], run_meta: dict[str, Any], json_path: str | None = None,
-            report_dir: str | None = None, junit_path: str | None = None) -> list[str]:
-    """Write the results JSON (to `json_path`, else into `report_dir`), the HTML report and JUnit XML;
-    the paths written."""
-    written = []
-    if junit_path:
-        from .report.junit import write_junit
-
-        written.append(write_junit(records, junit_path))
+            report_dir: str | None = None, junit_path: str | None = None) -> tuple[list[str], list[str]]:
+    """Write the results JSON (to `json_path`, else into `report_dir`) first, then the HTML report and JUnit
+    XML: (the paths written, one line per file that could not be written). A secondary file that fails
+    (a full disk) never costs the results JSON, nor the other secondary file."""
+    written, problems = [], []
     if report_dir and not json_path:
         json_path = os.path.join(report_dir, "results.json")
     if json_path:
-        R.write_results(json_path, records, run_meta)
-        written.append(json_path)
-    if report_dir and json_path:
+        try:
+            R.write_results(json_path, records, run_meta)
+            written.append(json_path)
+        except OSError as exc:
+            problems.append(f"cannot write the results {json_path} ({exc.strerror or exc})")
+    if report_dir and json_path in written:
         from .report import write_report
 
-        written.append(write_report([json_path], os.path.join(report_dir, "index.html")))
-    return written
+        html = os.path.join(report_dir, "index.html")
+        try:
+            written.append(write_report([json_path], html))
+        except OSError as exc:
+            problems.append(f"cannot write the report {html} ({exc.strerror or exc})")
+    if junit_path:
+        from .report.junit import write_junit
+
+        try:
+            written.append(write_junit(records, junit_path))
+        except OSError as exc:
+            problems.append(f"cannot write the JUnit XML {junit_path} ({exc.strerror or exc})")
+    return written, problems

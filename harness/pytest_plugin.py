@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -30,12 +31,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     add_to_pytest(group, RUN_OPTIONS + SELECTION_OPTIONS)
     group.addoption("--harness-json", default=None, metavar="PATH", help="write the case results here")
     group.addoption("--harness-report", default=None, metavar="DIR", help="write results.json and index.html here")
-    group.addoption("--harness-timeout", type=float, default=1800.0, metavar="SECONDS",
+    group.addoption("--harness-timeout", type=_seconds, default=1800.0, metavar="SECONDS",
                     help="seconds one case may run in its worker process (default 1800)")
     group.addoption("--harness-shipped-cases", action="store_true",
                     help="also collect the cases shipped with the harness (an installed package's harness_cases)")
     group.addoption("--harness-no-isolation", action="store_true",
                     help="run cases in the pytest process itself (for a debugger; a crash then ends the session)")
+
+
+def _seconds(text: str) -> float:
+    import argparse
+
+    from .options import parse_positive
+
+    try:
+        return parse_positive(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -117,16 +129,66 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     return None
 
 
+LOADED_KEY = pytest.StashKey[dict]()
+BROKEN_KEY = pytest.StashKey[set]()
+
+
+def _module_cases(config: pytest.Config, path: Path) -> tuple[list, list]:
+    """(cases, load errors) of one case module. Imported in the loader process (`harness.case_loader`), with
+    every other case module of its root that this session collects: pytest's process runs no case code unless
+    cases run in it anyway (`--harness-no-isolation`)."""
+    keyword = config.getoption("keyword", None) or None
+    include_full = bool(config.getoption("full", False))
+    if config.getoption("harness_no_isolation"):
+        from .sources import load_for_pytest  # case sources (OpInfo), loaded as the selection asks
+
+        registry = load_for_pytest(str(path), keyword, include_full)
+        return list(registry.cases.values()), list(registry.errors)
+    loaded = config.stash.setdefault(LOADED_KEY, {})
+    if str(path) not in loaded:
+        from .case_loader import LoaderFailed, load
+        from .registry import LoadError
+
+        modules = _batch_of(config, path)
+        try:
+            answer = load({"kind": "pytest", "modules": modules, "keyword": keyword, "include_full": include_full})
+        except LoaderFailed as exc:
+            raise pytest.UsageError(f"cannot load cases: {exc}") from None
+        config.stash.setdefault(BROKEN_KEY, set()).update(answer.broken_modules)
+        broken = {e.source: e for e in answer.errors}
+        for module in modules:
+            cases, errors = answer.by_module.get(module, ([], []))
+            loaded[module] = (cases, errors + ([broken[module]] if module in broken else []))
+        loaded.setdefault(str(path), ([], [LoadError(str(path), "the case loader did not answer for it")]))
+    return loaded[str(path)]
+
+
+def _batch_of(config: pytest.Config, path: Path) -> list[str]:
+    """`path` and the other case modules of its case root that this session would collect (one loader process
+    for all of them: each process imports torch)."""
+    root = next((r for r in _case_roots(config) if r == path.resolve() or r in path.resolve().parents), None)
+    if root is None or not root.is_dir():
+        return [str(path)]
+    asked = [Path(arg.split("::")[0]).resolve() for arg in config.args] or [Path.cwd()]
+    batch = [str(path)]
+    for candidate in sorted(root.rglob("*.py")):
+        if any(part.startswith(("_", ".")) for part in candidate.relative_to(root).parts):
+            continue
+        resolved = candidate.resolve()
+        if any(resolved == a or a in resolved.parents for a in asked) and str(candidate) not in batch:
+            batch.append(str(candidate))
+    return batch
+
+
 class CaseFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         from .run_identity import dtype_name
-        from .sources import load_for_pytest  # case sources (OpInfo), loaded as the selection asks: harness/sources.py
 
-        registry = load_for_pytest(str(self.path), self.config)
-        for error in registry.errors:
+        cases, errors = _module_cases(self.config, self.path)
+        for error in errors:
             # A failing test rather than a collection error: pytest would stop the whole session.
             yield LoadErrorItem.from_parent(self, name="load-error", message=str(error))
-        for case in registry.cases.values():
+        for case in cases:
             for dtype in case.dtypes:
                 for mode in case.modes:
                     name = f"{case.name}[{dtype_name(dtype)}-{mode}-{'-'.join(case.tags)}]"
@@ -223,7 +285,8 @@ class _CaseRunner:
             from .executor import WorkerPool
 
             self.pool = WorkerPool(self.run_config, list(self.config.getoption("case_path")),
-                                   self.config.getoption("harness_timeout"))
+                                   self.config.getoption("harness_timeout"),
+                                   broken_modules=self.config.stash.get(BROKEN_KEY, set()))
         return self.pool.run_one(task)
 
     def close(self) -> None:
@@ -274,10 +337,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
         run_config = config.stash[RUN_CONFIG_KEY]
         command = " ".join(["pytest", *config.invocation_params.args])
-        publish(records, run_metadata(records, command=command, device=run_config.device,
-                                      backend=run_config.backend, emulation=run_config.inject,
-                                      surrogate=get_device(run_config.device).surrogate()),
-                config.getoption("harness_json"), config.getoption("harness_report"))
+        _, problems = publish(records, run_metadata(records, command=command, device=run_config.device,
+                                                    backend=run_config.backend, emulation=run_config.inject,
+                                                    surrogate=get_device(run_config.device).surrogate()),
+                              config.getoption("harness_json"), config.getoption("harness_report"))
+        for problem in problems:
+            print(f"harness: error: {problem}", file=sys.stderr)
+        if problems:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
 
 
 def _worker_records(config: pytest.Config) -> list[R.CaseResult]:

@@ -77,6 +77,9 @@ class Symptom(_Named):
     NOTHING_COMPARED = "nothing-compared"
     # Dynamo produced no graph for a case that expects compilation: the "compiled" run was eager.
     NOTHING_COMPILED = "nothing-compiled"
+    # The program returned something the harness cannot compare (a generator, an arbitrary object, a tensor
+    # with no values: on the meta device).
+    NOT_COMPARABLE = "not-comparable"
     # The compiled program diverges on its kernels' first launches only (loaded afresh it fails again, run
     # again it passes): a compiler bug, not nondeterminism.
     FIRST_LAUNCH = "first-launch"
@@ -489,6 +492,9 @@ class CaseResult:
     culprit_found: bool | None = None
     # Things the run did that a reader should know, e.g. global config a case changed (restored after it).
     warnings: list[str] = field(default_factory=list)
+    # What makes runs of one case comparable (`RunConfig.identity`: device, backends, options, injection,
+    # torch): `--resume` carries a record over only into a run of the same identity.
+    run_identity: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -503,10 +509,10 @@ class CaseResult:
         if self.emulation:
             head += f" (emulation: {self.emulation})"
         if self.error is not None:
-            head = f"{head} {self.stage or ''} {self.error.type}: {_first_line(self.error.message)}"
-            return "\n    ".join([head, *(f"warning: {w}" for w in self.warnings)])
+            head = f"{head} {self.stage or ''} {one_line(self.error.type)}: {_first_line(self.error.message)}"
+            return "\n    ".join([head, *(f"warning: {one_line(w)}" for w in self.warnings)])
         if self.reason and self.status in (SKIP, XFAIL, XPASS):
-            head += f" ({self.reason})"
+            head += f" ({one_line(self.reason)})"
         lines = [o.summary() for o in self.outputs if not o.passed][:5]
         lines += [f"note: {o.name}: {o.note}" for o in self.outputs if o.passed and o.note][:3]
         failing = is_failing(self.status)
@@ -518,7 +524,7 @@ class CaseResult:
             # Only a failing run's block carries one: under a PASS line "precision narrowing ..." reads
             # like a problem that is not there (the record keeps the field for reports and tools).
             lines.append(f"diagnosis: {self.diagnosis}")
-        lines += [f"warning: {w}" for w in self.warnings]
+        lines += [f"warning: {one_line(w)}" for w in self.warnings]
         return "\n    ".join([head, *lines])
 
     def to_dict(self) -> dict[str, Any]:
@@ -591,7 +597,14 @@ def _dims(values: list[int]) -> str:
 
 
 def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def one_line(text: str) -> str:
+    """A user's text (a reason, a tag, a message) on one console line: its line breaks shown as \\n, so that
+    it can never print a line of its own ("[2/2] PASS ...") into the harness's output."""
+    return text.replace("\r\n", "\\n").replace("\n", "\\n").replace("\r", "\\r")
 
 
 def write_results(path: str | os.PathLike, records: Iterable[CaseResult], run: dict[str, Any] | None = None) -> None:
@@ -602,15 +615,26 @@ def write_results(path: str | os.PathLike, records: Iterable[CaseResult], run: d
         "run": run or {},
         "records": [r.to_dict() for r in records],
     }
+    write_atomically(path, _json_text(encode_json(payload)) + "\n")
+
+
+def write_atomically(path: str | os.PathLike, text: str) -> None:
+    """Write `text` to `path` through a temporary file beside it: a reader (an artifact store) never sees half a
+    file, and a write that fails (a full disk, a directory in the way) leaves no temporary file behind."""
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".results-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(_json_text(encode_json(payload)))
-        handle.write("\n")
-    os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide CI artifacts from other readers
-    os.replace(tmp, path)
+    stem, suffix = os.path.splitext(os.path.basename(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{stem}-", suffix=suffix)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide CI artifacts from other readers
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def _json_text(value: Any, depth: int = 0) -> str:
@@ -641,9 +665,28 @@ def read_results(path: str | os.PathLike) -> tuple[dict[str, Any], list[CaseResu
         schema = payload.get("schema") if isinstance(payload, dict) else type(payload).__name__
         raise ValueError(f"{path}: not a harness results file (schema {schema!r})")
     try:
-        return payload.get("run") or {}, [CaseResult.from_dict(r) for r in payload["records"]]
+        records = [CaseResult.from_dict(r) for r in payload["records"]]
     except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise ValueError(f"{path}: a record cannot be read ({type(exc).__name__}: {exc})") from None
+    for number, record in enumerate(records, 1):
+        check_record(record, f"{path}: record {number}")
+    return payload.get("run") or {}, records
+
+
+_IDENTITY_FIELDS = ("case", "device", "backend", "dtype", "mode")
+
+
+def check_record(record: CaseResult, where: str) -> None:
+    """ValueError naming `where` and the run when a record read back cannot be judged: a status the harness does
+    not know (a verdict nobody can read must not pass `report --check`), or an identity that is not text."""
+    for name in _IDENTITY_FIELDS:
+        if not isinstance(getattr(record, name), str):
+            raise ValueError(f"{where}: its {name} is {getattr(record, name)!r}, not text")
+    if not isinstance(record.status, Status):
+        raise ValueError(f"{where} ({record.run_id}) has an unknown status {record.status!r} "
+                         f"(known: {', '.join(s.value for s in Status)})")
+    if not isinstance(record.duration_s, (int, float)) or isinstance(record.duration_s, bool):
+        raise ValueError(f"{where} ({record.run_id}) has a duration_s that is not a number: {record.duration_s!r}")
 
 
 def encode_json(value: Any) -> Any:

@@ -24,7 +24,7 @@ import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -365,15 +365,22 @@ def keyword_matcher(expression: str) -> Callable[[Iterable[str]], bool]:
 
 
 def load_registry(paths: Sequence[str] = (), include_default: bool = True,
-                  import_timeout_s: float | None = DEFAULT_IMPORT_TIMEOUT_S) -> Registry:
+                  import_timeout_s: float | None = DEFAULT_IMPORT_TIMEOUT_S, skip: Collection[str] = (),
+                  on_import: Callable[[str], None] | None = None) -> Registry:
     """Cases of the project's `cases/` and of `paths`. A module that fails to import, exits, is interrupted
-    or hangs past `import_timeout_s` becomes a load error; the others still load."""
+    or hangs past `import_timeout_s` becomes a load error; the others still load. Modules named in `skip` are
+    not imported; `on_import` hears each module's name before its import starts."""
     registry = Registry()
     default = [str(DEFAULT_CASE_DIR)] if include_default and DEFAULT_CASE_DIR.is_dir() else []
     sources = default + list(paths)
+    skipped = {module_key(name) for name in skip}
     for source in sources:
         for name, loader in _module_loaders(source, registry):
+            if module_key(name) in skipped:
+                continue
             registry.sources.append(name)
+            if on_import is not None:
+                on_import(name)
             try:
                 with _import_deadline(import_timeout_s, name):
                     module = loader()
@@ -392,6 +399,11 @@ def load_registry(paths: Sequence[str] = (), include_default: bool = True,
     return registry
 
 
+def module_key(name: str) -> str:
+    """One spelling of a case module's name, whichever way its path was given."""
+    return os.path.realpath(name) if name.endswith(".py") else name
+
+
 def _module_loaders(source: str, registry: Registry) -> list[tuple[str, Callable[[], Any]]]:
     path = Path(source)
     if path.is_dir():
@@ -403,6 +415,9 @@ def _module_loaders(source: str, registry: Registry) -> list[tuple[str, Callable
             registry.errors.append(LoadError(source, "no such file"))
             return []
         return [(str(path), _file_loader(path))]
+    if path.exists():
+        registry.errors.append(LoadError(source, "not a directory, a .py file or a dotted module name"))
+        return []
     if os.sep in source or source.startswith("."):
         registry.errors.append(LoadError(source, "no such directory"))
         return []

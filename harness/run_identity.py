@@ -45,6 +45,15 @@ class RunConfig:
         if self.bisect not in (None, *BISECT_MODES):
             raise ValueError(f"bisect must be one of {BISECT_MODES}, not {self.bisect!r}")
 
+    def identity(self) -> dict[str, Any]:
+        """What a record made under this configuration is comparable by (`--resume` carries over only records of
+        the same identity): every option that changes what runs or how it is judged, and torch's version."""
+        return {"device": self.device, "backend": self.backend, "npu_backend": self.npu_backend,
+                "compile_mode": self.compile_mode,
+                "compile_options": {k: repr(v) for k, v in sorted(self.compile_options.items())},
+                "reference": self.reference, "inject": self.inject, "bisect": self.bisect,
+                "strict_eager": self.strict_eager, "fresh_compile": self.fresh_compile, "torch": torch.__version__}
+
     def command_for(self, case: str, dtype: str, mode: str) -> str:
         parts = ["python -m harness run", case, f"--device {self.device}", f"--dtype {dtype}", f"--mode {mode}"]
         parts += [f"--case-path {shlex.quote(path)}" for path in self.case_paths]
@@ -93,7 +102,17 @@ def new_record(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> 
         npu_backend=Npu.asked_backend(config) if isinstance(device, Npu) else None, surrogate=device.surrogate(),
         emulation=config.inject,
         command=device.command_prefix() + config.command_for(case.name, dtype_name(dtype), mode),
+        run_identity=config.identity(),
     )
+
+
+def identity_difference(record: R.CaseResult, identity: dict[str, Any]) -> str | None:
+    """How the run that made `record` differs from a run of `identity` ("device cuda, not cpu"), or None."""
+    if not record.run_identity:
+        return "it was made by a harness that did not record its run's identity"
+    different = [f"{key} {record.run_identity.get(key)!r}, not {value!r}" for key, value in identity.items()
+                 if record.run_identity.get(key) != value]
+    return "; ".join(different) or None
 
 
 def apply_known_failure(record: R.CaseResult, case: Case) -> R.CaseResult:

@@ -22,7 +22,7 @@ from . import records as R
 from .compare import Verdict, differs_only_where_undefined, missing_result
 from .devices import BackendMismatch, Device, get_device
 from .emulation import NARROWED_DTYPES, make_handler, parse_injection
-from .execution import Inputs, Results, Session, materialize_inputs, module_state
+from .execution import Inputs, OutputNotComparable, Results, Session, materialize_inputs, module_state
 from .inputs import seed_for
 from .layout import clone_exact, is_non_overlapping
 from .registry import Case, Program
@@ -32,7 +32,7 @@ class CaseFailure(Exception):
     """An exception raised inside the case, tagged with the stage it broke."""
 
     def __init__(self, stage: str, cause: BaseException, symptom: str | None = None):
-        super().__init__(str(cause))
+        super().__init__(R.exception_text(cause))  # a cause whose __str__ raises is still the case's failure
         self.stage, self.cause, self.symptom = stage, cause, symptom
 
 
@@ -77,10 +77,10 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
                 record.reason = f"Dynamo compiled nothing of this sample ({breaks}): no test of Inductor"
             else:
                 record.status, record.stage = R.ERROR, failure.stage
-                record.symptom = failure.symptom or (R.Symptom.OOM if _is_oom(failure.cause) else R.Symptom.CRASH)
+                record.symptom = failure.symptom or _symptom_of(failure.cause)
                 record.error = R.ErrorInfo(type(failure.cause).__name__, R.exception_text(failure.cause),
                                            _traceback(failure.cause))
-        except Exception as exc:  # noqa: BLE001 - the harness's own bug: this run errs, the worker and the run go on
+        except CASE_RAISES as exc:  # noqa: BLE001 - the harness's own bug: this run errs, the worker and the run go on
             record.status, record.stage, record.symptom = R.ERROR, R.Stage.WORKER, R.Symptom.CRASH
             record.error = R.ErrorInfo(type(exc).__name__,
                                        f"the harness failed on this case (a harness bug): {R.exception_text(exc)}",
@@ -667,12 +667,22 @@ def _stage(stage: str, timings: dict[str, float], wrap: bool = True) -> Iterator
         yield
     except CaseFailure:
         raise
-    except Exception as exc:
+    except CASE_RAISES as exc:  # Ctrl-C or sys.exit() raised by case code is the case's failure, not the worker's
         if not wrap:
             raise
         raise CaseFailure(stage, exc) from exc
     finally:
         timings[str(stage)] = round(timings.get(str(stage), 0.0) + time.perf_counter() - started, 3)
+
+
+# What case code may raise and the run records as the case's failure (the worker goes on).
+CASE_RAISES = (Exception, KeyboardInterrupt, SystemExit)
+
+
+def _symptom_of(exc: BaseException) -> str:
+    if isinstance(exc, OutputNotComparable):
+        return R.Symptom.NOT_COMPARABLE
+    return R.Symptom.OOM if _is_oom(exc) else R.Symptom.CRASH
 
 
 def _is_oom(exc: BaseException) -> bool:

@@ -6,19 +6,20 @@ When a selection loads a source is `source_selection`'s rule.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Collection, Mapping
 
 from .registry import CASE_SOURCE_ORIGIN, Case, CaseSource, Registry, load_registry
 from .source_selection import keyword_asks, wanted
 
 
-# pytest: `CaseFile.collect` loads its module's registry through this.
+# pytest: `CaseFile.collect` loads its module's registry through this (in the loader process,
+# `harness.case_loader`, unless pytest runs cases in its own process).
 
-def load_for_pytest(path: str, config: Any) -> Registry:
+def load_for_pytest(path: str, keyword: str | None, include_full: bool, skip: Collection[str] = (),
+                    on_import: Callable[[str], None] | None = None) -> Registry:
     """The registry of one case module, with its case sources loaded as the pytest selection asks."""
-    registry = load_registry([path], include_default=False)
-    keyword = config.getoption("keyword", None) or None
-    include_full = bool(config.getoption("full", False))
+    registry = load_registry([path], include_default=False, skip=skip, on_import=on_import)
+    keyword = keyword or None
     for source in registry.case_sources:
         if keyword and not keyword_asks(source, keyword):
             continue
@@ -45,27 +46,22 @@ def _missing(reason: str) -> tuple[str, ...]:
     return (found.group(1),) if found else ("__unavailable__",)
 
 
-# CLI: `harness list --skipped`.
+# CLI: `harness list --skipped` (the loader process answers it with this).
 
-def list_skipped(args: Any, say: Callable[[str], None]) -> int:
-    """Print what the selected case sources leave out, and why; the CLI's exit code."""
-    registry = load_registry(args.case_path)
+def skipped_by_sources(registry: Registry, request: Mapping[str, Any]) -> tuple[list | None, str | None]:
+    """(what, why) pairs the selected case sources leave out (None when no source matches), or the reason one
+    cannot load here."""
     known_tags = registry.known_tags()
     chosen = [s for s in registry.case_sources
-              if any(n.startswith(s.prefix) for n in args.cases) or wanted(s, args.keyword, args.tag, True, known_tags)]
+              if any(n.startswith(s.prefix) for n in request["names"])
+              or wanted(s, request.get("keyword"), request.get("tags", ()), True, known_tags)]
     if not chosen:
-        say("no case source matches the selection (try --tag opinfo)")
-        return 0
-    count = 0
-    say(f"{'SKIPPED':60} REASON")
+        return None, None
+    found: list = []
     for source in chosen:
         reason = source.unavailable()
         if reason is not None:
-            say(f"error: case source {source.name}: {reason}")
-            return 2
-        for what, why in source.skipped():
-            count += 1
-            say(f"{what:60} {why}")
-    say(f"{count} skipped")
-    return 0
+            return found, f"case source {source.name}: {reason}"
+        found += [list(pair) for pair in source.skipped()]
+    return found, None
 

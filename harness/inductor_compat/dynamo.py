@@ -92,6 +92,27 @@ def inductor_option_names() -> set[str]:
     return set(inductor_config.get_config_copy())
 
 
+def inductor_option_problem(key: str, value: object) -> str | None:
+    """Why `--compile-option key=value` cannot be used, or None: an unknown option, or a value of another type
+    than the option's declared one (`_ConfigEntry.value_type`, else its default's type: torch 2.6 to 2.13), so
+    that `max_autotune=maybe` is a usage error before any case, not a compile error in every case."""
+    import torch
+    from torch._inductor import config as inductor_config
+
+    if key not in inductor_option_names():
+        return f"--compile-option {key!r} is not an Inductor config option of torch {torch.__version__}"
+    entry = getattr(inductor_config, "_config", {}).get(key)
+    if entry is None or getattr(entry, "default", None) is None:
+        return None  # no declared type to check against
+    expected = getattr(entry, "value_type", None) or type(entry.default)
+    checks = {bool: lambda v: isinstance(v, bool), int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+              float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), str: lambda v: isinstance(v, str)}
+    if expected in checks and not checks[expected](value):
+        return (f"--compile-option {key}={value!r}: {key} takes a {expected.__name__} "
+                f"(default {entry.default!r})")
+    return None
+
+
 def load_kernels_afresh() -> None:
     """Make the next compile load its program as a new process would, from the warm caches: Dynamo's frames are
     dropped (`torch.compiler.reset`), and so is the table in which Inductor keeps every Triton kernel it loaded

@@ -10,13 +10,12 @@ import datetime as _dt
 import functools
 import hashlib
 import os
-import tempfile
 from typing import Any
 
 import jinja2
 from markupsafe import Markup
 
-from harness.records import CaseResult, read_results
+from harness.records import CaseResult, read_results, write_atomically
 
 from .formatting import FILTERS
 from .merge import merge_run_meta
@@ -74,13 +73,37 @@ def merge_results(result_paths: list[str]) -> tuple[dict[str, Any], list[CaseRes
         raise ValueError("merging needs at least one results file")
     metas, records = [], []
     for path in result_paths:
+        if path.endswith(".jsonl"):  # a run's journal: its records, without the run's metadata
+            from harness.journal import read_records
+
+            records.extend(read_records(path))
+            continue
         meta, shard = read_results(path)
         metas.append(meta)
         records.extend(shard)
     run_meta = merge_run_meta(metas)
     if len(result_paths) > 1:
         run_meta["results_files"] = len(result_paths)
+    records, repeated = _once_each(records)
+    if repeated:
+        run_meta["repeated_runs_dropped"] = repeated
     return run_meta, records
+
+
+def _once_each(records: list[CaseResult]) -> tuple[list[CaseResult], int]:
+    """Each run once (the first record of it): overlapping shards, or one file given twice, must not count a run
+    twice. A run is its case, dtype and mode under one run identity (`CaseResult.run_identity`)."""
+    import json
+
+    seen: set[tuple] = set()
+    kept = []
+    for record in records:
+        key = (record.run_id, record.device, record.backend, record.emulation,
+               json.dumps(record.run_identity, sort_keys=True, default=str))
+        if key not in seen:
+            seen.add(key)
+            kept.append(record)
+    return kept, len(records) - len(kept)
 
 
 def write_report(result_paths: list[str], output: str, baseline_path: str | None = None) -> str:
@@ -96,15 +119,4 @@ def write_report(result_paths: list[str], output: str, baseline_path: str | None
 
 def _write_atomically(path: str, text: str) -> None:
     # An artifact store must never pick up half a page.
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".report-", suffix=".html")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide the page from the artifact server
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, text)

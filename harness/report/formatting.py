@@ -55,6 +55,8 @@ def duration(seconds: Any) -> str:
     if seconds is None:
         return "–"
     seconds = float(seconds)
+    if not math.isfinite(seconds):  # "inf"/"nan" in a record: no measurement to show
+        return "–"
     if seconds < 60:
         return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.1f} s"
     minutes, secs = divmod(int(round(seconds)), 60)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
+import math
 from typing import Sequence
 from xml.sax.saxutils import escape, quoteattr
 
-from harness.records import ERROR, SKIP, XFAIL, CaseResult, is_failing
+from harness.records import ERROR, SKIP, XFAIL, CaseResult, is_failing, write_atomically
 
 
 def _failure(record: CaseResult) -> bool:
@@ -19,13 +18,13 @@ def junit_xml(records: Sequence[CaseResult], name: str = "torch.compile accuracy
     failures = sum(_failure(r) for r in records)
     errors = sum(r.status == ERROR for r in records)
     skipped = sum(r.status in (SKIP, XFAIL) for r in records)
-    total_time = sum(r.duration_s for r in records)
+    total_time = sum(_seconds(r) for r in records)
     lines = ['<?xml version="1.0" encoding="utf-8"?>',
              f'<testsuites><testsuite name={quoteattr(name)} tests="{len(records)}" failures="{failures}" '
              f'errors="{errors}" skipped="{skipped}" time="{total_time:.3f}">']
     for record in records:
         classname = quoteattr(f"harness.{record.device}.{record.backend}")
-        lines.append(f'<testcase classname={classname} name={quoteattr(record.run_id)} time="{record.duration_s:.3f}">')
+        lines.append(f'<testcase classname={classname} name={quoteattr(record.run_id)} time="{_seconds(record):.3f}">')
         body = escape(_clean(record.summary() + (f"\nreproduce: {record.command}" if record.command else "")))
         message = quoteattr(_clean(record.summary().splitlines()[0]))
         if record.status == ERROR:
@@ -46,11 +45,10 @@ def _clean(text: str) -> str:
 
 
 def write_junit(records: Sequence[CaseResult], path: str) -> str:
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".junit-", suffix=".xml")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(junit_xml(records))
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    write_atomically(path, junit_xml(records))
     return path
+
+
+def _seconds(record: CaseResult) -> float:
+    """A record's duration as JUnit can take it: a non-finite one ("inf" in the file) counts as 0."""
+    return record.duration_s if math.isfinite(record.duration_s) else 0.0

@@ -1,0 +1,274 @@
+"""Case modules written as a hostile case author would, met through the CLI as a user meets them: the harness
+runs no case code itself, keeps its channel to the workers, judges every case as if it ran alone, leaves no
+process behind, and never exits 0 when a case did not run."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.cli import EXIT_FAILED, EXIT_USAGE
+
+REPO = Path(__file__).resolve().parent.parent
+
+AT_IMPORT = {
+    "exits_at_import.py": "import os\nos._exit(0)\n",
+    "segfaults_at_import.py": "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n",
+}
+
+HOSTILE = '''
+import os, subprocess, sys, threading, time
+import torch
+from harness import Program, case, contiguous
+
+def diverging():
+    return Program(lambda x: x + 2 if torch.compiler.is_compiling() else x + 1, [contiguous((4,))])
+
+@case(tags=("hostile",))
+def h01_closes_stdin(dtype):
+    os.close(0)
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("hostile",))
+def h02_writes_to_every_descriptor(dtype):
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            os.write(int(fd), b'{"record": {"case": "forged", "status": "pass"}}\\n')
+        except OSError:
+            pass
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("hostile",))
+def h03_writes_to_the_variable_it_was_told(dtype):
+    os.write(int(os.environ.get("HARNESS_RESULT_FD", "1")), b'{"record": {"case": "forged"}}\\n')
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("hostile",))
+def h04_patches_allclose(dtype):
+    torch.allclose = lambda *a, **k: True
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("hostile",))
+def h05_diverges(dtype):
+    return diverging()
+
+@case(tags=("hostile",))
+def h06_patches_isclose(dtype):
+    torch.isclose = lambda a, b, **k: torch.ones_like(a, dtype=torch.bool)
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("hostile",))
+def h07_diverges(dtype):
+    return diverging()
+
+@case(tags=("hostile",))
+def h08_patches_equal(dtype):
+    torch.equal = lambda *a, **k: True
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("hostile",))
+def h09_diverges(dtype):
+    return diverging()
+
+@case(tags=("hostile",))
+def h10_leaves_a_thread_that_exits(dtype):
+    threading.Thread(target=lambda: (time.sleep(1.5), os._exit(7)), daemon=True).start()
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("hostile",))
+def h11_innocent_and_slow(dtype):
+    time.sleep(3)
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("hostile",))
+def h12_starts_a_daemon(dtype):
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("hostile",))
+def h13_adds_one(dtype):
+    return Program(lambda x: x + 1, [contiguous((4,))])
+'''
+
+HANGS = '''
+import os, subprocess, sys, time
+from harness import Program, case, contiguous
+
+@case(tags=("hangs",))
+def hangs_with_children(dtype):
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    open(os.environ["HARNESS_TEST_STARTED"], "w").close()
+    time.sleep(600)
+'''
+
+
+def harness(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def write_modules(directory: Path, modules: dict[str, str]) -> Path:
+    directory.mkdir(exist_ok=True)
+    for name, text in modules.items():
+        (directory / name).write_text(textwrap.dedent(text))
+    return directory
+
+
+def alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "zombie" not in status
+
+
+def processes_marked(marker: str) -> list[int]:
+    """Live processes whose environment holds `marker`: the harness, its workers and every child of a case."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker.encode() in (entry / "environ").read_bytes() and alive(int(entry.name)):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+def no_process_left(marker: str, grace_s: float = 5.0) -> list[int]:
+    deadline = time.time() + grace_s
+    while processes_marked(marker) and time.time() < deadline:
+        time.sleep(0.2)
+    return processes_marked(marker)
+
+
+@pytest.fixture
+def marker():
+    return f"HARNESS_HOSTILE_MARKER_{os.getpid()}_{time.time_ns()}"
+
+
+def test_a_hostile_module_set_costs_no_other_record_no_process_and_no_green_exit(tmp_path, marker):
+    cases = write_modules(tmp_path / "cases", {**AT_IMPORT, "hostile.py": HOSTILE})
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    out = tmp_path / "out" / "results.json"
+    result = harness("run", "--tag", "hostile", "--case-path", str(cases), "--backend", "eager", "--json", str(out),
+                     env={marker: "1", "TMPDIR": str(temporary)})
+    # The modules that exit (with 0) and segfault at import are load errors naming them: never a silent pass.
+    assert result.returncode == EXIT_USAGE, result.stdout + result.stderr
+    assert "exits_at_import.py: the process importing it exited with code 0" in result.stderr
+    assert "segfaults_at_import.py: the process importing it was killed by SIGSEGV" in result.stderr
+    payload = json.loads(out.read_text())
+    assert len(payload["run"]["load_errors"]) == 2
+    found = {r["case"]: r for r in payload["records"]}
+    assert sorted(found) == [f"h{n:02d}_{rest}" for n, rest in enumerate([
+        "closes_stdin", "writes_to_every_descriptor", "writes_to_the_variable_it_was_told", "patches_allclose",
+        "diverges", "patches_isclose", "diverges", "patches_equal", "diverges", "leaves_a_thread_that_exits",
+        "innocent_and_slow", "starts_a_daemon", "adds_one"], 1)]
+    assert found["h01_closes_stdin"]["status"] == "pass"
+    forged = found["h02_writes_to_every_descriptor"]
+    assert (forged["status"], forged["error"]["type"]) == ("error", "ChannelCorrupted")
+    assert "forged" not in found and found["h03_writes_to_the_variable_it_was_told"]["status"] == "pass"  # not told
+    # A patch of torch's comparisons cannot pass a later divergent case; the patching case is told.
+    for patching, later in [("h04_patches_allclose", "h05_diverges"), ("h06_patches_isclose", "h07_diverges"),
+                            ("h08_patches_equal", "h09_diverges")]:
+        assert found[later]["status"] == "fail", (later, found[later]["status"])
+        assert any("replaced torch functions" in w for w in found[patching]["warnings"]), patching
+    # The thread left behind retired its worker: the next case does not meet its os._exit.
+    assert any("thread(s) running" in w for w in found["h10_leaves_a_thread_that_exits"]["warnings"])
+    assert found["h11_innocent_and_slow"]["status"] == "pass"
+    assert found["h13_adds_one"]["status"] == "pass"
+    assert no_process_left(marker) == []  # the daemon in a session of its own included
+    assert not list(temporary.glob("harness-workers-*")) and not list(temporary.glob("harness-loader-*"))
+
+
+def test_a_sigkilled_harness_leaves_no_process_of_a_hanging_case(tmp_path, marker):
+    cases = write_modules(tmp_path / "cases", {"hangs.py": HANGS})
+    started = tmp_path / "started"
+    run = subprocess.Popen([sys.executable, "-m", "harness", "run", "--tag", "hangs", "--case-path", str(cases),
+                            "--backend", "eager"],
+                           cwd=REPO, env={**os.environ, marker: "1", "HARNESS_TEST_STARTED": str(started)},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    while not started.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    assert started.exists()
+    time.sleep(0.5)
+    assert len(processes_marked(marker)) >= 4  # the harness, its worker, the case's two children
+    run.kill()
+    run.wait()
+    assert no_process_left(marker) == []
+
+
+def test_a_second_run_into_the_same_report_dir_refuses_and_the_first_keeps_its_records(tmp_path):
+    cases = write_modules(tmp_path / "cases", {"slow.py": '''
+        import os, time
+        from harness import Program, case, contiguous
+
+        @case()
+        def slow_one(dtype):
+            time.sleep(float(os.environ.get("HARNESS_TEST_SLOW", "0")))
+            return Program(lambda x: x + 1, [contiguous((4,))])
+
+        @case()
+        def quick_one(dtype):
+            return Program(lambda x: x + 1, [contiguous((4,))])
+    '''})
+    report = tmp_path / "report"
+    common = ["run", "slow_one", "quick_one", "--case-path", str(cases), "--backend", "eager", "--report-dir",
+              str(report)]
+    first = subprocess.Popen([sys.executable, "-m", "harness", *common], cwd=REPO, text=True,
+                             env={**os.environ, "HARNESS_TEST_SLOW": "8"}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    lock = report / "results.jsonl.lock"
+    deadline = time.time() + 120
+    while not (lock.exists() and lock.read_text()) and time.time() < deadline:
+        time.sleep(0.1)
+    second = harness(*common)
+    assert second.returncode == EXIT_USAGE, second.stdout + second.stderr
+    assert f"is in use by another run (pid {first.pid}" in second.stderr
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, out + err
+    records = json.loads((report / "results.json").read_text())["records"]
+    assert sorted(r["case"] for r in records) == ["quick_one", "slow_one"]
+    assert len((report / "results.jsonl").read_text().splitlines()) == 2
+
+
+def test_report_check_rejects_a_record_with_an_unknown_status(tmp_path):
+    fixture = json.loads((REPO / "tests" / "fixtures" / "report_results.json").read_text())
+    fixture["records"].append({**fixture["records"][0], "case": "unknown_verdict", "status": "bogus"})
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(fixture))
+    result = harness("report", str(path), "--check")
+    assert result.returncode == EXIT_USAGE, result.stdout + result.stderr
+    number, record = len(fixture["records"]), fixture["records"][-1]
+    assert f"{path}: record {number} (unknown_verdict[{record['dtype']}-{record['mode']}]) has an unknown status " \
+           "'bogus'" in result.stderr
+    assert "==  ==" not in result.stdout
+
+
+def test_pytest_runs_no_case_code_itself_a_module_that_exits_at_import_fails_its_item(tmp_path, marker):
+    cases = write_modules(tmp_path / "cases", {**AT_IMPORT, "fine.py": '''
+        from harness import Program, case, contiguous
+
+        @case()
+        def fine_case(dtype):
+            return Program(lambda x: x + 1, [contiguous((4,))])
+    '''})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--case-path",
+                             str(cases), "--backend", "eager"], cwd=elsewhere, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, marker: "1"})
+    assert result.returncode == 1, result.stdout[-3000:]
+    assert "2 failed, 1 passed" in result.stdout, result.stdout[-3000:]
+    assert "exits_at_import.py: the process importing it exited with code 0" in result.stdout
+    assert "segfaults_at_import.py: the process importing it was killed by SIGSEGV" in result.stdout
+    assert no_process_left(marker) == []

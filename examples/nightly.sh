@@ -9,17 +9,22 @@
 # Environment (all optional):
 #   DEVICE        cpu | cuda | npu (default cpu)
 #   NPU_BACKEND   e.g. triton_experimental (with DEVICE=npu)
-#   SELECT        selection and run options, e.g. "--full --tag seed --mode train_step"
+#   SELECT        selection and run options, as shell words, e.g. "--full --tag seed --mode train_step"
+#   KEYWORD       a -k expression over case names and tags, e.g. "seed and int64"
 #   WORKERS       worker processes, one device each (default: 1)
 #   TIMEOUT       seconds one case may run (default 1800)
 #   OUT           results directory (default nightly)
 #   BASELINE      last night's $OUT/results.json: only what changed since then fails the job
 #   KNOWN_ISSUES  a known-issues TOML: triaged failures run as strict expected failures
 #   HARNESS       how to call the harness (default: python -m harness)
+#   RESUME        1: a retried job continues from its journal in $OUT (only into a run of the same
+#                 setup: the harness refuses another); otherwise every night runs everything anew
 #
+# Failing runs are localized (--bisect): only they pay for it. The merged JUnit counts a failure the
+# baseline already had as a skip ("known in baseline"), so it agrees with the exit code.
 # Exit code: 0 nothing new broke (or, without a baseline, nothing failed); 1 a new failure;
 # 2 a setup or usage error; 128+N the run was stopped by signal N (the partial results are kept).
-# Artifacts: $OUT/index.html (the report), $OUT/results.json (tomorrow's BASELINE), $OUT/junit*.xml.
+# Artifacts: $OUT/index.html (the report), $OUT/results.json (tomorrow's BASELINE), $OUT/junit.xml.
 set -uo pipefail
 
 phase=${1:-all}
@@ -33,15 +38,23 @@ mkdir -p "$OUT"
 run_shard() {
     local name=${SHARD:+shard-${SHARD/\//-of-}}
     name=${name:-all}
-    local args=(run --device "$DEVICE" --workers "$WORKERS" --timeout "$TIMEOUT"
-                --json "$OUT/$name.json" --junit "$OUT/junit-$name.xml")
+    local args=(run --device "$DEVICE" --workers "$WORKERS" --timeout "$TIMEOUT" --bisect
+                --json "$OUT/$name.json")
     [[ -n ${SHARD:-} ]] && args+=(--shard "$SHARD")
     [[ -n ${NPU_BACKEND:-} ]] && args+=(--npu-backend "$NPU_BACKEND")
     [[ -n ${KNOWN_ISSUES:-} ]] && args+=(--known-issues "$KNOWN_ISSUES")
-    # A rerun of the same shard (a retried CI job) continues from what its journal already holds.
-    [[ -s "$OUT/$name.jsonl" ]] && args+=(--resume "$OUT/$name.jsonl")
-    # shellcheck disable=SC2086  # SELECT and HARNESS are word lists on purpose
-    $HARNESS "${args[@]}" ${SELECT:-}
+    [[ -n ${KEYWORD:-} ]] && args+=(-k "$KEYWORD")
+    # A retried CI job continues from what its journal holds, when asked: a workspace reused from last
+    # night must run its cases, not carry last night's records.
+    [[ ${RESUME:-} == 1 && -s "$OUT/$name.jsonl" ]] && args+=(--resume "$OUT/$name.jsonl")
+    # SELECT as shell words (quotes kept: SELECT="-k 'seed and int64'"), without running it as shell code.
+    local selected=()
+    if [[ -n ${SELECT:-} ]]; then
+        mapfile -t selected < <(python3 -c 'import shlex, sys; print("\n".join(shlex.split(sys.argv[1])))' "$SELECT") \
+            || { echo "SELECT is not a list of shell words: $SELECT" >&2; return 2; }
+    fi
+    # shellcheck disable=SC2086  # HARNESS is a word list on purpose
+    $HARNESS "${args[@]}" "${selected[@]}"
     local code=$?
     # A divergence is judged at the merge (against the baseline); setup errors and signals stop here.
     (( code == 1 )) && code=0
@@ -51,7 +64,7 @@ run_shard() {
 merge() {
     local parts=("$OUT"/shard-*.json)
     [[ -e ${parts[0]} ]] || parts=("$OUT/all.json")
-    local args=(report "${parts[@]}" --json "$OUT/results.json" -o "$OUT/index.html" --check)
+    local args=(report "${parts[@]}" --json "$OUT/results.json" -o "$OUT/index.html" --junit "$OUT/junit.xml" --check)
     [[ -n ${BASELINE:-} && -f ${BASELINE:-} ]] && args+=(--baseline "$BASELINE")
     # shellcheck disable=SC2086
     $HARNESS "${args[@]}"

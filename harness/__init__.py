@@ -1,8 +1,11 @@
 """Differential accuracy testing for torch.compile: compiled vs eager, element by element.
 
 The public surface for case authors: `case`, `Case`, `Program`, `KnownFailure`,
-`Tolerance` and the layout constructors of `harness.inputs`. They are imported
-on first use, so `harness.records` and `harness.report` work without torch.
+`Tolerance` and the layout constructors of `harness.inputs` (`contiguous`,
+`permuted`, `gapped`, `broadcast`, `strided`, each a `TensorSpec`). They are
+imported on first use, so `harness.records` and `harness.report` work without
+torch. `docs/writing-cases.md` is the guide; `help(harness.case)` and the
+other docstrings say what each takes.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ _PUBLIC = {
 }
 
 __all__ = sorted(_PUBLIC)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 def __getattr__(name: str) -> Any:

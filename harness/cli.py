@@ -62,12 +62,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=_seconds, default=1800.0,
                      help="seconds one case may run, from its start in the worker (default 1800)")
     run.add_argument("--no-isolation", action="store_true", help="run cases in this process (a crash then ends the run)")
+    run.add_argument("-x", "--exitfirst", action="store_true", help="stop after the first failing run")
+    run.add_argument("-q", "--quiet", action="store_true", help="print failing runs and the totals only")
+    run.add_argument("-v", "--verbose", action="store_true", help="print every run's reproduction command too")
+    run.add_argument("--last-failed", metavar="RESULTS", help="run again the runs that failed in a results file or "
+                     "journal (with the selection, only those it also selects)")
 
     report = commands.add_parser("report", help="render result files as one HTML report")
     report.add_argument("results", nargs="+", help="results JSON files (shards are merged)")
     report.add_argument("-o", "--output", help="the HTML file to write (default: beside the first results file)")
     report.add_argument("--baseline", help="an earlier results file to diff against")
     report.add_argument("--json", dest="json_path", help="write the merged results here too (a next baseline)")
+    report.add_argument("--junit", help="write JUnit XML here too (with --baseline, its known failures as skips)")
     report.add_argument("--check", action="store_true", help="exit 1 when a run failed or, with --baseline, "
                         "only when one newly failed (the verdict of a sharded run)")
     return parser
@@ -98,6 +104,9 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-k", dest="keyword", help="pytest-style expression over case names and tags")
     parser.add_argument("--tag", action="append", default=[], help="only cases with this tag (repeatable)")
     add_to_argparse(parser, SELECTION_OPTIONS)
+    parser.add_argument("--shipped-cases", action="store_true",
+                        help="with --case-path: the cases shipped with the harness too (without --case-path they "
+                             "are the default)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -147,7 +156,7 @@ def _select(args: argparse.Namespace, in_process: bool = False):
     """The cases the selection names, and what loading them found (`case_loader.Loaded`, or the registry itself
     with `in_process`). Case modules are imported in a loader process unless the run is in-process anyway."""
     request = {"kind": "select", "paths": list(args.case_path), "names": list(args.cases), "keyword": args.keyword,
-               "tags": list(args.tag), "include_full": args.full}
+               "tags": list(args.tag), "include_full": args.full, "include_default": _with_shipped(args)}
     if in_process:
         loaded = _select_in_process(request)
     else:
@@ -167,12 +176,18 @@ def _select(args: argparse.Namespace, in_process: bool = False):
     return loaded, loaded.chosen
 
 
+def _with_shipped(args: argparse.Namespace) -> bool:
+    """The shipped cases are the default selection; `--case-path` replaces them, as in pytest, unless
+    `--shipped-cases` asks for both."""
+    return not args.case_path or args.shipped_cases
+
+
 def _select_in_process(request: dict[str, Any]):
     """`--no-isolation`: the same selection, made with the case modules imported here (for a debugger)."""
     from .case_loader import Loaded
     from .registry import load_registry
 
-    registry = load_registry(request["paths"])
+    registry = load_registry(request["paths"], include_default=request["include_default"])
     loaded = Loaded(sources=registry.sources)
     try:
         loaded.chosen = registry.select(request["names"], request["keyword"], request["tags"],
@@ -189,9 +204,13 @@ def _list(args: argparse.Namespace) -> int:
     if args.injections:
         from .emulation import injection_named, injection_names
 
-        say(f"{'INJECTION':28} WHAT IT DOES")
+        say(f"{'INJECTION':28} {'SELECTOR':10} WHAT IT DOES")
         for name in injection_names():
-            say(f"{name:28} {injection_named(name).summary}")
+            injection = injection_named(name)
+            selector = "required" if injection.needs_selector else "optional" if injection.takes_selector else "-"
+            say(f"{name:28} {selector:10} {injection.summary}")
+        say("A selector picks kernel launches: NAME@LAUNCH (a launch index from 0, e.g. fault-scale@3) or "
+            "NAME@GLOB (kernel names, e.g. fault-scale@'triton_per_*'); without one, every launch it applies to.")
         return EXIT_OK
     from .run_identity import dtype_name, runs_of
 
@@ -220,7 +239,7 @@ def _list_skipped(args: argparse.Namespace) -> int:
 
     try:
         loaded = load({"kind": "skipped", "paths": list(args.case_path), "names": list(args.cases),
-                       "keyword": args.keyword, "tags": list(args.tag)})
+                       "keyword": args.keyword, "tags": list(args.tag), "include_default": _with_shipped(args)})
     except LoaderFailed as exc:
         raise UsageError(f"cannot load cases: {exc}") from None
     if loaded.skipped is None:
@@ -421,7 +440,7 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any, stop: _StopSigna
         journal = Journal(journal_file, plan.carried) if journal_file else None
         say(f"running {_plural(len(plan.tasks), 'case run')} on {config.device}"
             + (f" ({surrogate})" if surrogate else "") + f" with backend {config.backend}"
-            + (f" (emulation: {config.inject})" if config.inject else "")
+            + (f" ({R.injection_label(config.inject)})" if config.inject else "")
             + (f", {_plural(len(plan.carried), 'run')} carried from {args.resume}" if plan.carried else "")
             + (f", shard {args.shard[0]}/{args.shard[1]}" if args.shard else ""))
         stop.raising()
@@ -431,9 +450,16 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any, stop: _StopSigna
             results.append(record)
             if journal:
                 journal.append(record)
+            if args.quiet and not R.is_failing(record.status):
+                continue
             say(f"[{position}/{len(plan.tasks)}] {record.summary()}")
-            if R.is_failing(record.status) and record.command:
+            if record.command and (R.is_failing(record.status) or args.verbose):
                 say(f"    reproduce: {record.command}")
+            if record.status == R.FAIL and not config.bisect and record.command:
+                say(f"    localize: {record.command} --bisect")
+            if args.exitfirst and R.is_failing(record.status):
+                say("stopping at the first failing run (-x)", error=True)
+                break
     except _Stopped as exc:
         stopped = exc
         say(f"stopped by {exc}: {_plural(len(results), 'record')} kept", error=True)
@@ -449,7 +475,7 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any, stop: _StopSigna
                         started_at=started_at, duration_s=round(time.perf_counter() - started, 3),
                         load_errors=load_errors, shard=args.shard,
                         stopped_by=str(stopped) if stopped else None, journal=journal_file)
-    written, problems = publish(results, meta, args.json_path, args.report_dir, args.junit)
+    written, problems = publish(results, meta, args.json_path, args.report_dir, args.junit, inputs.baseline)
     for path in written:
         say(f"{'report' if path.endswith('.html') else 'junit' if path.endswith('.xml') else 'results'}: {path}")
     if journal is not None and journal.problem:
@@ -491,9 +517,22 @@ def _plan(args: argparse.Namespace, chosen: list, resumed: list[R.CaseResult]) -
     if args.shard:
         index, count = args.shard
         tasks = [t for position, t in enumerate(sorted(tasks, key=lambda t: t.key)) if position % count == index - 1]
+    if args.last_failed:
+        failed = _failed_runs(args.last_failed)
+        tasks = [t for t in tasks if t.key in failed]
+        if not tasks:
+            raise UsageError(f"--last-failed {args.last_failed}: none of its failing runs is in the selection")
     done = {(r.case, r.dtype, r.mode) for r in resumed}
     carried = [r for r in resumed if (r.case, r.dtype, r.mode) in {t.key for t in tasks}]
     return _Plan([t for t in tasks if t.key not in done], carried)
+
+
+def _failed_runs(path: str) -> set[tuple[str, str, str]]:
+    try:
+        records = read_records(path)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return {(r.case, r.dtype, r.mode) for r in records if R.is_failing(r.status)}
 
 
 def _known_issues(path: str | None) -> list:
@@ -527,6 +566,10 @@ def _check_torch_version() -> None:
         say(f"warning: {message}", error=True)
 
 
+# Metrics that moved for the worse, printed one a line; the rest are counted (the report has them all).
+SHOWN_MOVES = 20
+
+
 def _against_baseline(results: list[R.CaseResult], baseline: list[R.CaseResult]) -> int:
     """Say what changed since the baseline; only a new failure fails the run."""
     from .report.baseline import diff_against_baseline
@@ -541,8 +584,10 @@ def _against_baseline(results: list[R.CaseResult], baseline: list[R.CaseResult])
         say(f"    new failure: {change.record.run_id} ({change.before} -> {change.after})")
     for change in diff.fixes:
         say(f"    fixed: {change.record.run_id} ({change.before} -> {change.after})")
-    for move in worse[:20]:
+    for move in worse[:SHOWN_MOVES]:
         say(f"    worse: {move.current.run_id} {move.output} {move.metric} {move.before:.4g} -> {move.after:.4g}")
+    if len(worse) > SHOWN_MOVES:
+        say(f"    ... {len(worse) - SHOWN_MOVES} more metrics worse (the report lists them)")
     return EXIT_FAILED if diff.new_failures else EXIT_OK
 
 
@@ -558,8 +603,9 @@ def _report(args: argparse.Namespace) -> int:
 
     output = args.output or os.path.splitext(args.results[0])[0] + ".html"
     _check_file_target(output, "-o")
-    if args.json_path:
-        _check_file_target(args.json_path, "--json")
+    for path, option in ((args.json_path, "--json"), (args.junit, "--junit")):
+        if path:
+            _check_file_target(path, option)
     try:
         run_meta, records = merge_results(args.results)
         if run_meta.get("repeated_runs_dropped"):
@@ -570,6 +616,11 @@ def _report(args: argparse.Namespace) -> int:
             R.write_results(args.json_path, records, run_meta)
             say(f"results: {args.json_path}")
         say(f"report: {write_report(args.results, output, args.baseline)}")
+        if args.junit:
+            from .report.baseline import known_failing
+            from .report.junit import write_junit
+
+            say(f"junit: {write_junit(records, args.junit, known_failing(baseline or []))}")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:

@@ -241,7 +241,9 @@ def _gradients(fn: Callable[..., Any], inputs: Inputs, outputs: list[torch.Tenso
         wrt += [(f"grad.{n}", p) for n, p in fn.named_parameters() if p.requires_grad]
     differentiable = [t for t in outputs if t.requires_grad]
     if not wrt or not differentiable:
-        raise RuntimeError("training mode needs an input or parameter that requires grad and an output that depends on it")
+        raise RuntimeError("training mode needs an input or parameter that requires grad and an output that depends "
+                           "on it: give an input spec requires_grad=True (contiguous((8, 16), requires_grad=True)), "
+                           "or make the program an nn.Module with parameters")
     generator = torch.Generator().manual_seed(seed ^ 0x5EED)
     # The same cotangents for eager, compiled and the fp64 reference: drawn on the CPU in float64.
     cotangents = [torch.randn(t.shape, generator=generator, dtype=torch.float64).to(t.device, t.dtype)

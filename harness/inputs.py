@@ -10,6 +10,7 @@ case name, so every device and every run sees the same numbers.
 from __future__ import annotations
 
 import math
+import operator
 import zlib
 from dataclasses import dataclass, replace
 from typing import Any, Sequence
@@ -34,6 +35,22 @@ class TensorSpec:
     high: float = 100
     requires_grad: bool = False
 
+    def __post_init__(self) -> None:
+        problems = []
+        if not all(_whole(n) for n in self.size):
+            problems.append(f"size {self.size} must be whole numbers >= 0")
+        if self.stride is not None and (len(self.stride) != len(self.size) or not all(_whole(n) for n in self.stride)):
+            problems.append(f"stride {self.stride} needs one whole number >= 0 per dimension of size {self.size}")
+        if not _whole(self.storage_offset):
+            problems.append(f"storage_offset {self.storage_offset!r} must be a whole number >= 0")
+        if self.fill not in FILLS:
+            problems.append(f"fill {self.fill!r} is not one of {', '.join(FILLS)}")
+        if not problems and self.storage_numel is not None and self.storage_numel < self.needed_storage():
+            problems.append(f"storage_numel {self.storage_numel} is smaller than the {self.needed_storage()} "
+                            "elements the view reads")
+        if problems:
+            raise ValueError(f"TensorSpec(size={self.size}, stride={self.stride}): " + "; ".join(problems))
+
     def with_dtype(self, dtype: torch.dtype) -> "TensorSpec":
         return self if self.dtype is not None else replace(self, dtype=dtype)
 
@@ -48,7 +65,24 @@ class TensorSpec:
         return f"size={self.size} stride={self.resolved_stride} offset={self.storage_offset} storage={self.storage_numel or self.needed_storage()}"
 
 
-# Layout constructors: each returns a TensorSpec whose view has the layout named.
+FILLS = ("randn", "rand", "randint", "arange", "ones")
+
+
+def _whole(value: Any) -> bool:
+    """A size, stride or offset: a whole number >= 0 (a Python or NumPy integer, not a bool or float)."""
+    try:
+        return not isinstance(value, bool) and operator.index(value) >= 0
+    except TypeError:
+        return False
+
+
+# Layout constructors: each returns a TensorSpec whose view has the layout named, or raises ValueError naming
+# the call when its arguments describe another layout (a case would then pass while testing something else).
+
+def _check(call: str, ok: bool, why: str) -> None:
+    if not ok:
+        raise ValueError(f"{call}: {why}")
+
 
 def contiguous(size: Sequence[int], **kw: Any) -> TensorSpec:
     return TensorSpec(tuple(size), **kw)
@@ -56,12 +90,18 @@ def contiguous(size: Sequence[int], **kw: Any) -> TensorSpec:
 
 def permuted(base_size: Sequence[int], dims: Sequence[int], **kw: Any) -> TensorSpec:
     """`torch.empty(base_size).permute(dims)`: dense but not contiguous."""
+    call = f"permuted({tuple(base_size)}, {tuple(dims)})"
+    _check(call, sorted(dims) == list(range(len(base_size))),
+           f"dims must be a permutation of 0..{len(base_size) - 1}, one per dimension of base_size")
     base_stride = contiguous_stride(base_size)
     return TensorSpec(tuple(base_size[d] for d in dims), stride=tuple(base_stride[d] for d in dims), **kw)
 
 
 def gapped(size: Sequence[int], step: int, dim: int = -1, **kw: Any) -> TensorSpec:
     """`base[..., ::step]` along `dim`: holes between the elements read."""
+    call = f"gapped({tuple(size)}, step={step}, dim={dim})"
+    _check(call, len(size) > 0 and -len(size) <= dim < len(size), f"dim must be a dimension of size (rank {len(size)})")
+    _check(call, isinstance(step, int) and step >= 2, "step must be a whole number >= 2 (1 leaves no gap)")
     dim = dim % len(size)
     base_size = list(size)
     base_size[dim] = size[dim] * step
@@ -73,7 +113,10 @@ def gapped(size: Sequence[int], step: int, dim: int = -1, **kw: Any) -> TensorSp
 
 def broadcast(size: Sequence[int], from_size: Sequence[int], **kw: Any) -> TensorSpec:
     """`base.expand(size)` of a `from_size` tensor: stride 0 on broadcast dims."""
+    call = f"broadcast({tuple(size)}, from_size={tuple(from_size)})"
     lead = len(size) - len(from_size)
+    _check(call, lead >= 0 and all(f in (1, n) for f, n in zip(from_size, size[lead:])),
+           "from_size must expand to size (each of its dimensions 1 or equal, trailing dimensions aligned)")
     from_stride = contiguous_stride(from_size)
     stride = [0] * lead + [0 if f == 1 and n != 1 else st for f, n, st in zip(from_size, size[lead:], from_stride)]
     return TensorSpec(tuple(size), stride=tuple(stride), storage_numel=math.prod(from_size), **kw)
@@ -81,6 +124,7 @@ def broadcast(size: Sequence[int], from_size: Sequence[int], **kw: Any) -> Tenso
 
 def strided(size: Sequence[int], stride: Sequence[int], storage_offset: int = 0, storage_numel: int | None = None, **kw: Any) -> TensorSpec:
     """Any `as_strided` layout, overlapping views included."""
+    _check(f"strided({tuple(size)}, {tuple(stride)})", len(stride) == len(size), "needs one stride per dimension")
     return TensorSpec(tuple(size), stride=tuple(stride), storage_offset=storage_offset, storage_numel=storage_numel, **kw)
 
 
@@ -119,4 +163,4 @@ def _fill(spec: TensorSpec, numel: int, dtype: torch.dtype, generator: torch.Gen
         return values.to(dtype)
     if spec.fill == "randn":
         return torch.randn(numel, generator=generator, dtype=torch.float64).to(dtype)
-    raise ValueError(f"unknown fill {spec.fill!r}: use randn, rand, randint, arange or ones")
+    raise ValueError(f"unknown fill {spec.fill!r}: use {', '.join(FILLS)}")

@@ -50,6 +50,20 @@ def is_non_overlapping(t: torch.Tensor) -> bool:
     return True
 
 
+def overlaps_beyond_broadcast(t: torch.Tensor) -> bool:
+    """Whether elements share an address other than through stride-0 dims. A stride-0 dim is a broadcast
+    (`expand`, the gradient of a sum): every element it repeats has one well-defined value, and ATen refuses
+    to write through such a layout. Overlap with non-zero strides can be written through, in an order that
+    decides the values."""
+    dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size != 1 and stride != 0)
+    reach = 0
+    for stride, size in dims:
+        if stride <= reach:
+            return True
+        reach += (size - 1) * stride
+    return False
+
+
 def is_non_overlapping_and_dense(t: torch.Tensor) -> bool:
     """Whether the elements tile a storage span exactly: some permutation of a contiguous tensor.
 

@@ -23,10 +23,12 @@ def run_metadata(records: Sequence[R.CaseResult], *, command: str | None, device
 
 
 def publish(records: Sequence[R.CaseResult], run_meta: dict[str, Any], json_path: str | None = None,
-            report_dir: str | None = None, junit_path: str | None = None) -> tuple[list[str], list[str]]:
+            report_dir: str | None = None, junit_path: str | None = None,
+            baseline: Sequence[R.CaseResult] | None = None) -> tuple[list[str], list[str]]:
     """Write the results JSON (to `json_path`, else into `report_dir`) first, then the HTML report and JUnit
     XML: (the paths written, one line per file that could not be written). A secondary file that fails
-    (a full disk) never costs the results JSON, nor the other secondary file."""
+    (a full disk) never costs the results JSON, nor the other secondary file. With a `baseline`, JUnit reports
+    the failures it already had as skips, as the exit code does."""
     written, problems = [], []
     if report_dir and not json_path:
         json_path = os.path.join(report_dir, "results.json")
@@ -45,10 +47,11 @@ def publish(records: Sequence[R.CaseResult], run_meta: dict[str, Any], json_path
         except OSError as exc:
             problems.append(f"cannot write the report {html} ({exc.strerror or exc})")
     if junit_path:
+        from .report.baseline import known_failing
         from .report.junit import write_junit
 
         try:
-            written.append(write_junit(records, junit_path))
+            written.append(write_junit(records, junit_path, known_failing(list(baseline or []))))
         except OSError as exc:
             problems.append(f"cannot write the JUnit XML {junit_path} ({exc.strerror or exc})")
     return written, problems

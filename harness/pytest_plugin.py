@@ -21,6 +21,7 @@ from . import records as R
 RECORDS_KEY = pytest.StashKey[list]()
 RUN_CONFIG_KEY = pytest.StashKey[Any]()
 RUNNER_KEY = pytest.StashKey[Any]()
+CASE_ROOTS_KEY = pytest.StashKey[list]()
 JOURNAL_KEY = pytest.StashKey[Any]()
 
 
@@ -54,12 +55,41 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "full: a full-size case (real shapes, whole models): needs --harness-full")
     config.addinivalue_line("markers", "harness_case: a test generated from a harness case")
     config.stash[RECORDS_KEY] = []
-    config.stash[RUN_CONFIG_KEY] = _run_config(config)
     _CONTROLLER["config"] = config
     _collect_case_paths(config)
-    if not hasattr(config, "workerinput"):
-        _check_device(config.stash[RUN_CONFIG_KEY])
-        _check_torch_version(config)
+    # torch is imported (seconds) only where the harness is in play: a project that merely has the package
+    # installed runs its own tests at their own speed.
+    if _in_play(config):
+        session_run_config(config)
+
+
+def session_run_config(config: pytest.Config) -> Any:
+    """The session's run configuration, made and checked (device, compiler backend, torch) on first need."""
+    if RUN_CONFIG_KEY not in config.stash:
+        config.stash[RUN_CONFIG_KEY] = _run_config(config)
+        if not hasattr(config, "workerinput"):
+            _check_device(config.stash[RUN_CONFIG_KEY])
+            _check_torch_version(config)
+    return config.stash[RUN_CONFIG_KEY]
+
+
+# The plugin's own options besides the run and selection options.
+_PLUGIN_OPTIONS = ("harness_json", "harness_report", "harness_timeout", "harness_shipped_cases",
+                   "harness_no_isolation")
+
+
+def _in_play(config: pytest.Config) -> bool:
+    """Whether this session uses the harness: a harness option given, or case modules among what it collects."""
+    from .options import RUN_OPTIONS, SELECTION_OPTIONS
+
+    for option in RUN_OPTIONS + SELECTION_OPTIONS:
+        if option.pytest and config.getoption(option.dest) not in (None, False, [], option.default):
+            return True
+    defaults = {"harness_timeout": 1800.0}
+    if any(config.getoption(name) not in (None, False, defaults.get(name)) for name in _PLUGIN_OPTIONS):
+        return True
+    asked = [Path(arg.split("::")[0]).resolve() for arg in config.args] or [Path.cwd()]
+    return any(root == a or a in root.parents or root in a.parents for root in _case_roots(config) for a in asked)
 
 
 def _check_torch_version(config: pytest.Config) -> None:
@@ -88,10 +118,10 @@ def _check_device(run_config: Any) -> None:
 def _collect_case_paths(config: pytest.Config) -> None:
     """`--case-path DIR` (and `--harness-shipped-cases`) add cases to what pytest collects, with or without
     positional arguments (pytest would otherwise collect only its testpaths or the paths named)."""
-    from .registry import DEFAULT_CASE_DIR
+    from .shipped import SHIPPED_CASE_DIR
 
     named = [Path(arg.split("::")[0]).resolve() for arg in config.args]
-    shipped = [str(DEFAULT_CASE_DIR)] if config.getoption("harness_shipped_cases") else []
+    shipped = [str(SHIPPED_CASE_DIR)] if config.getoption("harness_shipped_cases") else []
     for given in [*config.getoption("case_path"), *shipped]:
         path = Path(given).resolve()
         if path.exists() and not any(path == n or n in path.parents for n in named):
@@ -114,9 +144,12 @@ def _run_config(config: pytest.Config) -> Any:
 
 
 def _case_roots(config: pytest.Config) -> list[Path]:
-    from .registry import DEFAULT_CASE_DIR
+    from .shipped import SHIPPED_CASE_DIR  # not the registry: it imports torch
 
-    return [DEFAULT_CASE_DIR, *(Path(p).resolve() for p in config.getoption("case_path"))]
+    if CASE_ROOTS_KEY not in config.stash:
+        config.stash[CASE_ROOTS_KEY] = [SHIPPED_CASE_DIR.resolve(),
+                                        *(Path(p).resolve() for p in config.getoption("case_path"))]
+    return config.stash[CASE_ROOTS_KEY]
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -235,7 +268,7 @@ class CaseItem(pytest.Item):
         from .run_identity import dtype_name, new_record
 
         config = self.config
-        run_config = config.stash[RUN_CONFIG_KEY]
+        run_config = session_run_config(config)
         if self.case.size == "full" and not config.getoption("full"):
             record = new_record(self.case, self.dtype, self.mode, run_config)
             record.status, record.reason = R.SKIP, "full-size case: run with --harness-full (GPU/NPU nightly)"
@@ -257,6 +290,9 @@ class CaseItem(pytest.Item):
                 text += f"\n    passed, but declared a known failure: {record.reason} (remove the declaration)"
             if record.error is not None:
                 text += "\n" + record.error.traceback
+            text += f"\n    node: {self.nodeid}"
+            if record.status == R.FAIL and not session_run_config(self.config).bisect:
+                text += f"\n    localize: pytest '{self.nodeid}' --bisect"
             return text + f"\n    reproduce: {record.command}"
         return super().repr_failure(excinfo, style=style)
 
@@ -270,7 +306,7 @@ class _CaseRunner:
 
     def __init__(self, config: pytest.Config):
         self.config = config
-        self.run_config = config.stash[RUN_CONFIG_KEY]
+        self.run_config = session_run_config(config)
         self.pool = None
 
     def run(self, case: Any, dtype: str, mode: str) -> R.CaseResult:
@@ -335,7 +371,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         from .devices import get_device
         from .publish import publish, run_metadata
 
-        run_config = config.stash[RUN_CONFIG_KEY]
+        run_config = session_run_config(config)
         command = " ".join(["pytest", *config.invocation_params.args])
         _, problems = publish(records, run_metadata(records, command=command, device=run_config.device,
                                                     backend=run_config.backend, emulation=run_config.inject,
@@ -389,7 +425,7 @@ def _crash_record(config: pytest.Config, nodeid: str, text: str) -> R.CaseResult
 
     dtype = getattr(torch, match["dtype"], torch.float32)
     placeholder = Case(name=match["case"], build=lambda d: Program(lambda: None))
-    record = new_record(placeholder, dtype, match["mode"], config.stash[RUN_CONFIG_KEY])
+    record = new_record(placeholder, dtype, match["mode"], session_run_config(config))
     record.status, record.stage, record.symptom = R.ERROR, R.Stage.WORKER, R.Symptom.CRASH
     record.error = R.ErrorInfo("WorkerCrash", "the pytest worker running this case died", text[-2000:])
     return record

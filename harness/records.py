@@ -229,8 +229,7 @@ class OutputComparison:
         if self.rule == "equal":
             sample = self.samples[0] if self.samples else None
             told = f"compiled {sample.actual} != eager {sample.expected}" if sample else "equal"
-            return " ".join([f"{self.dtype} {self.name}: {told}", f"[{self.rule}{'' if self.passed else ' FAILED'}]",
-                             *self.layout_notes])
+            return " ".join([f"{self.dtype} {self.name}: {told}", self._rule_tag(), *self.layout_notes])
         head = f"{self.dtype} {self.name}: bad={self.bad}/{self.numel} ({self.bad_pct:.1f}%)"
         parts = [head]
         if self.nan_mismatch:
@@ -242,9 +241,16 @@ class OutputComparison:
             parts.append(f"out_max={_fmt(self.actual_max)}")
         if self.cosine is not None:
             parts.append(f"cos={self.cosine:.6f}")
-        parts.append(f"[{self.rule}{'' if self.passed else ' FAILED'}]")
+        parts.append(self._rule_tag())
         parts.extend(self.layout_notes)
         return " ".join(parts)
+
+    def _rule_tag(self) -> str:
+        """`[rule]`, or for a failure `[rule FAILED: what it asks]` (docs/verdict.md has the whole policy)."""
+        if self.passed:
+            return f"[{self.rule}]"
+        gloss = RULE_GLOSS.get(self.rule)
+        return f"[{self.rule} FAILED{': ' + gloss if gloss else ''}]"
 
 
 @dataclass
@@ -425,6 +431,18 @@ class InjectionStats:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
+# What each deciding rule asks, in a few words: the console's gloss of a failed rule's tag.
+RULE_GLOSS = {
+    "exact": "integers and bool match exactly",
+    "tolerance": "each element within atol + rtol*|eager|",
+    "rmse_vs_fp64": "error vs a float64 run within a multiple of eager's",
+    "cosine": "cosine similarity to eager >= 0.99",
+    "equal": "a non-tensor result equals eager's",
+    "shape": "the same shape as eager's",
+    "missing": "a result on both sides",
+}
+
+
 @dataclass
 class ErrorInfo:
     type: str
@@ -507,7 +525,7 @@ class CaseResult:
         if self.surrogate:
             head += f" ({self.surrogate})"
         if self.emulation:
-            head += f" (emulation: {self.emulation})"
+            head += f" ({injection_label(self.emulation)})"
         if self.error is not None:
             head = f"{head} {self.stage or ''} {one_line(self.error.type)}: {_first_line(self.error.message)}"
             return "\n    ".join([head, *(f"warning: {one_line(w)}" for w in self.warnings)])
@@ -599,6 +617,12 @@ def _dims(values: list[int]) -> str:
 def _first_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[0] if lines else ""
+
+
+def injection_label(name: str) -> str:
+    """How a run under `--inject NAME` is labelled: a kernel fault the harness injected (`fault-*`), or an
+    emulation of another backend's behaviour (the NPU launcher's, seed 002's reductions)."""
+    return f"injected fault: {name}" if name.startswith("fault-") else f"emulation: {name}"
 
 
 def one_line(text: str) -> str:

@@ -29,6 +29,7 @@ from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Seque
 import torch
 
 from .records import exception_line
+from .shipped import SHIPPED_CASE_DIR
 from .source_selection import wanted
 from .tolerances import Tolerance
 
@@ -37,17 +38,7 @@ SIZES = ("ci", "full")
 REFERENCES = ("auto", "fp64", "none")
 
 
-def _shipped_case_dir() -> Path:
-    """The project's cases: `cases/` beside the package in a checkout, `harness_cases` in an installed wheel."""
-    checkout = Path(__file__).resolve().parent.parent / "cases"
-    if checkout.is_dir():
-        return checkout
-    spec = importlib.util.find_spec("harness_cases")
-    locations = list(spec.submodule_search_locations or ()) if spec else []
-    return Path(locations[0]) if locations else checkout
-
-
-DEFAULT_CASE_DIR = _shipped_case_dir()
+DEFAULT_CASE_DIR = SHIPPED_CASE_DIR
 # Seconds one case module may take to import before it counts as hanging.
 DEFAULT_IMPORT_TIMEOUT_S = 120.0
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -54,9 +55,13 @@ class RunConfig:
                 "reference": self.reference, "inject": self.inject, "bisect": self.bisect,
                 "strict_eager": self.strict_eager, "fresh_compile": self.fresh_compile, "torch": torch.__version__}
 
-    def command_for(self, case: str, dtype: str, mode: str) -> str:
+    def command_for(self, case: str, dtype: str, mode: str, shipped: bool = False) -> str:
+        """The command that runs this one case again. A `shipped` case run beside `--case-path` cases needs
+        `--shipped-cases` (a case path replaces the shipped cases otherwise)."""
         parts = ["python -m harness run", case, f"--device {self.device}", f"--dtype {dtype}", f"--mode {mode}"]
         parts += [f"--case-path {shlex.quote(path)}" for path in self.case_paths]
+        if shipped and self.case_paths:
+            parts.append("--shipped-cases")
         if self.backend != "inductor":
             parts.append(f"--backend {self.backend}")
         if self.npu_backend:
@@ -75,6 +80,18 @@ class RunConfig:
         if self.fresh_compile:
             parts.append("--fresh-compile")
         return " ".join(parts)
+
+
+def is_shipped(case: Case) -> bool:
+    """Whether the case comes with the harness (its `cases/`, or a case source declared there)."""
+    from .registry import CASE_SOURCE_ORIGIN, DEFAULT_CASE_DIR
+
+    if case.source.startswith(CASE_SOURCE_ORIGIN):
+        return True  # generated (OpInfo is shipped): with the shipped cases too it is found wherever it is from
+    try:
+        return DEFAULT_CASE_DIR.resolve() in Path(case.source).resolve().parents
+    except (OSError, ValueError):
+        return False
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -101,7 +118,7 @@ def new_record(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> 
         status=R.PASS, tags=list(case.tags), issue=case.issue, size=case.size, culprit=case.culprit,
         npu_backend=Npu.asked_backend(config) if isinstance(device, Npu) else None, surrogate=device.surrogate(),
         emulation=config.inject,
-        command=device.command_prefix() + config.command_for(case.name, dtype_name(dtype), mode),
+        command=device.command_prefix() + config.command_for(case.name, dtype_name(dtype), mode, is_shipped(case)),
         run_identity=config.identity(),
     )
 

@@ -24,7 +24,7 @@ from .devices import BackendMismatch, Device, get_device
 from .emulation import NARROWED_DTYPES, make_handler, parse_injection
 from .execution import Inputs, OutputNotComparable, Results, Session, materialize_inputs, module_state
 from .inputs import seed_for
-from .layout import clone_exact, is_non_overlapping
+from .layout import clone_exact, is_non_overlapping, overlaps_beyond_broadcast
 from .registry import Case, Program
 from .run_identity import EXTRA_FOR, RunConfig, apply_known_failure, dtype_name, missing_requirements, new_record
 
@@ -159,7 +159,7 @@ class _Observation:
         with _stage(R.Stage.EAGER, timings):
             eager = Session(program.fn, inputs, mode, device, seed)
             expected = eager.run()
-        if overlapping := _self_overlapping_outputs(expected, eager):
+        if overlapping := _self_overlapping_outputs(expected, eager, broadcast_too=False):
             why = NoEagerReference(
                 f"eager wrote its result {', '.join(overlapping[:3])} into fresh memory whose elements overlap "
                 "(laid out like an overlapping input): its values depend on the order of the writes, so they are "
@@ -328,14 +328,16 @@ class NoEagerReference(Exception):
     pass
 
 
-def _self_overlapping_outputs(results: Results, session: Session) -> list[str]:
+def _self_overlapping_outputs(results: Results, session: Session, broadcast_too: bool = True) -> list[str]:
     """Tensor results whose elements share addresses in memory of their own (not a view of an input,
-    a parameter or a buffer)."""
+    a parameter or a buffer). Without `broadcast_too`, only those that overlap beyond stride-0 dims: a
+    broadcast (the gradient of a sum is an expanded view) has well-defined values."""
     owned = list(results.state.values()) + [tensor for _, tensor in module_state(session.module)]
     inputs = {t.untyped_storage().data_ptr() for t in owned if t.layout == torch.strided}
+    overlaps = (lambda t: not is_non_overlapping(t)) if broadcast_too else overlaps_beyond_broadcast
     return [name for name, value in results.values.items()
             if isinstance(value, torch.Tensor) and value.numel() > 1 and value.layout == torch.strided
-            and not is_non_overlapping(value) and value.untyped_storage().data_ptr() not in inputs]
+            and overlaps(value) and value.untyped_storage().data_ptr() not in inputs]
 
 
 class NothingCompared(Exception):
@@ -537,7 +539,7 @@ def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig,
     try:
         found = localize(program, observed.verdict, failing)
         found.check(record.status)
-        return found
+        return _as_the_launcher_called_it(found, config)
     except NotReproduced:
         return None
     except Exception as exc:  # the probe's own failure must never cost the run its verdict
@@ -546,6 +548,22 @@ def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig,
         answer = R.Answer.UNLOCALIZED if failing else R.Answer.NONE
         return R.Localization(answer=answer, diverged=failing, reason=f"the probe itself failed ({type(exc).__name__}: "
                               f"{R.exception_line(exc)})", problems=[_traceback(exc)[-2000:]])
+
+
+def _as_the_launcher_called_it(found: R.Localization, config: RunConfig) -> R.Localization:
+    """Under an emulation of the NPU launcher, a kernel "wrong" on eager inputs ran as the emulated launcher
+    handed it its arguments (64-bit ones narrowed at the launch boundary): the answer says the launcher is what
+    diverges, not the kernel's code."""
+    from .emulation import parse_injection
+
+    if not config.inject or found.answer != R.Answer.KERNEL or not (found.isolated or "").startswith("kernel is"):
+        return found
+    injection, _ = parse_injection(config.inject)
+    if injection.narrows:
+        found.isolated = (f"kernel as the emulated launcher ({injection.name}) calls it, its 64-bit arguments "
+                          "narrowed at the launch boundary, is wrong: the launcher is what diverges, not the kernel's "
+                          f"code ({found.isolated})")
+    return found
 
 
 def _probe_run(observed: _Observation, compiled: _Compiled, config: RunConfig, record: R.CaseResult,

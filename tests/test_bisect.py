@@ -94,6 +94,10 @@ def test_boundary_downcast_names_the_kernel_that_reads_the_view():
     assert view_args and view_args[0].stride == [98304, 16384, 64, 1] and view_args[0].buffer == "arg0_1"
     assert (kernel.metrics.bad, kernel.metrics.max_abs) == (2260992, 589824)
     assert "98304" in kernel.source  # the compile-time strides the kernel indexes with
+    # What diverges is the launcher's emulation, and the answer says so.
+    assert kernel.isolated.startswith("kernel as the emulated launcher (boundary-downcast) calls it, its 64-bit "
+                                      "arguments narrowed at the launch boundary, is wrong: the launcher is what "
+                                      "diverges"), kernel.isolated
 
 
 def amplify(x, w):

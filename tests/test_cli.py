@@ -162,3 +162,37 @@ def test_baseline_of_another_setup_is_a_console_warning(capsys):
             "boundary-downcast)") in out
     assert _against_baseline([run(R.PASS, None)], [run(R.PASS, None)]) == EXIT_OK
     assert "warning" not in capsys.readouterr().out
+
+
+def test_a_case_path_alone_runs_only_its_cases_as_in_pytest(tmp_path):
+    (tmp_path / "mine.py").write_text(textwrap.dedent(TRIVIAL_CASES))
+    alone = cli("list", "--case-path", str(tmp_path))
+    assert alone.returncode == EXIT_OK, alone.stderr
+    listed = [line.split()[0] for line in alone.stdout.splitlines()[1:]]
+    assert listed == ["adds_one", "crashes", "hangs"]
+    both = cli("list", "--case-path", str(tmp_path), "--shipped-cases")
+    assert "seed_index_as_strided_view" in both.stdout and "adds_one" in both.stdout
+
+
+def test_a_failure_says_how_to_localize_it_and_x_stops_at_the_first(tmp_path):
+    (tmp_path / "mine.py").write_text(textwrap.dedent('''
+        import torch
+        from harness import Program, case, contiguous
+
+        @case()
+        def a_diverges(dtype):
+            return Program(lambda x: x + 2 if torch.compiler.is_compiling() else x + 1, [contiguous((4,))])
+
+        @case()
+        def b_adds_one(dtype):
+            return Program(lambda x: x + 1, [contiguous((4,))])
+    '''))
+    result = cli("run", "--case-path", str(tmp_path), "--backend", "eager", "-x", "-q")
+    assert result.returncode == EXIT_FAILED
+    lines = result.stdout.splitlines()
+    assert any(line.strip().startswith("localize: python -m harness run a_diverges") and line.endswith("--bisect")
+               for line in lines), result.stdout
+    assert "b_adds_one" not in result.stdout and "== 1 fail ==" in result.stdout  # -x: the rest did not run
+    again = cli("run", "--case-path", str(tmp_path), "--backend", "eager", "--json", str(tmp_path / "r.json"))
+    rerun = cli("run", "--case-path", str(tmp_path), "--backend", "eager", "--last-failed", str(tmp_path / "r.json"))
+    assert again.returncode == EXIT_FAILED and "running 1 case run" in rerun.stdout, rerun.stdout + rerun.stderr

@@ -284,11 +284,36 @@ def test_the_example_nightly_script_shards_merges_and_fails_only_on_what_changed
     first = nightly("merge")
     assert first.returncode == EXIT_FAILED, first.stdout  # no baseline: `diverges` fails the first night
     assert len(records_of(out / "results.json")) == 4 and (out / "index.html").is_file()
-    assert len(list(out.glob("junit-shard-*.xml"))) == 2
+    assert 'failures="1"' in (out / "junit.xml").read_text()
     baseline = tmp_path / "last-night.json"
     (out / "results.json").rename(baseline)
     second = nightly("merge", BASELINE=str(baseline))
     assert second.returncode == EXIT_OK and "0 new failures" in second.stdout, second.stdout
+    # JUnit agrees with the exit code: the failure the baseline had is a skip, its message stable.
+    junit = (out / "junit.xml").read_text()
+    assert 'failures="0"' in junit and 'skipped="1"' in junit, junit
+    assert 'message="known in baseline: FAIL diverges[float32-inference]: out0 diverged"' in junit
+    assert 'classname="harness.cpu.nightly"' in junit
+
+
+def test_a_reused_nightly_folder_runs_its_cases_and_resumes_only_when_asked_into_the_same_setup(cases, tmp_path):
+    out = tmp_path / "night"
+    env = {**os.environ, "OUT": str(out), "HARNESS": f"{sys.executable} -m harness",
+           "SELECT": f"--case-path '{cases}' --backend eager", "KEYWORD": "adds_one or doubles"}
+
+    def nightly(*args, **more):
+        return subprocess.run(["bash", str(REPO / "examples" / "nightly.sh"), *args], cwd=REPO, capture_output=True,
+                              text=True, timeout=600, env={**env, **more})
+
+    first = nightly()
+    assert first.returncode == EXIT_OK and "running 2 case runs" in first.stdout, first.stdout + first.stderr
+    # Last night's folder, another setup: everything runs again (no record carried), under the injection.
+    injected = nightly(SELECT=env["SELECT"] + " --inject fault-scale@0")
+    assert "running 2 case runs" in injected.stdout and "carried" not in injected.stdout, injected.stdout
+    assert {r["emulation"] for r in records_of(out / "results.json").values()} == {"fault-scale@0"}
+    # A retried job asks to resume: into another setup the harness refuses, naming the difference.
+    resumed = nightly("run", RESUME="1")
+    assert resumed.returncode == EXIT_USAGE and "was made by another run (inject" in resumed.stderr, resumed.stderr
 
 
 def processes_marked(marker: str) -> list[int]:

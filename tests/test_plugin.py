@@ -1,7 +1,12 @@
 import json
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parent.parent
 
 pytest_plugins = ["pytester"]
 
@@ -116,3 +121,23 @@ def test_a_failure_shows_no_torch_logging_and_the_record_summarizes_graph_breaks
     assert "torch.__trace" not in text and "Graph break" not in text
     record = json.loads((project.path / "out.json").read_text())["records"][0]
     assert record["graphs"]["graph_breaks"] >= 1 and "item()" in record["graph_break_reasons"][0]
+
+
+def test_the_plugin_leaves_a_project_that_does_not_use_the_harness_alone(tmp_path):
+    """Installed, the plugin loads in every pytest run of the environment: one without a harness option or case
+    module must not pay for importing torch (seconds)."""
+    (tmp_path / "test_plain.py").write_text("import sys\n\ndef test_no_torch():\n    assert 'torch' not in sys.modules\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "harness.pytest_plugin", "test_plain.py"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout[-2000:] + result.stderr[-2000:]
+
+
+def test_last_failed_works_in_the_checkout(tmp_path):
+    """The checkout's configuration keeps pytest's cache: `--lf` reruns the failures, not everything."""
+    (tmp_path / "test_lf.py").write_text("def test_passes():\n    pass\n\ndef test_fails():\n    assert False\n")
+    common = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-o", f"cache_dir={tmp_path / 'cache'}",
+              "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"), str(tmp_path / "test_lf.py")]
+    first = subprocess.run(common, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert "1 failed, 1 passed" in first.stdout, first.stdout[-2000:]
+    again = subprocess.run([*common, "--lf"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert "1 failed, 1 deselected" in again.stdout, again.stdout[-2000:]

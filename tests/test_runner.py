@@ -240,6 +240,21 @@ def test_an_eager_result_whose_elements_overlap_is_no_reference(generated):
         assert any(said in w for w in record.warnings)
 
 
+@pytest.mark.parametrize("generated", [True, False])
+def test_a_broadcast_gradient_is_a_reference_without_a_warning(generated):
+    """The gradient of a sum is an expanded view (stride 0): its elements share memory, and every one of them has
+    one well-defined value. Nothing was written through that overlap."""
+    from harness import records as R
+    from harness.inputs import contiguous
+    from harness.registry import Case, Program
+    from harness.runner import RunConfig, run_case
+
+    case = Case(name="plain_sum", generated=generated, modes=("training",), build=lambda d: Program(
+        lambda x: x.sum(dim=1), [contiguous((8, 16), requires_grad=True)]))
+    record = run_case(case, torch.float32, "training", RunConfig(backend="eager"))
+    assert record.status == R.PASS and not record.warnings, (record.status, record.reason, record.warnings)
+
+
 def test_a_view_of_an_overlapping_input_is_a_reference():
     from harness import records as R
     from harness.inputs import strided

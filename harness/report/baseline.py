@@ -101,10 +101,13 @@ def diff_against_baseline(current: list[CaseResult], baseline: list[CaseResult],
         key = run_key(record)
         seen.add(key)
         old = before.get(key)
+        new_failures = len(diff.new_failures)
         _classify_status(diff, record, old)
         if old is not None:
             diff.matched += 1
-            diff.moved.extend(_moved_metrics(record, old))
+            # A new failure's metrics moved because it fails: it is listed as one, not once per metric.
+            if len(diff.new_failures) == new_failures:
+                diff.moved.extend(_moved_metrics(record, old))
     diff.only_in_baseline = [r for key, r in before.items() if key not in seen]
     diff.moved.sort(key=_move_severity)
     return diff
@@ -159,10 +162,19 @@ def _listed(values: list[str], what: str) -> str:
     return " and ".join(values)
 
 
+def _failing_before(old: CaseResult | None) -> bool:
+    # A known failure (xfail) diverged then too: failing without its declaration is not new breakage.
+    return old is not None and (old.status in FAILING_STATUSES or old.status == XFAIL)
+
+
+def known_failing(baseline: list[CaseResult]) -> set[tuple[str, ...]]:
+    """Run keys whose failure now is no new failure (what JUnit reports as "known in baseline")."""
+    return {run_key(r) for r in baseline if _failing_before(r)}
+
+
 def _classify_status(diff: BaselineDiff, record: CaseResult, old: CaseResult | None) -> None:
     failing_now = record.status in FAILING_STATUSES
-    # A known failure (xfail) diverged then too: failing without its declaration is not new breakage.
-    failing_before = old is not None and (old.status in FAILING_STATUSES or old.status == XFAIL)
+    failing_before = _failing_before(old)
     if failing_now and not failing_before:
         # A new case that fails is a new failure too: nobody has triaged it yet.
         diff.new_failures.append(StatusChange(record, old))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Collection, Sequence
 from xml.sax.saxutils import escape, quoteattr
 
 from harness.records import ERROR, SKIP, XFAIL, CaseResult, is_failing, write_atomically
@@ -14,28 +14,55 @@ def _failure(record: CaseResult) -> bool:
     return is_failing(record.status) and record.status != ERROR
 
 
-def junit_xml(records: Sequence[CaseResult], name: str = "torch.compile accuracy") -> str:
-    failures = sum(_failure(r) for r in records)
-    errors = sum(r.status == ERROR for r in records)
-    skipped = sum(r.status in (SKIP, XFAIL) for r in records)
+def junit_xml(records: Sequence[CaseResult], name: str = "torch.compile accuracy",
+              known_in_baseline: Collection[tuple[str, ...]] = ()) -> str:
+    """JUnit that agrees with the run's exit code: a failure the baseline already had (`known_in_baseline`, run
+    keys of `report.baseline.run_key`) is a skip "known in baseline", as it fails nothing."""
+    from .baseline import run_key
+
+    known = set(known_in_baseline)
+
+    def outcome(record: CaseResult) -> str:
+        if is_failing(record.status) and run_key(record) in known:
+            return "known"
+        if record.status == ERROR:
+            return "error"
+        return "failure" if _failure(record) else "skipped" if record.status in (SKIP, XFAIL) else "passed"
+
+    outcomes = [outcome(r) for r in records]
     total_time = sum(_seconds(r) for r in records)
     lines = ['<?xml version="1.0" encoding="utf-8"?>',
-             f'<testsuites><testsuite name={quoteattr(name)} tests="{len(records)}" failures="{failures}" '
-             f'errors="{errors}" skipped="{skipped}" time="{total_time:.3f}">']
-    for record in records:
-        classname = quoteattr(f"harness.{record.device}.{record.backend}")
-        lines.append(f'<testcase classname={classname} name={quoteattr(record.run_id)} time="{_seconds(record):.3f}">')
+             f'<testsuites><testsuite name={quoteattr(name)} tests="{len(records)}" '
+             f'failures="{outcomes.count("failure")}" errors="{outcomes.count("error")}" '
+             f'skipped="{outcomes.count("skipped") + outcomes.count("known")}" time="{total_time:.3f}">']
+    for record, result in zip(records, outcomes):
+        lines.append(f'<testcase classname={quoteattr(_group(record))} name={quoteattr(record.run_id)} '
+                     f'time="{_seconds(record):.3f}">')
         body = escape(_clean(record.summary() + (f"\nreproduce: {record.command}" if record.command else "")))
-        message = quoteattr(_clean(record.summary().splitlines()[0]))
-        if record.status == ERROR:
-            lines.append(f"<error message={message}>{body}</error>")
-        elif _failure(record):
-            lines.append(f"<failure message={message}>{body}</failure>")
-        elif record.status in (SKIP, XFAIL):
+        if result in ("error", "failure"):
+            lines.append(f"<{result} message={quoteattr(_clean(_message(record)))}>{body}</{result}>")
+        elif result == "known":
+            lines.append(f"<skipped message={quoteattr(_clean('known in baseline: ' + _message(record)))}/>")
+        elif result == "skipped":
             lines.append(f"<skipped message={quoteattr(_clean(record.reason or str(record.status)))}/>")
         lines.append("</testcase>")
     lines.append("</testsuite></testsuites>")
     return "\n".join(lines) + "\n"
+
+
+def _group(record: CaseResult) -> str:
+    """The case's group for a CI's test tree: its first tag (seed, layout, opinfo, ...), under the device."""
+    return f"harness.{record.device.split(':')[0]}.{record.tags[0] if record.tags else 'cases'}"
+
+
+def _message(record: CaseResult) -> str:
+    """What failed, the same from night to night: no duration, no address."""
+    head = f"{str(record.status).upper()} {record.run_id}"
+    if record.error is not None:
+        return f"{head}: {record.stage or ''} {record.error.type}".rstrip()
+    failed = [o.name for o in record.outputs if not o.passed]
+    return head + (f": {', '.join(failed[:5])}" + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+                   + " diverged" if failed else "")
 
 
 def _clean(text: str) -> str:
@@ -44,8 +71,8 @@ def _clean(text: str) -> str:
     return "".join(c for c in text if c in "\t\n\r" or ord(c) >= 0x20)
 
 
-def write_junit(records: Sequence[CaseResult], path: str) -> str:
-    write_atomically(path, junit_xml(records))
+def write_junit(records: Sequence[CaseResult], path: str, known_in_baseline: Collection[tuple[str, ...]] = ()) -> str:
+    write_atomically(path, junit_xml(records, known_in_baseline=known_in_baseline))
     return path
 
 

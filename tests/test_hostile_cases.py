@@ -264,9 +264,12 @@ def test_pytest_runs_no_case_code_itself_a_module_that_exits_at_import_fails_its
     '''})
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--case-path",
-                             str(cases), "--backend", "eager"], cwd=elsewhere, capture_output=True, text=True,
-                            timeout=300, env={**os.environ, marker: "1"})
+    # The plugin named, and the checkout on the path: the same whether or not the package is installed here.
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "harness.pytest_plugin", "-p", "no:cacheprovider",
+                             "-q", "--case-path", str(cases), "--backend", "eager"], cwd=elsewhere,
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, marker: "1",
+                                 "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
     assert result.returncode == 1, result.stdout[-3000:]
     assert "2 failed, 1 passed" in result.stdout, result.stdout[-3000:]
     assert "exits_at_import.py: the process importing it exited with code 0" in result.stdout

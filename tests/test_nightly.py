@@ -307,6 +307,7 @@ def test_a_reused_nightly_folder_runs_its_cases_and_resumes_only_when_asked_into
 
     first = nightly()
     assert first.returncode == EXIT_OK and "running 2 case runs" in first.stdout, first.stdout + first.stderr
+    assert [line for line in first.stdout.splitlines() if line.startswith("== ")] == ["== 2 pass =="]  # said once
     # Last night's folder, another setup: everything runs again (no record carried), under the injection.
     injected = nightly(SELECT=env["SELECT"] + " --inject fault-scale@0")
     assert "running 2 case runs" in injected.stdout and "carried" not in injected.stdout, injected.stdout

@@ -89,14 +89,17 @@ def test_opinfo_unavailable_without_expecttest(monkeypatch):
 
 
 @pytest.mark.parametrize("command", ["list", "run"])
-def test_the_cli_says_why_opinfo_cases_are_missing(monkeypatch, capsys, command):
+def test_the_cli_says_why_opinfo_cases_are_missing(monkeypatch, capsys, tmp_path, command):
     """The selection loads the source: its reason is printed after it, not lost before it."""
-    import importlib.util
-
     from harness.cli import EXIT_USAGE, main
 
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "expecttest" else real(name, *a))
+    # The case modules load in a loader process: expecttest is hidden there by a sitecustomize it imports.
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "sitecustomize.py").write_text(
+        "import importlib.util\nreal = importlib.util.find_spec\n"
+        "importlib.util.find_spec = lambda name, *a: None if name == 'expecttest' else real(name, *a)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(hidden), os.environ.get("PYTHONPATH", "")]))
     assert main([command, "--tag", "opinfo"]) == EXIT_USAGE
     assert "case source opinfo: needs the expecttest package" in capsys.readouterr().err
 

@@ -146,7 +146,15 @@ def section(page: str, section_id: str) -> str:
 
 
 def detail(page: str, run_id: str) -> str:
-    for block in re.findall(r"<details class=\"case.*?</details>", page, re.S):
+    """A case's details block, whole: the <details> it nests (passed outputs, further figures) included."""
+    for start in (m.start() for m in re.finditer(r'<details class="case', page)):
+        depth, position = 0, start
+        for tag in re.finditer(r"<(/?)details\b", page[start:]):
+            depth += -1 if tag.group(1) else 1
+            if depth == 0:
+                position = start + tag.end()
+                break
+        block = page[start:position]
         if html_lib.escape(run_id, quote=False) in block:
             return block
     raise AssertionError(f"no details block for {run_id}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from harness.records import injection_label
+
 
 def number(value: Any, digits: int = 4) -> str:
     """Significant digits, not decimals: errors span 1e-9 to 1e4 in one table."""
@@ -81,4 +83,5 @@ def sort_key(value: Any) -> str:
     return str(value)
 
 
-FILTERS = {"num": number, "cos": cosine, "pct": percent, "dur": duration, "shape": shape, "sortkey": sort_key}
+FILTERS = {"num": number, "cos": cosine, "pct": percent, "dur": duration, "shape": shape, "sortkey": sort_key,
+           "injection": injection_label}

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from . import process_tree
 from .channel import ChannelCorrupted, Receiver, Sender, new_token, take_private
@@ -36,6 +36,9 @@ from .channel import ChannelCorrupted, Receiver, Sender, new_token, take_private
 # Beyond the registry's own import deadline (a hang in Python code), before the harness gives up on a module
 # whose import hangs in C code.
 IMPORT_GRACE_S = 10.0
+# What the selection may take once every module is imported (a case source generating its cases: OpInfo's
+# full sweep, cold, takes about half a minute).
+SELECTION_DEADLINE_S = 1800.0
 LOG_TAIL_CHARS = 1500
 
 
@@ -135,7 +138,7 @@ def load(request: dict[str, Any]) -> Loaded:
             return loaded
         module, why = outcome
         if module is None or module in broken:
-            raise LoaderFailed(why)
+            raise LoaderFailed(why if module is None else f"{module}: {why}")
         broken[module] = why
 
 
@@ -165,27 +168,31 @@ def _one_loader(request: dict[str, Any], import_deadline_s: float) -> dict[str, 
     os.close(write_end)
     token = new_token()
     receiver = Receiver(token)
-    current: str | None = None
+    current: str | None = None  # the module being imported; None before the first and while selecting
     selector = selectors.DefaultSelector()
     results = os.fdopen(read_end, "rb", buffering=0)
     selector.register(results, selectors.EVENT_READ)
     try:
         process.stdin.write(f"{token}\n{json.dumps(request)}\n".encode())
         process.stdin.close()
-        last_heard = time.monotonic()
+        deadline = time.monotonic() + import_deadline_s  # torch's import, then each module's
         while True:
             if not selector.select(1.0):
-                if time.monotonic() - last_heard > import_deadline_s:
+                if time.monotonic() > deadline:
+                    if current is None:
+                        return None, "the case loader gave no answer in time"
                     return current, f"importing it took more than {import_deadline_s - IMPORT_GRACE_S:g}s"
                 continue
             chunk = os.read(results.fileno(), 1 << 20)
             if not chunk:
                 process.wait()
-                return current, _death(process.returncode, _tail(log))
-            last_heard = time.monotonic()
+                why = _death(process.returncode, _tail(log))
+                return current, why if current else why.replace("the process importing it", "the case loader", 1)
             for message in receiver.feed(chunk):
                 if "importing" in message:
-                    current = str(message["importing"])
+                    current, deadline = str(message["importing"]), time.monotonic() + import_deadline_s
+                elif "selecting" in message:
+                    current, deadline = None, time.monotonic() + SELECTION_DEADLINE_S
                 elif "answer" in message:
                     return message["answer"]
     except ChannelCorrupted as exc:
@@ -222,7 +229,7 @@ def _death(code: int | None, tail: str) -> str:
 
 # The loader process.
 
-def _answer(request: dict[str, Any], importing: Callable[[str], None]) -> dict[str, Any]:
+def _answer(request: dict[str, Any], importing: Callable[[str], None], selecting: Callable[[], None]) -> dict[str, Any]:
     """What the request asks for. `kind`: "select" (the CLI: a selection over every case path), "pytest" (each
     module's cases, as pytest collects them), "skipped" (what the selected case sources leave out)."""
     from .registry import load_registry
@@ -240,6 +247,7 @@ def _answer(request: dict[str, Any], importing: Callable[[str], None]) -> dict[s
         return {"by_module": by_module}
     registry = load_registry(request["paths"], include_default=request.get("include_default", True),
                              skip=request["skip"], on_import=importing)
+    selecting()  # case sources generate their cases now: no module is being imported
     answer: dict[str, Any] = {"sources": registry.sources}
     if kind == "skipped":
         from .sources import skipped_by_sources
@@ -267,7 +275,7 @@ def main() -> int:
     tasks, result_stream = take_private("HARNESS_LOADER_FD")
     sender = Sender(result_stream, tasks.readline().strip())
     request = json.loads(tasks.readline())
-    answer = _answer(request, lambda name: sender.send({"importing": name}))
+    answer = _answer(request, lambda name: sender.send({"importing": name}), lambda: sender.send({"selecting": True}))
     sender.send({"answer": answer})
     os._exit(0)  # no atexit hook or thread a case module left may run, or keep the harness waiting
 

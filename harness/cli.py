@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from . import records as R
 from .journal import Journal, journal_path, read_records
@@ -412,9 +412,8 @@ def _worker_pool(args: argparse.Namespace, config: Any):
     from .executor import WorkerPool
 
     log_dir = os.path.join(args.report_dir, "logs") if args.report_dir else None
-    pool = WorkerPool(None, [], 0.0, args.workers, early_device=config.device)
+    pool = WorkerPool(None, [], 0.0, args.workers, log_dir=log_dir, early_device=config.device)
     pool.start_idle()
-    pool.log_dir = log_dir or pool.log_dir
     return pool
 
 

@@ -35,15 +35,12 @@ from . import process_tree
 from . import records as R
 from .channel import ChannelCorrupted, Receiver, new_token
 
-if TYPE_CHECKING:  # the registry imports torch, which a worker pool started early must not wait for
+if TYPE_CHECKING:  # the registry imports torch: imported where it is used, not with this module
     from .registry import Case
 
 POLL_S = 0.25
 # Beyond the import deadline the worker enforces itself (the registry's), before the parent gives up on an import.
 IMPORT_GRACE_S = 10.0
-# The registry's deadline for importing one case module; kept here as a number, not imported: the registry
-# imports torch, which a pool started early must not wait for (a test checks the two agree).
-DEFAULT_IMPORT_TIMEOUT_S = 120.0
 LOG_TAIL_CHARS = 2000
 
 
@@ -227,10 +224,10 @@ class WorkerPool:
             elif worker.started is not None and now - worker.started > self.timeout_s:
                 yield self._lost(worker, "timeout", f"no result after {self.timeout_s:g}s (--timeout)")
             elif worker.started is None and worker.loading is not None and \
-                    now - worker.loading > DEFAULT_IMPORT_TIMEOUT_S + IMPORT_GRACE_S:
+                    now - worker.loading > import_deadline_s():
                 # The module's own import deadline did not fire (an import stuck in C code).
                 yield self._lost(worker, "timeout",
-                                 f"importing the case module took more than {DEFAULT_IMPORT_TIMEOUT_S:g}s")
+                                 f"importing the case module took more than {import_deadline_s() - IMPORT_GRACE_S:g}s")
 
     def _message(self, worker: _Worker, message: dict) -> R.CaseResult | None:
         if "loading" in message:
@@ -293,8 +290,11 @@ class WorkerPool:
         log.close()
         token = new_token()
         worker = _Worker(slot, process, os.fdopen(read_end, "rb", buffering=0), log_path, Receiver(token))
-        process.stdin.write(token + "\n")
-        process.stdin.flush()
+        try:
+            process.stdin.write(token + "\n")
+            process.stdin.flush()
+        except OSError:  # it died at once: the first task sent to it finds out and replaces it
+            pass
         self.selector.register(worker.results, selectors.EVENT_READ, worker)
         if self.config is not None:
             self._send_setup(worker)
@@ -336,6 +336,14 @@ def _failed(task: Task, config, stage: str, symptom: str, kind: str, message: st
     record.error = R.ErrorInfo(kind, message)
     record.duration_s = round(elapsed, 3)
     return apply_known_failure(record, task.case)
+
+
+def import_deadline_s() -> float:
+    """How long the parent waits for a worker's import of a case module: the registry's deadline, which the
+    worker enforces itself on Python code, and a grace for an import stuck in C code."""
+    from .registry import DEFAULT_IMPORT_TIMEOUT_S  # imports torch: not at this module's import
+
+    return DEFAULT_IMPORT_TIMEOUT_S + IMPORT_GRACE_S
 
 
 def oom_kills() -> int | None:

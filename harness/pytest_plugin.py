@@ -89,7 +89,11 @@ def _in_play(config: pytest.Config) -> bool:
     if any(config.getoption(name) not in (None, False, defaults.get(name)) for name in _PLUGIN_OPTIONS):
         return True
     asked = [Path(arg.split("::")[0]).resolve() for arg in config.args] or [Path.cwd()]
-    return any(root == a or a in root.parents or root in a.parents for root in _case_roots(config) for a in asked)
+    # A directory above a case root is collected, unless the root lies in a virtual environment (an installed
+    # package's cases, in a project's .venv): pytest does not collect there.
+    environment = Path(sys.prefix).resolve()
+    return any(root == a or root in a.parents or (a in root.parents and environment not in root.parents)
+               for root in _case_roots(config) for a in asked)
 
 
 def _check_torch_version(config: pytest.Config) -> None:

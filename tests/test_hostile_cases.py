@@ -4,7 +4,6 @@ process behind, and never exits 0 when a case did not run."""
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -13,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import EXIT_FAILED, EXIT_USAGE
+from harness.cli import EXIT_USAGE
+from processes import processes_marked
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -119,27 +119,6 @@ def write_modules(directory: Path, modules: dict[str, str]) -> Path:
     for name, text in modules.items():
         (directory / name).write_text(textwrap.dedent(text))
     return directory
-
-
-def alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    return "zombie" not in status
-
-
-def processes_marked(marker: str) -> list[int]:
-    """Live processes whose environment holds `marker`: the harness, its workers and every child of a case."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if marker.encode() in (entry / "environ").read_bytes() and alive(int(entry.name)):
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
 
 
 def no_process_left(marker: str, grace_s: float = 5.0) -> list[int]:

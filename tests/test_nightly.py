@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from processes import alive, processes_marked
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -84,15 +85,6 @@ def harness(*args, env=None, **kw):
 def records_of(path):
     payload = json.loads(Path(path).read_text(), parse_constant=lambda t: pytest.fail(f"non-standard JSON {t}"))
     return {(r["case"], r["dtype"], r["mode"]): r for r in payload["records"]}
-
-
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/status")
-    return not (status.exists() and "zombie" in status.read_text())
 
 
 def test_sigkill_mid_run_then_resume_gives_every_run_once(cases, tmp_path):
@@ -315,19 +307,6 @@ def test_a_reused_nightly_folder_runs_its_cases_and_resumes_only_when_asked_into
     # A retried job asks to resume: into another setup the harness refuses, naming the difference.
     resumed = nightly("run", RESUME="1")
     assert resumed.returncode == EXIT_USAGE and "was made by another run (inject" in resumed.stderr, resumed.stderr
-
-
-def processes_marked(marker: str) -> list[int]:
-    """Live processes whose environment holds `marker` (the harness and the workers it started)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "environ").read_bytes() and alive(int(entry.name)):
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
 
 
 @pytest.mark.parametrize("args", [["run", "no_such_case"], ["run", "adds_one", "--device", "tpu"],

@@ -2,8 +2,9 @@
 
 A worker runs case after case. A case that replaces one of torch's functions
 (`torch.isclose = ...`) would decide the verdicts of the cases after it, and
-a thread it leaves running could kill the worker during an innocent case
-(which would then get the crash). torch's own config and flags are restored
+a thread or a child process it leaves running could kill the worker, or
+write to its channel, during an innocent case (which would then get the
+crash). torch's own config and flags are restored
 after every case (`inductor_compat.torch_state`); what cannot be restored is
 looked for here. The worker compares the process with the snapshot it took
 before its first case; anything found retires it (the pool starts a fresh
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from . import process_tree
 
 # The namespaces whose functions the harness and torch's own code call by attribute: a case replacing one
 # of them changes what every later case computes or how it is judged.
@@ -71,10 +74,15 @@ def _namespace(name: str) -> Any:
     return value
 
 
+# Processes torch starts and keeps for later compiles (Inductor's pool of compile workers), by command line.
+_TRUSTED_PROCESSES = ("torch/_inductor/compile_worker", "torch._inductor.compile_worker")
+
+
 @dataclass
 class Snapshot:
     functions: dict[str, dict[str, int]]
     threads: set[int]
+    processes: set[int]
 
 
 def snapshot() -> Snapshot:
@@ -82,7 +90,7 @@ def snapshot() -> Snapshot:
     for name in WATCHED_NAMESPACES:
         namespace = vars(_namespace(name))
         functions[name] = {key: id(value) for key, value in namespace.items() if callable(value)}
-    return Snapshot(functions, {id(t) for t in threading.enumerate()})
+    return Snapshot(functions, {id(t) for t in threading.enumerate()}, set(process_tree.descendants(os.getpid())))
 
 
 def replaced_functions(before: Snapshot) -> list[str]:
@@ -101,6 +109,25 @@ def foreign_threads(before: Snapshot) -> list[threading.Thread]:
             if id(t) not in before.threads and t.is_alive() and not getattr(t, _STARTER, False)]
 
 
+def _command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode("utf-8", errors="backslashreplace").strip()
+    except OSError:
+        return ""
+
+
+def foreign_processes(before: Snapshot) -> list[tuple[int, str]]:
+    """Processes started since the snapshot and still running below this one, but for torch's compile workers
+    and what they start: (pid, command line). A case's child left running could act (write to a descriptor it
+    inherited, kill something) during a later case."""
+    found = [pid for pid in process_tree.descendants(os.getpid()) if pid not in before.processes]
+    trusted = {pid for pid in found if any(mark in _command_line(pid) for mark in _TRUSTED_PROCESSES)}
+    for pid in list(trusted):
+        trusted.update(process_tree.descendants(pid))
+    return [(pid, _command_line(pid)) for pid in found if pid not in trusted]
+
+
 def left_behind(before: Snapshot) -> list[str]:
     """One line per thing the case left that a later case must not meet; empty when nothing."""
     lines = []
@@ -114,4 +141,9 @@ def left_behind(before: Snapshot) -> list[str]:
         names = ", ".join(repr(t.name) for t in threads[:5])
         lines.append(f"the case left {len(threads)} thread(s) running ({names}): its worker was retired, so that "
                      "they cannot act during a later case")
+    processes = foreign_processes(before)
+    if processes:
+        shown = ", ".join(f"{pid} {command[:60]!r}" for pid, command in processes[:3])
+        lines.append(f"the case left {len(processes)} process(es) running ({shown}): its worker was retired and "
+                     "they were killed with it")
     return lines

@@ -163,6 +163,7 @@ def test_a_hostile_module_set_costs_no_other_record_no_process_and_no_green_exit
     # The thread left behind retired its worker: the next case does not meet its os._exit.
     assert any("thread(s) running" in w for w in found["h10_leaves_a_thread_that_exits"]["warnings"])
     assert found["h11_innocent_and_slow"]["status"] == "pass"
+    assert any("process(es) running" in w for w in found["h12_starts_a_daemon"]["warnings"])
     assert found["h13_adds_one"]["status"] == "pass"
     assert no_process_left(marker) == []  # the daemon in a session of its own included
     assert not list(temporary.glob("harness-workers-*")) and not list(temporary.glob("harness-loader-*"))

@@ -20,8 +20,9 @@
 #   RESUME        1: a retried job continues from its journal in $OUT (only into a run of the same
 #                 setup: the harness refuses another); otherwise every night runs everything anew
 #
-# Failing runs are localized (--bisect): only they pay for it. The merged JUnit counts a failure the
-# baseline already had as a skip ("known in baseline"), so it agrees with the exit code.
+# Failing runs are localized (--bisect), against a baseline only the new ones: only they pay for it. The
+# merged JUnit counts a failure the baseline already had as a skip ("known in baseline"), so it agrees with
+# the exit code.
 # Exit code: 0 nothing new broke (or, without a baseline, nothing failed); 1 a new failure;
 # 2 a setup or usage error; 128+N the run was stopped by signal N (the partial results are kept).
 # Artifacts: $OUT/index.html (the report), $OUT/results.json (tomorrow's BASELINE), $OUT/junit.xml.
@@ -44,6 +45,8 @@ run_shard() {
     [[ -n ${NPU_BACKEND:-} ]] && args+=(--npu-backend "$NPU_BACKEND")
     [[ -n ${KNOWN_ISSUES:-} ]] && args+=(--known-issues "$KNOWN_ISSUES")
     [[ -n ${KEYWORD:-} ]] && args+=(-k "$KEYWORD")
+    # Against the baseline, --bisect localizes only the new failures.
+    [[ -n ${BASELINE:-} && -f ${BASELINE:-} ]] && args+=(--baseline "$BASELINE")
     # A retried CI job continues from what its journal holds, when asked: a workspace reused from last
     # night must run its cases, not carry last night's records.
     [[ ${RESUME:-} == 1 && -s "$OUT/$name.jsonl" ]] && args+=(--resume "$OUT/$name.jsonl")
@@ -67,9 +70,10 @@ merge() {
     local args=(report "${parts[@]}" --json "$OUT/results.json" -o "$OUT/index.html" --junit "$OUT/junit.xml" --check)
     [[ -n ${BASELINE:-} && -f ${BASELINE:-} ]] && args+=(--baseline "$BASELINE")
     if [[ $phase == all ]]; then
-        # One host: the run printed the totals of these very records already; say them once.
+        # One host: the run printed the totals and the baseline's changes of these very records already;
+        # the merge says only what it wrote (and still gives the verdict as its exit code).
         # shellcheck disable=SC2086
-        $HARNESS "${args[@]}" | grep -v '^== .* ==$'
+        $HARNESS "${args[@]}" | grep -E '^(results|report|junit): '
         return "${PIPESTATUS[0]}"
     fi
     # shellcheck disable=SC2086

@@ -431,7 +431,7 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any, stop: _StopSigna
     stopped: _Stopped | None = None
     try:
         loaded, chosen = _select(args, in_process=pool is None)
-        plan = _plan(args, chosen, inputs.carried)
+        plan = _plan(args, chosen, inputs.carried, inputs.baseline)
         if pool is not None:
             pool.configure(config, list(args.case_path), args.timeout, args.workers, pool.log_dir,
                            broken_modules=loaded.broken_modules)
@@ -504,12 +504,16 @@ class _Plan:
     carried: list[R.CaseResult]
 
 
-def _plan(args: argparse.Namespace, chosen: list, resumed: list[R.CaseResult]) -> _Plan:
-    """The runs of this invocation: the selection, this shard of it, less what `--resume` already has."""
+def _plan(args: argparse.Namespace, chosen: list, resumed: list[R.CaseResult],
+          baseline: list[R.CaseResult] | None = None) -> _Plan:
+    """The runs of this invocation: the selection, this shard of it, less what `--resume` already has. Against a
+    baseline, `--bisect` localizes only new failures: a run that failed there too is known."""
     from .executor import Task
     from .run_identity import runs_of
 
-    tasks = [Task(case, str(dtype).removeprefix("torch."), mode)
+    known = {key[:3] for key in _known_failing(baseline)} if baseline and args.bisect != "always" else set()
+    tasks = [Task(case, str(dtype).removeprefix("torch."), mode,
+                  localize=(case.name, str(dtype).removeprefix("torch."), mode) not in known)
              for case in chosen for dtype, mode in runs_of(case, args.dtype, args.mode)]
     if not tasks:
         raise UsageError("no case, dtype and mode matches the selection (`harness list` shows the cases)")
@@ -524,6 +528,12 @@ def _plan(args: argparse.Namespace, chosen: list, resumed: list[R.CaseResult]) -
     done = {(r.case, r.dtype, r.mode) for r in resumed}
     carried = [r for r in resumed if (r.case, r.dtype, r.mode) in {t.key for t in tasks}]
     return _Plan([t for t in tasks if t.key not in done], carried)
+
+
+def _known_failing(baseline: list[R.CaseResult]) -> set[tuple[str, ...]]:
+    from .report.baseline import known_failing
+
+    return known_failing(baseline)
 
 
 def _failed_runs(path: str) -> set[tuple[str, str, str]]:

@@ -49,6 +49,8 @@ class Task:
     case: Case
     dtype: str
     mode: str
+    # False: a failure of this run is not localized even under --bisect (it failed in the baseline too: known).
+    localize: bool = True
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -62,7 +64,7 @@ def run_in_process(tasks: Iterable[Task], config) -> Iterator[R.CaseResult]:
     from .runner import run_case
 
     for task in tasks:
-        yield run_case(task.case, getattr(torch, task.dtype), task.mode, config)
+        yield run_case(task.case, getattr(torch, task.dtype), task.mode, task_config(config, task.localize))
 
 
 @dataclass
@@ -87,7 +89,7 @@ class _Worker:
     def send(self, task: Task) -> None:
         """Give the worker its next task; OSError (a broken pipe) when the worker is gone."""
         self.process.stdin.write(json.dumps({"case": task.case.name, "source": task.case.source, "dtype": task.dtype,
-                                             "mode": task.mode}) + "\n")
+                                             "mode": task.mode, "localize": task.localize}) + "\n")
         self.process.stdin.flush()
         self.task, self.loading, self.started = task, None, None
         self.oom_kills_before = oom_kills()
@@ -336,6 +338,13 @@ def _failed(task: Task, config, stage: str, symptom: str, kind: str, message: st
     record.error = R.ErrorInfo(kind, message)
     record.duration_s = round(elapsed, 3)
     return apply_known_failure(record, task.case)
+
+
+def task_config(config, localize: bool):
+    """The run's configuration for one task: without localization when the task is not to be localized."""
+    import dataclasses
+
+    return config if localize or not config.bisect else dataclasses.replace(config, bisect=None)
 
 
 def import_deadline_s() -> float:

@@ -48,11 +48,12 @@ class RunConfig:
 
     def identity(self) -> dict[str, Any]:
         """What a record made under this configuration is comparable by (`--resume` carries over only records of
-        the same identity): every option that changes what runs or how it is judged, and torch's version."""
+        the same identity): every option that changes what runs or how it is judged, and torch's version.
+        Localization (`--bisect`) is not among them: it adds an answer to a failure and changes no verdict."""
         return {"device": self.device, "backend": self.backend, "npu_backend": self.npu_backend,
                 "compile_mode": self.compile_mode,
                 "compile_options": {k: repr(v) for k, v in sorted(self.compile_options.items())},
-                "reference": self.reference, "inject": self.inject, "bisect": self.bisect,
+                "reference": self.reference, "inject": self.inject,
                 "strict_eager": self.strict_eager, "fresh_compile": self.fresh_compile, "torch": torch.__version__}
 
     def command_for(self, case: str, dtype: str, mode: str, shipped: bool = False) -> str:

@@ -69,6 +69,7 @@ def main() -> int:
 
     from . import case_residue
     from .inductor_compat import pick_cpu_vec_isa, preload_compiler
+    from .executor import task_config
     from .records import encode_json
     from .registry import CASE_SOURCE_ORIGIN, DEFAULT_IMPORT_TIMEOUT_S, Registry, load_registry
     from .runner import run_case
@@ -127,7 +128,8 @@ def main() -> int:
             gc.collect()
             gc.freeze()
         results.send({"started": task["case"]})
-        record = run_case(case, getattr(torch, task["dtype"]), task["mode"], config)
+        record = run_case(case, getattr(torch, task["dtype"]), task["mode"],
+                          task_config(config, task.get("localize", True)))
         # A kernel fault (misaligned address, illegal access) poisons the process's device context: every later
         # case here would fail with it. So do torch functions a case replaced and threads it left running.
         residue = case_residue.left_behind(clean)

@@ -267,3 +267,25 @@ def test_a_sigterm_in_the_first_moments_still_leaves_a_results_file(cases, tmp_p
     assert run.returncode == 128 + signal.SIGTERM, stdout + stderr
     payload = json.loads(out.read_text())
     assert payload["run"]["stopped_by"] == "SIGTERM" and payload["records"] == []
+
+
+def test_against_a_baseline_bisect_localizes_only_the_new_failures(cases, tmp_path):
+    """The nightly's kernel answers cost only what is new: a failure the baseline had too is known."""
+    (cases / "more.py").write_text(textwrap.dedent('''
+        import torch
+        from harness import Program, case, contiguous
+
+        @case(tags=("edge",))
+        def diverges_too(dtype):
+            return Program(lambda x: x * 3 if torch.compiler.is_compiling() else x * 2, [contiguous((4,))])
+    '''))
+    base = tmp_path / "base.json"
+    assert harness("run", "diverges", "--case-path", str(cases), "--backend", "eager", "--json",
+                   str(base)).returncode == EXIT_FAILED
+    out = tmp_path / "r.json"
+    result = harness("run", "diverges", "diverges_too", "--case-path", str(cases), "--backend", "eager", "--bisect",
+                     "--baseline", str(base), "--json", str(out))
+    assert result.returncode == EXIT_FAILED and "1 new failures" in result.stdout, result.stdout + result.stderr
+    found = records_of(out)
+    assert found["diverges"]["status"] == "fail" and found["diverges"].get("first_divergent_kernel") is None
+    assert found["diverges_too"]["status"] == "fail" and found["diverges_too"]["first_divergent_kernel"] is not None

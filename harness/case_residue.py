@@ -81,7 +81,7 @@ _TRUSTED_PROCESSES = ("torch/_inductor/compile_worker", "torch._inductor.compile
 @dataclass
 class Snapshot:
     functions: dict[str, dict[str, int]]
-    threads: set[int]
+    threads: set[threading.Thread]  # the objects, not their ids: an id is reused once its thread is gone
     processes: set[int]
 
 
@@ -90,7 +90,7 @@ def snapshot() -> Snapshot:
     for name in WATCHED_NAMESPACES:
         namespace = vars(_namespace(name))
         functions[name] = {key: id(value) for key, value in namespace.items() if callable(value)}
-    return Snapshot(functions, {id(t) for t in threading.enumerate()}, set(process_tree.descendants(os.getpid())))
+    return Snapshot(functions, set(threading.enumerate()), set(process_tree.descendants(os.getpid())))
 
 
 def replaced_functions(before: Snapshot) -> list[str]:
@@ -106,7 +106,7 @@ def foreign_threads(before: Snapshot) -> list[threading.Thread]:
     """Threads started since the snapshot and still running that torch or the harness did not start (see
     `track_thread_starts`; a thread started past that record counts as foreign: nothing vouches for it)."""
     return [t for t in threading.enumerate()
-            if id(t) not in before.threads and t.is_alive() and not getattr(t, _STARTER, False)]
+            if t not in before.threads and t.is_alive() and not getattr(t, _STARTER, False)]
 
 
 def _command_line(pid: int) -> str:
@@ -121,7 +121,8 @@ def foreign_processes(before: Snapshot) -> list[tuple[int, str]]:
     """Processes started since the snapshot and still running below this one, but for torch's compile workers
     and what they start: (pid, command line). A case's child left running could act (write to a descriptor it
     inherited, kill something) during a later case."""
-    found = [pid for pid in process_tree.descendants(os.getpid()) if pid not in before.processes]
+    found = [pid for pid in process_tree.descendants(os.getpid())
+             if pid not in before.processes and process_tree.running(pid)]
     trusted = {pid for pid in found if any(mark in _command_line(pid) for mark in _TRUSTED_PROCESSES)}
     for pid in list(trusted):
         trusted.update(process_tree.descendants(pid))

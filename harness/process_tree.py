@@ -45,6 +45,15 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a child that exited and waits to be reaped has nothing left to run)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def descendants(pid: int) -> list[int]:
     """Every live descendant of `pid`, parents before their children."""
     found, queue = [], [pid]

@@ -511,7 +511,9 @@ def _plan(args: argparse.Namespace, chosen: list, resumed: list[R.CaseResult],
     from .executor import Task
     from .run_identity import runs_of
 
-    known = {key[:3] for key in _known_failing(baseline)} if baseline and args.bisect != "always" else set()
+    from .report.baseline import known_failing
+
+    known = {key[:3] for key in known_failing(baseline)} if baseline and args.bisect != "always" else set()
     tasks = [Task(case, str(dtype).removeprefix("torch."), mode,
                   localize=(case.name, str(dtype).removeprefix("torch."), mode) not in known)
              for case in chosen for dtype, mode in runs_of(case, args.dtype, args.mode)]
@@ -528,12 +530,6 @@ def _plan(args: argparse.Namespace, chosen: list, resumed: list[R.CaseResult],
     done = {(r.case, r.dtype, r.mode) for r in resumed}
     carried = [r for r in resumed if (r.case, r.dtype, r.mode) in {t.key for t in tasks}]
     return _Plan([t for t in tasks if t.key not in done], carried)
-
-
-def _known_failing(baseline: list[R.CaseResult]) -> set[tuple[str, ...]]:
-    from .report.baseline import known_failing
-
-    return known_failing(baseline)
 
 
 def _failed_runs(path: str) -> set[tuple[str, str, str]]:

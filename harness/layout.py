@@ -39,9 +39,11 @@ def overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a0 < b1 and b0 < a1
 
 
-def is_non_overlapping(t: torch.Tensor) -> bool:
-    """Whether no two elements share an address (gaps allowed): a layout `copy_` can write."""
-    dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size != 1)
+def is_non_overlapping(t: torch.Tensor, broadcast_dims_too: bool = True) -> bool:
+    """Whether no two elements share an address (gaps allowed): a layout `copy_` can write. Without
+    `broadcast_dims_too`, stride-0 dims are left out of the question (see `overlaps_beyond_broadcast`)."""
+    dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride())
+                  if size != 1 and (broadcast_dims_too or stride != 0))
     reach = 0  # elements spanned by the dims so far, minus one
     for stride, size in dims:
         if stride <= reach:
@@ -55,13 +57,7 @@ def overlaps_beyond_broadcast(t: torch.Tensor) -> bool:
     (`expand`, the gradient of a sum): every element it repeats has one well-defined value, and ATen refuses
     to write through such a layout. Overlap with non-zero strides can be written through, in an order that
     decides the values."""
-    dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size != 1 and stride != 0)
-    reach = 0
-    for stride, size in dims:
-        if stride <= reach:
-            return True
-        reach += (size - 1) * stride
-    return False
+    return not is_non_overlapping(t, broadcast_dims_too=False)
 
 
 def is_non_overlapping_and_dense(t: torch.Tensor) -> bool:

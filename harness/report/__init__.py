@@ -113,10 +113,5 @@ def write_report(result_paths: list[str], output: str, baseline_path: str | None
     if baseline_path:
         baseline_meta, baseline = read_results(baseline_path)
         run_meta["baseline"] = os.path.basename(baseline_path)
-    _write_atomically(output, render_html(records, run_meta, baseline, baseline_meta))
+    write_atomically(output, render_html(records, run_meta, baseline, baseline_meta))  # never half a page
     return output
-
-
-def _write_atomically(path: str, text: str) -> None:
-    # An artifact store must never pick up half a page.
-    write_atomically(path, text)

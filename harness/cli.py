@@ -47,6 +47,24 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--skipped", action="store_true", help="list what case sources (OpInfo) leave out, and why")  # harness/sources.py
 
     run = commands.add_parser("run", help="run cases: eager vs compiled, element by element")
+    _add_run_arguments(run)
+    extract = commands.add_parser("extract", help="run cases with --bisect and write a verified, standalone repro "
+                                  "of each kernel it names")
+    extract.add_argument("-o", "--output", required=True, metavar="DIR", help="the directory to write repros into")
+    _add_run_arguments(extract)
+
+    report = commands.add_parser("report", help="render result files as one HTML report")
+    report.add_argument("results", nargs="+", help="results JSON files (shards are merged)")
+    report.add_argument("-o", "--output", help="the HTML file to write (default: beside the first results file)")
+    report.add_argument("--baseline", help="an earlier results file to diff against")
+    report.add_argument("--json", dest="json_path", help="write the merged results here too (a next baseline)")
+    report.add_argument("--junit", help="write JUnit XML here too (with --baseline, its known failures as skips)")
+    report.add_argument("--check", action="store_true", help="exit 1 when a run failed or, with --baseline, "
+                        "only when one newly failed (the verdict of a sharded run)")
+    return parser
+
+
+def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     _add_selection(run)
     add_to_argparse(run, RUN_OPTIONS)
     run.add_argument("--json", dest="json_path", help="write the result records here (and each as it ends to .jsonl)")
@@ -67,16 +85,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-v", "--verbose", action="store_true", help="print every run's reproduction command too")
     run.add_argument("--last-failed", metavar="RESULTS", help="run again the runs that failed in a results file or "
                      "journal (with the selection, only those it also selects)")
-
-    report = commands.add_parser("report", help="render result files as one HTML report")
-    report.add_argument("results", nargs="+", help="results JSON files (shards are merged)")
-    report.add_argument("-o", "--output", help="the HTML file to write (default: beside the first results file)")
-    report.add_argument("--baseline", help="an earlier results file to diff against")
-    report.add_argument("--json", dest="json_path", help="write the merged results here too (a next baseline)")
-    report.add_argument("--junit", help="write JUnit XML here too (with --baseline, its known failures as skips)")
-    report.add_argument("--check", action="store_true", help="exit 1 when a run failed or, with --baseline, "
-                        "only when one newly failed (the verdict of a sharded run)")
-    return parser
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -113,11 +121,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # A run's SIGTERM/SIGINT is held from the first moment: one that comes while the command line is read or the
     # cases load still leaves a results file (with no record) and exit 128 + signal.
-    stop = _StopSignals() if argv[:1] == ["run"] else contextlib.nullcontext()
+    stop = _StopSignals() if argv[:1] in (["run"], ["extract"]) else contextlib.nullcontext()
     try:
         with stop:
             args = build_parser().parse_args(argv)
-            if args.command == "run":
+            if args.command == "extract":  # a run that localizes and extracts
+                args.extract, args.bisect = args.output, args.bisect or "on-failure"
+            if args.command in ("run", "extract"):
                 return _run(args, stop)
             return {"list": _list, "report": _report}[args.command](args)
     except UsageError as exc:

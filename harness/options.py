@@ -149,6 +149,8 @@ RUN_OPTIONS: tuple[Option, ...] = (
            "them off and say whether that passes (a cache entry made for another program)", flag=True),
     Option("bisect", "localize divergences: name the kernel, stage or drift behind a failure (on-failure, the "
            "default), or also probe passing runs (always)", choices=_bisect_modes, bare="on-failure"),
+    Option("extract", "with --bisect: write a verified repro of each kernel it names into this directory "
+           "(a kernel-level repro.py, a case module, a plain script)", metavar="DIR", pytest_name="harness-extract"),
 )
 
 # Which runs: filters over the registry's cases.
@@ -203,7 +205,9 @@ def run_config_from(values: Mapping[str, Any]):
     return RunConfig(
         device=device, backend=values.get("backend") or "inductor", npu_backend=values.get("npu_backend"),
         compile_mode=values.get("compile_mode"), compile_options=options, reference=values.get("reference"),
-        inject=values.get("inject"), bisect=values.get("bisect"), strict_eager=bool(values.get("strict_eager")),
+        inject=values.get("inject"),
+        bisect=values.get("bisect") or ("on-failure" if values.get("extract") else None), strict_eager=bool(values.get("strict_eager")),
         fresh_compile=bool(values.get("fresh_compile")),
+        extract_dir=os.path.abspath(values["extract"]) if values.get("extract") else None,
         case_paths=tuple(os.path.abspath(p) if os.path.exists(p) else p for p in values.get("case_path") or ()),
     )

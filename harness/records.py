@@ -413,6 +413,46 @@ class Localization:
 
 
 @dataclass
+class Extraction:
+    """What `--extract` wrote for a localized run, each form verified before it was kept.
+
+    `extracted` is the graph-level case's verdict: "reproduces" (the kernel's
+    own subgraph diverges compiled from scratch), "widened(N)" (it does after
+    N rings of neighbouring kernels were added), or "does-not-reproduce" (no
+    case was written). `kernel_repro` and `plain_script` say the same of the
+    other two forms ("not-written" with the reason in `notes`).
+    """
+
+    extracted: str
+    directory: str
+    kernel: str = ""
+    graph: str = ""
+    case_file: str | None = None
+    case_name: str | None = None
+    graph_lines: int | None = None
+    widened: int = 0
+    # How the case's inputs are made: "regenerated" (from a seed, within each input's observed range) or
+    # "saved" (inputs.pt: values a seed does not reproduce).
+    values: str | None = None
+    kernel_repro: str = "not-written"
+    plain_script: str = "not-written"
+    # The injection each form was verified under (the run's, its selector narrowed to the kernel), if any.
+    case_injection: str | None = None
+    kernel_injection: str | None = None
+    command: str | None = None
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        """The console line: the verdict, and where each kept form is."""
+        head = f"extracted: {self.extracted}"
+        if self.case_file:
+            head += f" -> {self.case_file} ({self.graph_lines} lines of graph code, {self.values} inputs)"
+        forms = f"kernel-level repro {self.kernel_repro}, plain script {self.plain_script}"
+        return f"{head}; {forms}; in {self.directory}"
+
+
+@dataclass
 class InjectionStats:
     """What an emulation or fault saw at the launch boundary. A count an injection does not keep stays
     None, and out of the JSON."""
@@ -501,6 +541,10 @@ class CaseResult:
     reference: str = "eager"
     # Filled by localization (`--bisect`): the answer and its evidence.
     first_divergent_kernel: Localization | None = None
+    # `--extract`: whether the repro written from the first divergent kernel reproduces ("reproduces",
+    # "widened(N)", "does-not-reproduce"), and what was written.
+    extracted: str | None = None
+    extraction: Extraction | None = None
     command: str | None = None
     # A divergence was run again (no recompilation): True when it came back, False when the second
     # run passed (the status is then nondeterministic); None when nothing diverged.
@@ -538,6 +582,8 @@ class CaseResult:
             lines.append(self.first_divergent_kernel.line())
             if failing:
                 lines += self.first_divergent_kernel.kernel_lines()
+        if self.extraction is not None:
+            lines.append(self.extraction.line())
         if self.diagnosis and failing:
             # Only a failing run's block carries one: under a PASS line "precision narrowing ..." reads
             # like a problem that is not there (the record keeps the field for reports and tools).
@@ -567,7 +613,7 @@ _NESTED: dict[type, dict[str, type]] = {
     Localization: {"args": KernelArgument, "metrics": OutputComparison, "visible_at": BufferDivergence,
                    "absorbed": BufferDivergence, "kernels": LaunchEntry},
     CaseResult: {"outputs": OutputComparison, "error": ErrorInfo, "first_divergent_kernel": Localization,
-                 "injection_stats": InjectionStats},
+                 "injection_stats": InjectionStats, "extraction": Extraction},
 }
 _NONFINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 

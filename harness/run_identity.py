@@ -37,6 +37,8 @@ class RunConfig:
     fresh_compile: bool = False
     # Case modules beyond the project's (for the reproduction command).
     case_paths: tuple[str, ...] = ()
+    # `--extract DIR`: write a verified repro of each localized kernel here (changes no verdict: not in identity).
+    extract_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.bisect is True:

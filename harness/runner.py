@@ -57,12 +57,15 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
         return apply_known_failure(record, case)
     started = time.perf_counter()
     changed: list[str] = []
+    captured: list[Any] = []  # the localized launch, kept for `--extract` (written once the run is over)
     with device.numerics(), torch_state.preserved(changed):
         record.compile_config = torch_state.config_set()
         try:
             observed = _Observation.make(case, dtype, mode, config, device, record)
             compiled = _compiled_run(observed, config, record)
             _conclude(observed, compiled, config, record)
+            if config.extract_dir and record.status == R.FAIL:
+                captured += _captured_launch(observed, compiled, config, record)
         except CaseFailure as failure:
             if case.generated and isinstance(failure.cause, NoEagerReference):
                 record.status, record.stage, record.reason = R.SKIP, failure.stage, str(failure.cause)
@@ -88,6 +91,8 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
         finally:
             record.duration_s = round(time.perf_counter() - started, 3)
             _release(device, record)
+    if captured:
+        _extract(captured[0], case, dtype, mode, config, record)
     if changed:
         shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
         record.warnings.append(f"the case changed global torch state, restored after it: {shown}")
@@ -548,6 +553,57 @@ def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig,
         answer = R.Answer.UNLOCALIZED if failing else R.Answer.NONE
         return R.Localization(answer=answer, diverged=failing, reason=f"the probe itself failed ({type(exc).__name__}: "
                               f"{R.exception_line(exc)})", problems=[_traceback(exc)[-2000:]])
+
+
+def _captured_launch(observed: _Observation, compiled: _Compiled, config: RunConfig,
+                     record: R.CaseResult) -> list[Any]:
+    """The kernel a failing run's localization named, captured on one more probe run for `--extract` (an
+    empty list, with the reason noted on the record, when there is none)."""
+    from .probe import KernelProbe
+
+    found = record.first_divergent_kernel
+    if found is None or found.answer != R.Answer.KERNEL or found.launch_index is None:
+        answer = "no localization" if found is None else f"the answer is {found.answer}, not a kernel"
+        record.extracted = "not-extracted"
+        record.warnings.append(f"--extract: nothing extracted ({answer}); extraction starts from a kernel")
+        return []
+    kept: list[Any] = []
+
+    def capture(launch: Any, call: Any, label: str) -> None:
+        from .extraction.capture import capture_launch
+
+        kept.append(capture_launch(launch, call, label))
+
+    probe = KernelProbe(observed.verdict, inner=compiled.handler_factory(), substitute=frozenset(),
+                        describe=frozenset({found.launch_index}), capture=capture, capture_at=found.launch_index,
+                        first_launches=compiled.first_launch)
+    with _stage("extract", record.timings, wrap=False):
+        try:
+            _probe_run(observed, compiled, config, record, probe)
+        except Exception as exc:  # noqa: BLE001 - extraction must never cost the run its verdict
+            record.extracted = "does-not-reproduce"
+            record.warnings.append(f"--extract: capturing launch {found.launch_index} failed ({type(exc).__name__}: "
+                                   f"{R.exception_line(exc)})")
+            return []
+    if not kept:
+        record.extracted = "does-not-reproduce"
+        record.warnings.append(f"--extract: launch {found.launch_index} was not seen again on the probe run")
+    return kept[-1:]
+
+
+def _extract(captured: Any, case: Case, dtype: torch.dtype, mode: str, config: RunConfig,
+             record: R.CaseResult) -> None:
+    """Write and verify the repros of a captured launch (after the run, with its state restored)."""
+    from .extraction.extract import Parent, extract
+
+    started = time.perf_counter()
+    try:
+        record.extraction = extract(captured, Parent(case, dtype, mode, config, record))
+        record.extracted = record.extraction.extracted
+    except Exception as exc:  # noqa: BLE001 - extraction must never cost the run its verdict
+        record.extracted = "does-not-reproduce"
+        record.warnings.append(f"--extract failed ({type(exc).__name__}: {R.exception_line(exc)})")
+    record.timings["extract"] = round(record.timings.get("extract", 0.0) + time.perf_counter() - started, 3)
 
 
 def _as_the_launcher_called_it(found: R.Localization, config: RunConfig) -> R.Localization:

@@ -111,6 +111,9 @@ class KernelProbe:
     substituted: int = 0
     # Copy every graph input before the compiled graph runs, instead of only those its FX graph writes.
     copy_inputs: bool = False
+    # Called as capture(launch, graph call, graph label) just before launch `capture_at` runs (extraction).
+    capture: Callable[[Launch, Any, str], None] | None = None
+    capture_at: int = -1
     # Graphs whose shared inputs changed without a launch announcing the write (see observe_graph).
     unannounced_writes: list[str] = field(default_factory=list)
     _current: _GraphCall | None = None
@@ -182,6 +185,8 @@ class KernelProbe:
                 call.values.before_write(tensor)
             if self.first_launches and launch.first and self._judges(launch.index):
                 self._inputs_before[launch.index] = _exact_inputs(launch, call)
+            if self.capture is not None and launch.index == self.capture_at:
+                self.capture(launch, call, call.label)
         result = self._run(launch)
         self.launches += 1
         if call is not None and not launch.replay:
@@ -302,7 +307,8 @@ class KernelProbe:
         """Forget everything seen (a run that has to be made again), keeping the mode and the problems."""
         problems, copy = self.problems, self.copy_inputs if copy_inputs is None else copy_inputs
         fresh = KernelProbe(self.verdict, self.inner, self.stop_at_wrong, self.compare_after, self.substitute,
-                            self.immaterial, self.describe, self.upstream_limit, self.first_launches)
+                            self.immaterial, self.describe, self.upstream_limit, self.first_launches,
+                            capture=self.capture, capture_at=self.capture_at)
         self.__dict__.update(fresh.__dict__)
         self.problems, self.copy_inputs = problems, copy
 

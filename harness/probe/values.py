@@ -376,6 +376,12 @@ class GraphValues:
             self._again[node] = found.get(node)
         return self._again.get(node)
 
+    def snapshot(self, nodes: Iterable[str]) -> dict[str, torch.Tensor]:
+        """Values of these nodes from one eager pass of their own over the graph (extraction's: the
+        step-by-step run is left where it is)."""
+        found = self._interpret(self.info.gm, self._pass_inputs(), set(nodes))
+        return dict(found or {})
+
     def prefetch(self, nodes: Iterable[str]) -> None:
         """Make released values available again in one pass (an isolation replay needs several)."""
         missing = {n for n in nodes if n and n not in self._stepper.kept and n not in self._again

@@ -1,0 +1,406 @@
+"""From a captured launch to verified repros on disk (`--extract DIR`).
+
+Each form is written, run once under the run's injection (its selector
+narrowed to the kernel) or none, and kept only if it diverges:
+
+1. the kernel-level repro (`repro.py`): the generated kernel on its launch's
+   arguments against its subgraph run eagerly;
+2. the graph-level case (`extracted_*.py`): the kernel's subgraph compiled
+   from scratch, inputs regenerated from a seed when that still diverges,
+   saved otherwise; widened ring by ring to the neighbouring kernels when
+   the kernel's own subgraph does not diverge (its fusion differs out of
+   context); with an injected fault, it must also pass without it;
+3. the plain script (`plain_repro.py`, no harness import): eager against
+   `torch.compile` with `assert_close`. Not written under an injection: a
+   script without the harness cannot inject the fault.
+
+Verification runs in the worker's own process (no interpreter start, the
+compile pipeline warm), through the same `run_case` every case goes through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import json
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import records as R
+from . import forms
+from .capture import CapturedLaunch
+from .kernel_repro import LAUNCH_FILE, MANIFEST, MODULE_FILE
+from . import kernel_repro
+from . import subgraph as S
+
+CASE_PREFIX = "extracted_"
+PLAIN_FILE = "plain_repro.py"
+REPRO_FILE = "repro.py"
+
+
+@dataclasses.dataclass
+class Parent:
+    """The run a repro is extracted from."""
+
+    case: Any  # registry.Case
+    dtype: torch.dtype
+    mode: str
+    config: Any  # RunConfig
+    record: R.CaseResult
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_]+", "_", text).strip("_")
+
+
+def extract(captured: CapturedLaunch, parent: Parent) -> R.Extraction:
+    started = time.perf_counter()
+    dtype_name = str(parent.dtype).replace("torch.", "")
+    name = slug(f"{parent.case.name}_{dtype_name}_{parent.mode}")
+    directory = Path(parent.config.extract_dir).resolve() / name
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    found = R.Extraction("does-not-reproduce", str(directory), kernel=captured.kernel_name, graph=captured.graph,
+                         command=parent.record.command)
+    found.kernel_injection = _narrowed(parent.config.inject, captured.kernel_name)
+    manifest = _manifest(captured, parent, found)
+    (directory / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    try:
+        _kernel_form(captured, parent, directory, found)
+    except Exception as exc:  # noqa: BLE001 - one form failing leaves the others
+        found.kernel_repro = "not-written"
+        found.notes.append(f"kernel-level repro failed: {type(exc).__name__}: {R.exception_line(exc)}")
+        _remove(directory, REPRO_FILE, LAUNCH_FILE, MODULE_FILE, "kernel.cpp", "_kernel.py")
+    try:
+        _graph_forms(captured, parent, directory, found, CASE_PREFIX + name)
+    except Exception as exc:  # noqa: BLE001
+        found.notes.append(f"graph-level repro failed: {type(exc).__name__}: {R.exception_line(exc)}")
+    found.seconds = round(time.perf_counter() - started, 3)
+    manifest["result"] = dataclasses.asdict(found)
+    (directory / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    return found
+
+
+def _narrowed(inject: str | None, kernel: str) -> str | None:
+    """The run's injection with its kernel selector narrowed to this kernel (the kernel-level repro launches it
+    alone, as launch 0)."""
+    if not inject or "@" not in inject:
+        return inject
+    return f"{inject.partition('@')[0]}@{kernel}"
+
+
+def _manifest(captured: CapturedLaunch, parent: Parent, found: R.Extraction) -> dict[str, Any]:
+    tolerances = {str(d).replace("torch.", ""): {"rtol": t.rtol, "atol": t.atol}
+                  for d, t in (parent.case.tolerances or {}).items()}
+    return {
+        "parent": {"case": parent.case.name, "dtype": str(parent.dtype).replace("torch.", ""), "mode": parent.mode,
+                   "command": parent.record.command, "torch": torch.__version__},
+        "device": parent.config.device,
+        "kernel": {"name": captured.kernel_name, "kind": captured.kernel_kind, "graph": captured.graph,
+                   "launch_index": captured.launch_index, "accumulates": captured.accumulates},
+        "tolerances": tolerances,
+        "kernel_injection": found.kernel_injection,
+    }
+
+
+# --- The kernel-level repro ---------------------------------------------------------------------------------
+
+def _kernel_form(captured: CapturedLaunch, parent: Parent, directory: Path, found: R.Extraction) -> None:
+    if not captured.rings:
+        found.notes.append("kernel-level repro not written: codegen did not say which nodes the kernel computes")
+        return
+    outputs = [w.node.rpartition("@")[2] for w in captured.written if w.node and w.whole_value]
+    own = S.cut(captured.gm, captured.rings[0], outputs)
+    written = []
+    for argument in captured.written:
+        node = argument.node.rpartition("@")[2] if argument.node else None
+        output = own.outputs.index(node) if argument.whole_value and node in own.outputs else None
+        written.append({"key": argument.key, "name": argument.name, "output": output,
+                        "expected": None if output is not None else argument.expected})
+    if any(w["output"] is None and w["expected"] is None for w in written):
+        found.notes.append("kernel-level repro not written: an argument it writes has no eager value to judge by")
+        return
+    missing = [n for n in own.inputs if n not in captured.values]
+    if missing:
+        found.notes.append(f"kernel-level repro not written: no eager value for {', '.join(missing[:3])}")
+        return
+    torch.save({"args": captured.args, "kwargs": captured.kwargs,
+                "inputs": [captured.values[n] for n in own.inputs], "written": written}, directory / LAUNCH_FILE)
+    shutil.copyfile(captured.module_path, directory / MODULE_FILE)
+    source_file = "kernel.cpp" if captured.kernel_kind == "cpp" else "_kernel.py"
+    if captured.kernel_source:
+        (directory / source_file).write_text(captured.kernel_source + "\n")
+    docstring = [
+        f"Kernel-level repro: {captured.kernel_name} ({captured.graph}, launch {captured.launch_index}) of "
+        f"{parent.case.name} ({parent.mode}, {str(parent.dtype).replace('torch.', '')}).", "",
+        "`graph` is the post-grad subgraph the kernel implements; the kernel is launched on the saved arguments",
+        f"({LAUNCH_FILE}: exact size, stride, storage offset and storage; read arguments hold eager values) from",
+        f"its generated module ({MODULE_FILE}; its source alone: {source_file}), and each argument it writes",
+        "is judged against `graph` run eagerly, by the harness's verdict rules.",
+        "", "Run: python repro.py   (exit 1: the kernel diverges; --without-injection: as generated)"]
+    if found.kernel_injection:
+        docstring.insert(2, f"Verified under the injected fault/emulation {found.kernel_injection} (not real "
+                            "hardware); repro.py applies it unless --without-injection.")
+    (directory / REPRO_FILE).write_text(forms.kernel_repro(own.code, own.imports, docstring))
+    graph = _function(own.code, own.imports)
+    checked = kernel_repro.check(directory, graph, parent.config.device, found.kernel_injection)
+    if checked.error or not checked.diverged:
+        why = checked.error or "the kernel matches its subgraph on the saved launch"
+        found.notes.append(f"kernel-level repro does not reproduce ({why}): not kept")
+        found.kernel_repro = "does-not-reproduce"
+        _remove(directory, REPRO_FILE, LAUNCH_FILE, MODULE_FILE, source_file)
+        return
+    found.kernel_repro = "reproduces"
+
+
+# --- The graph-level case and the plain script -------------------------------------------------------------
+
+def _graph_forms(captured: CapturedLaunch, parent: Parent, directory: Path, found: R.Extraction,
+                 case_name: str) -> None:
+    path = directory / f"{case_name}.py"
+    for widened, ring in enumerate(captured.rings):
+        sub = S.cut(captured.gm, ring)
+        kept = _candidate(captured, parent, sub, case_name, widened, found, path)
+        if kept is None:
+            continue
+        if not _fault_follows_selector(parent.config.inject):
+            kept = _reduced(captured, parent, sub, kept, case_name, widened, found, path)
+        sub, values, specs, injection = kept
+        found.extracted = "reproduces" if widened == 0 else f"widened({widened})"
+        found.widened, found.values, found.case_injection = widened, values, injection
+        found.case_file, found.case_name, found.graph_lines = str(path), case_name, sub.lines
+        _plain_form(sub, specs, parent, directory, found)
+        return
+    found.notes.append("no subgraph around the kernel diverges compiled from scratch: no case written")
+
+
+Kept = tuple  # (Subgraph, values: "regenerated" | "saved", specs or None, the injection verified under)
+
+
+def _candidate(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, case_name: str, widened: int,
+               found: R.Extraction, path: Path, quiet: bool = False) -> Kept | None:
+    """Write `sub` as the case and verify it, inputs regenerated first, then saved; left written when it
+    reproduces, removed otherwise."""
+    if any(n not in captured.values for n in sub.inputs):
+        found.notes.append(f"ring {widened}: no eager value for an input of the subgraph")
+        return None
+    tensors = [captured.values[n] for n in sub.inputs]
+    specs = [forms.regenerable(t) for t in tensors]
+    choices = [("regenerated", specs)] if all(s is not None for s in specs) else []
+    choices.append(("saved", None))
+    values_file = path.parent / forms.VALUES_FILE
+    for values, chosen in choices:
+        if chosen is None:
+            torch.save(tensors, values_file)
+        verdict, injection = _verify_graph(captured, parent, sub, chosen, case_name, widened, values, path)
+        if verdict == "reproduces":
+            if chosen is not None:
+                values_file.unlink(missing_ok=True)
+            return sub, values, chosen, injection
+        if not quiet:
+            found.notes.append(f"ring {widened}, {values} values: {verdict}")
+        path.unlink(missing_ok=True)
+        values_file.unlink(missing_ok=True)
+    return None
+
+
+# Smaller subgraphs tried after one reproduces (each costs a compile or two), smallest first.
+MAX_REDUCTIONS = 4
+
+
+def _reduced(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, kept: Kept, case_name: str, widened: int,
+             found: R.Extraction, path: Path) -> Kept:
+    """The smallest part of a reproducing subgraph that still reproduces: each node with what it is computed
+    from inside the subgraph, as the only output (the seed's index producer inside a fused scatter reduces to
+    its view and copy). Tried smallest first, at most MAX_REDUCTIONS; the reproducing subgraph is written
+    back when none does."""
+    parts = []
+    for node in sub.nodes:
+        closure = S.closure(captured.gm, sub.nodes, node)
+        if len(closure) < len(sub.nodes) and S.reads_outside(captured.gm, closure) and closure not in parts:
+            parts.append(closure)
+    for part in sorted(parts, key=len)[:MAX_REDUCTIONS]:
+        smaller = S.cut(captured.gm, part, [part[-1]])
+        reduced = _candidate(captured, parent, smaller, case_name, widened, found, path, quiet=True)
+        if reduced is not None:
+            found.notes.append(f"reduced from {len(sub.nodes)} to {len(part)} node(s): {', '.join(part)}")
+            return reduced
+    _candidate(captured, parent, sub, case_name, widened, found, path, quiet=True)  # written back
+    return kept
+
+
+def _fault_follows_selector(inject: str | None) -> bool:
+    """An injected fault that selects kernels hits whichever kernel it selects: any part of a subgraph would
+    \"reproduce\" it. Its repro is the kernel's own subgraph, not reduced."""
+    if not inject:
+        return False
+    from ..emulation import parse_injection
+
+    return parse_injection(inject)[0].needs_selector
+
+
+def _verify_graph(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, specs: list[forms.InputSpec] | None,
+                  case_name: str, widened: int, values: str, path: Path) -> tuple[str, str | None]:
+    """Write the candidate case and run it: (verdict, the injection it was verified under). With an injected
+    fault it must pass without it first; a fault selecting kernels is then moved to the standalone program's
+    kernel named most like the parent's (a subgraph compiled from scratch names and numbers its kernels
+    afresh)."""
+    inject = parent.config.inject
+    if not inject:
+        path.write_text(_case_text(captured, parent, sub, specs, case_name, widened, values, None))
+        return _verify_case(path, case_name, parent, None), None
+    path.write_text(_case_text(captured, parent, sub, specs, case_name, widened, values, inject))
+    launched: list[str] = []
+    without = _verify_case(path, case_name, parent, None, launched)
+    if without != "passes":
+        return f"without the injection: {without}", None
+    injection = _selector_for(inject, captured.kernel_name, launched)
+    if injection is None:
+        return "the standalone program launches no generated kernel", None
+    path.write_text(_case_text(captured, parent, sub, specs, case_name, widened, values, injection))
+    return _verify_case(path, case_name, parent, injection), injection
+
+
+def _selector_for(inject: str, kernel: str, launched: list[str]) -> str | None:
+    """`inject` with its kernel selector moved to the launched kernel whose name shares the most ops with
+    `kernel`'s (the whole injection when it selects no kernel)."""
+    if "@" not in inject:
+        return inject
+    ops = _ops(kernel)
+    names = [n for n in dict.fromkeys(launched) if n.startswith("extern_kernels.") == kernel.startswith("extern_kernels.")]
+    if not names:
+        return None
+    best = max(names, key=lambda n: len(ops & _ops(n)) / max(1, len(ops | _ops(n))))
+    return f"{inject.partition('@')[0]}@{best}"
+
+
+def _ops(kernel: str) -> set[str]:
+    return {w for w in re.split(r"[_.]", kernel) if w and not w.isdigit()} - {"cpp", "triton", "fused", "poi", "per",
+                                                                              "red", "unk", "extern", "kernels"}
+
+
+def _case_text(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, specs: list[forms.InputSpec] | None,
+               case_name: str, widened: int, values: str, injection: str | None) -> str:
+    case = parent.case
+    options = {**case.compile_options, **parent.config.compile_options}
+    kwargs: dict[str, str] = {}
+    if case.tolerances:
+        kwargs["tolerances"] = "{" + ", ".join(f"{d}: Tolerance(rtol={t.rtol!r}, atol={t.atol!r})"
+                                                for d, t in case.tolerances.items()) + "}"
+    if options:
+        kwargs["compile_options"] = repr(options)
+    for field_name, default in (("reference", "auto"), ("cosine_fallback", False), ("strict_eager", False)):
+        if getattr(case, field_name) != default:
+            kwargs[field_name] = repr(getattr(case, field_name))
+    if case.issue:
+        kwargs["issue"] = repr(case.issue)
+    where = "its own subgraph" if widened == 0 else f"widened by {widened} ring(s) of neighbouring kernels"
+    run = f"python -m harness run --case-path {path_of_dir(parent)} {case_name} --device {parent.config.device}"
+    docstring = [
+        f"Extracted from {case.name} ({parent.mode}, {str(parent.dtype).replace('torch.', '')}): "
+        f"{captured.kernel_name}, {captured.graph}, {where}.", "",
+        f"Parent run: {parent.record.command}",
+        f"Inputs: {values}" + (" from a seed, within each input's observed range" if values == "regenerated"
+                               else f" ({forms.VALUES_FILE}, torch.save: exact layouts and storages, loads on any "
+                                    "device)") + ".",
+        f"Run: {run}" + (f" --inject '{injection}'" if injection else "")]
+    if injection:
+        docstring.append(f"Verified: fails under --inject '{injection}' (an injected fault or emulation, "
+                         "not real hardware), passes without it.")
+    else:
+        docstring.append(f"Verified: fails on torch {torch.__version__} ({parent.config.device}).")
+    parent_info = {"case": case.name, "dtype": str(parent.dtype).replace("torch.", ""), "mode": parent.mode,
+                   "graph": captured.graph, "kernel": captured.kernel_name, "command": parent.record.command}
+    return forms.case_module(case_name, sub.code, sub.imports, specs, parent.dtype, docstring, kwargs, parent_info)
+
+
+def path_of_dir(parent: Parent) -> str:
+    return str(Path(parent.config.extract_dir).resolve())
+
+
+def _verify_case(path: Path, case_name: str, parent: Parent, inject: str | None,
+                 launched: list[str] | None = None) -> str:
+    """"reproduces" (fails), "passes", or what else the run ended as; the names of the kernels it launched
+    go to `launched` (a run without injection only: interception does not nest)."""
+    from ..inductor_compat import intercept_launches
+    from ..registry import _cases_in, _file_loader
+    from ..runner import run_case
+
+    def log(launch: Any) -> Any:
+        launched.append(launch.kernel.name)
+        return launch.run()
+
+    module = _file_loader(path)()
+    try:
+        cases = [c for c in _cases_in(module) if c.name == case_name]
+        config = dataclasses.replace(parent.config, inject=inject, bisect=None, extract_dir=None,
+                                     compile_options={})
+        with intercept_launches(log) if launched is not None else contextlib.nullcontext():
+            record = run_case(cases[0], parent.dtype, "inference", config)
+    finally:
+        sys.modules.pop(module.__name__, None)
+    if record.status in (R.FAIL, R.XFAIL):
+        return "reproduces"
+    if record.status in (R.PASS, R.XPASS):
+        return "passes"
+    detail = record.error.message if record.error else record.reason
+    return f"{record.status} ({R.one_line(str(detail))[:200]})"
+
+
+def _plain_form(sub: S.Subgraph, specs: list[forms.InputSpec] | None, parent: Parent, directory: Path,
+                found: R.Extraction) -> None:
+    if parent.config.inject:
+        found.notes.append("plain script not written: the fault is injected by the harness, which a script "
+                           "without it cannot do")
+        return
+    tolerance = parent.case.tolerances.get(parent.dtype) if parent.case.tolerances else None
+    options = {**parent.case.compile_options, **parent.config.compile_options}
+    compile_kwargs: dict[str, Any] = {}
+    if parent.config.backend != "inductor":
+        compile_kwargs["backend"] = parent.config.backend
+    if parent.config.compile_mode:
+        compile_kwargs["mode"] = parent.config.compile_mode
+    elif options:
+        compile_kwargs["options"] = options
+    docstring = [f"{found.kernel} of {parent.case.name} ({parent.mode}): eager against torch.compile.", "",
+                 f"Found by the harness: {parent.record.command}",
+                 f"Run: python {PLAIN_FILE} [device]   (AssertionError: the bug reproduces)"]
+    text = forms.plain_script(sub.code, sub.imports, specs, docstring, compile_kwargs,
+                              None if tolerance is None else (tolerance.rtol, tolerance.atol), parent.config.device)
+    path = directory / PLAIN_FILE
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(f"harness_plain_{id(path):x}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+        torch.compiler.reset()
+        module.main(parent.config.device)
+    except AssertionError:
+        found.plain_script = "reproduces"
+        return
+    except Exception as exc:  # noqa: BLE001
+        found.notes.append(f"plain script failed to run ({type(exc).__name__}: {R.exception_line(exc)}): not kept")
+    else:
+        found.notes.append("plain script: assert_close passes (the harness's verdict rules differ): not kept")
+    found.plain_script = "does-not-reproduce"
+    _remove(directory, PLAIN_FILE)
+
+
+def _function(code: str, imports: list[str]) -> Any:
+    namespace: dict[str, Any] = {"torch": torch}
+    exec("\n".join(imports + [code]), namespace)  # our own generated code, from torch.fx
+    return namespace["graph"]
+
+
+def _remove(directory: Path, *names: str) -> None:
+    for name in names:
+        (directory / name).unlink(missing_ok=True)

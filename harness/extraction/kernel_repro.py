@@ -1,0 +1,166 @@
+"""What a kernel-level `repro.py` runs: the generated kernel on its saved launch, the subgraph eagerly.
+
+The directory holds the compiled module the kernel was generated into
+(`_compiled_module.py`, Inductor's own output code: loading it compiles its
+kernels, from Inductor's caches when warm), the launch (`launch.pt`) and
+`extraction.json`. The kernel is launched once on the saved arguments,
+through the run's injection when it had one (so an emulated fault stays in
+place), and each argument it writes is judged against the subgraph's eager
+value by the harness's verdict rules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+LAUNCH_FILE = "launch.pt"
+MODULE_FILE = "_compiled_module.py"
+MANIFEST = "extraction.json"
+
+
+@dataclass
+class KernelCheck:
+    diverged: bool
+    lines: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def main(directory: str | Path, graph: Callable[..., Any]) -> int:
+    """`python repro.py [--without-injection] [--device D]`: exit 1 when the kernel diverges, 0 when it
+    matches, 2 when it cannot run."""
+    manifest = json.loads((Path(directory) / MANIFEST).read_text())
+    parser = argparse.ArgumentParser(description=f"kernel-level repro of {manifest['kernel']['name']}")
+    parser.add_argument("--device", default=manifest["device"])
+    parser.add_argument("--without-injection", action="store_true",
+                        help="launch the kernel as generated, without the run's injected fault or emulation")
+    options = parser.parse_args()
+    inject = None if options.without_injection else manifest.get("kernel_injection")
+    if inject:
+        print(f"(emulation/injected fault, not a result of real hardware: {inject})")
+    found = check(directory, graph, options.device, inject)
+    for line in found.lines:
+        print(line)
+    if found.error:
+        print(f"error: {found.error}", file=sys.stderr)
+        return 2
+    return 1 if found.diverged else 0
+
+
+def check(directory: str | Path, graph: Callable[..., Any], device: str, inject: str | None) -> KernelCheck:
+    """Launch the kernel on its saved arguments and judge what it writes against the subgraph, eagerly."""
+    from ..compare import Verdict
+    from ..layout import clone_exact
+    from ..tolerances import Tolerance
+
+    directory = Path(directory)
+    manifest = json.loads((directory / MANIFEST).read_text())
+    saved = torch.load(directory / LAUNCH_FILE, weights_only=True)
+    target = torch.device(device)
+    args = _on_device(saved["args"], target)
+    kwargs = _on_device(saved["kwargs"], target)
+    inputs = [clone_exact(t, device=target) for t in saved["inputs"]]
+    expected_outputs = graph(*inputs)
+    tolerances = {getattr(torch, k): Tolerance(**v) for k, v in manifest.get("tolerances", {}).items()}
+    verdict = Verdict(tolerances, accumulated=manifest["kernel"]["accumulates"])
+    try:
+        handler = _handler(inject)
+        module = _load_module(directory / MODULE_FILE, handler)
+        _launch(module, manifest["kernel"], args, kwargs, target, handler)
+        missed = getattr(handler, "missed", lambda: None)() if handler is not None else None
+        if missed:
+            return KernelCheck(False, error=f"the injection hit nothing in this kernel ({inject}: {missed})")
+    except Exception as exc:  # noqa: BLE001 - a launch that cannot run is said so, not a verdict
+        return KernelCheck(False, error=f"launching {manifest['kernel']['name']} failed: {type(exc).__name__}: {exc}")
+    lines, diverged = [], False
+    for written in saved["written"]:
+        actual = kwargs[written["key"]] if isinstance(written["key"], str) else args[written["key"]]
+        if written["output"] is not None:
+            expected = expected_outputs[written["output"]].reshape(actual.shape)
+        else:
+            expected = written["expected"].to(target)
+        comparison = verdict.tensors(written["name"], actual, expected.to(actual.dtype), pictures=False)
+        diverged |= not comparison.passed
+        lines.append(f"{written['name']}: {'matches' if comparison.passed else 'DIVERGES'} "
+                     f"(bad={comparison.bad}/{comparison.numel} max_abs={comparison.max_abs})")
+    return KernelCheck(diverged, lines)
+
+
+def _on_device(value: Any, device: torch.device) -> Any:
+    """Saved arguments on the device, storages still shared as in the launch."""
+    storages: dict[int, torch.Tensor] = {}
+
+    def one(item: Any) -> Any:
+        if not isinstance(item, torch.Tensor):
+            return item
+        key = item.untyped_storage().data_ptr()
+        if key not in storages:  # the whole storage as bytes, copied once
+            storages[key] = torch.empty(0, dtype=torch.uint8).set_(item.untyped_storage()).to(device, copy=True)
+        whole = storages[key].view(item.dtype)
+        return whole.as_strided(item.shape, item.stride(), item.storage_offset())
+
+    if isinstance(value, dict):
+        return {k: one(v) for k, v in value.items()}
+    return [one(v) for v in value]
+
+
+def _handler(inject: str | None) -> Any:
+    if not inject:
+        return None
+    from ..emulation import make_handler
+
+    return make_handler(inject)
+
+
+def _load_module(path: Path, handler: Any) -> Any:
+    """Inductor's generated module, loaded as Inductor loads it (its kernels observed, and rewritten by a
+    source-rewriting emulation)."""
+    from ..inductor_compat.kernel_variants import attach_variants, rewriting
+    from ..inductor_compat.launches import _wrap_module
+
+    spec = importlib.util.spec_from_file_location(f"harness_extracted_{abs(hash(str(path))):x}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    with rewriting(getattr(handler, "rewriters", ())):
+        spec.loader.exec_module(module)
+        _wrap_module(module)
+        attach_variants(module)
+    return module
+
+
+def _launch(module: Any, kernel: dict[str, Any], args: list[Any], kwargs: dict[str, Any], device: torch.device,
+            handler: Any) -> None:
+    from ..inductor_compat import intercept_launches
+
+    name = kernel["name"]
+    if kernel["kind"] == "extern":
+        from torch._inductor.select_algorithm import extern_kernels
+
+        function = getattr(extern_kernels, name.split(".", 1)[1])
+        call = lambda: function(*args, **kwargs)  # noqa: E731
+    elif kernel["kind"] == "triton":
+        proxy = getattr(module, name)
+        if device.type != "cpu":
+            kwargs = {**kwargs, "stream": _raw_stream(device)}
+        call = lambda: proxy.run(*args, **kwargs)  # noqa: E731
+    else:
+        proxy = getattr(module, name)
+        call = lambda: proxy(*args, **kwargs)  # noqa: E731
+    with intercept_launches(handler) if handler is not None else contextlib.nullcontext():
+        call()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _raw_stream(device: torch.device) -> int:
+    from torch._C import _cuda_getCurrentRawStream
+
+    return _cuda_getCurrentRawStream(device.index or 0)

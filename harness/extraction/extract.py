@@ -132,7 +132,7 @@ def _kernel_form(captured: CapturedLaunch, parent: Parent, directory: Path, foun
     if missing:
         found.notes.append(f"kernel-level repro not written: no eager value for {', '.join(missing[:3])}")
         return
-    torch.save({"args": captured.args, "kwargs": captured.kwargs,
+    torch.save({"launch": kernel_repro.pack(captured.args, captured.kwargs),
                 "inputs": [captured.values[n] for n in own.inputs], "written": written}, directory / LAUNCH_FILE)
     shutil.copyfile(captured.module_path, directory / MODULE_FILE)
     source_file = "kernel.cpp" if captured.kernel_kind == "cpp" else "_kernel.py"

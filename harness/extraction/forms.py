@@ -155,6 +155,8 @@ def plain_script(subgraph_code: str, imports: list[str], specs: list[InputSpec] 
     close = "" if tolerance is None else f", rtol={tolerance[0]!r}, atol={tolerance[1]!r}"
     body = textwrap.dedent(f'''
     def main(device):
+        if device.startswith("npu"):
+            import torch_npu  # noqa: F401  (registers the device and its compiler backend)
         made = inputs(device)
         eager_args = [copy_of(t, device) for t in made]
         compiled_args = [copy_of(t, device) for t in made]

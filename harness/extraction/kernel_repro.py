@@ -43,6 +43,15 @@ def main(directory: str | Path, graph: Callable[..., Any]) -> int:
     parser.add_argument("--without-injection", action="store_true",
                         help="launch the kernel as generated, without the run's injected fault or emulation")
     options = parser.parse_args()
+    from ..devices import get_device
+
+    device = get_device(options.device.split(":")[0])
+    unavailable = device.unavailable_reason()
+    if unavailable:
+        print(f"error: device {options.device} is not usable: {unavailable}", file=sys.stderr)
+        return 2
+    if device.surrogate():
+        print(f"({device.surrogate()})")
     inject = None if options.without_injection else manifest.get("kernel_injection")
     if inject:
         print(f"(emulation/injected fault, not a result of real hardware: {inject})")
@@ -65,8 +74,7 @@ def check(directory: str | Path, graph: Callable[..., Any], device: str, inject:
     manifest = json.loads((directory / MANIFEST).read_text())
     saved = torch.load(directory / LAUNCH_FILE, weights_only=True)
     target = torch.device(device)
-    args = _on_device(saved["args"], target)
-    kwargs = _on_device(saved["kwargs"], target)
+    args, kwargs = unpack(saved["launch"], target)
     inputs = [clone_exact(t, device=target) for t in saved["inputs"]]
     expected_outputs = graph(*inputs)
     tolerances = {getattr(torch, k): Tolerance(**v) for k, v in manifest.get("tolerances", {}).items()}
@@ -94,22 +102,36 @@ def check(directory: str | Path, graph: Callable[..., Any], device: str, inject:
     return KernelCheck(diverged, lines)
 
 
-def _on_device(value: Any, device: torch.device) -> Any:
-    """Saved arguments on the device, storages still shared as in the launch."""
-    storages: dict[int, torch.Tensor] = {}
+def pack(args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Launch arguments for `torch.save`: each storage once, as bytes (arguments may view one storage as
+    different dtypes, which `torch.save` refuses), and each tensor as its view of one."""
+    storages: list[torch.Tensor] = []
+    index: dict[int, int] = {}
 
     def one(item: Any) -> Any:
         if not isinstance(item, torch.Tensor):
-            return item
+            return {"value": item}
         key = item.untyped_storage().data_ptr()
-        if key not in storages:  # the whole storage as bytes, copied once
-            storages[key] = torch.empty(0, dtype=torch.uint8).set_(item.untyped_storage()).to(device, copy=True)
-        whole = storages[key].view(item.dtype)
-        return whole.as_strided(item.shape, item.stride(), item.storage_offset())
+        if key not in index:
+            index[key] = len(storages)
+            storages.append(torch.empty(0, dtype=torch.uint8).set_(item.untyped_storage().cpu()).clone())
+        return {"storage": index[key], "dtype": str(item.dtype).replace("torch.", ""), "size": list(item.shape),
+                "stride": list(item.stride()), "offset": item.storage_offset()}
 
-    if isinstance(value, dict):
-        return {k: one(v) for k, v in value.items()}
-    return [one(v) for v in value]
+    return {"storages": storages, "args": [one(a) for a in args], "kwargs": {k: one(v) for k, v in kwargs.items()}}
+
+
+def unpack(packed: dict[str, Any], device: torch.device) -> tuple[list[Any], dict[str, Any]]:
+    """The launch's arguments on `device`, storages shared as in the launch."""
+    storages = [s.to(device, copy=True) for s in packed["storages"]]
+
+    def one(item: dict[str, Any]) -> Any:
+        if "value" in item:
+            return item["value"]
+        whole = storages[item["storage"]].view(getattr(torch, item["dtype"]))
+        return whole.as_strided(item["size"], item["stride"], item["offset"])
+
+    return [one(a) for a in packed["args"]], {k: one(v) for k, v in packed["kwargs"].items()}
 
 
 def _handler(inject: str | None) -> Any:

@@ -430,6 +430,8 @@ class Extraction:
     case_file: str | None = None
     case_name: str | None = None
     graph_lines: int | None = None
+    # The graph-level case's graph code (the function the case compiles), for reports.
+    code: str | None = None
     widened: int = 0
     # How the case's inputs are made: "regenerated" (from a seed, within each input's observed range) or
     # "saved" (inputs.pt: values a seed does not reproduce).

@@ -572,7 +572,7 @@ def _captured_launch(observed: _Observation, compiled: _Compiled, config: RunCon
     def capture(launch: Any, call: Any, label: str) -> None:
         from .extraction.capture import capture_launch
 
-        kept.append(capture_launch(launch, call, label))
+        kept.append(capture_launch(launch, call, label, found.buffer))
 
     probe = KernelProbe(observed.verdict, inner=compiled.handler_factory(), substitute=frozenset(),
                         describe=frozenset({found.launch_index}), capture=capture, capture_at=found.launch_index,

@@ -59,11 +59,14 @@ class CapturedLaunch:
     rings: list[list[str]]
     # Eager values of every node a ring reads from outside, on the host.
     values: dict[str, torch.Tensor]
+    # The node held by the buffer localization found diverging (the answer's `buffer`), if it is mapped.
+    diverging: str | None = None
     problems: list[str] = field(default_factory=list)
 
 
-def capture_launch(launch: Launch, call: Any, label: str) -> CapturedLaunch:
-    """Capture `launch` of a probed graph call (`call`: the probe's `_GraphCall`) before it runs."""
+def capture_launch(launch: Launch, call: Any, label: str, diverging_buffer: str | None = None) -> CapturedLaunch:
+    """Capture `launch` of a probed graph call (`call`: the probe's `_GraphCall`) before it runs;
+    `diverging_buffer` is the written buffer localization named."""
     info: GraphInfo = call.info
     regions, values = call.regions, call.values
     args, kwargs = _arguments_on_eager_values(launch, regions, values)
@@ -90,7 +93,8 @@ def capture_launch(launch: Launch, call: Any, label: str) -> CapturedLaunch:
         kernel_kind=launch.kernel.kind, kernel_source=launch.kernel.source, module_path=launch.kernel.module_path,
         accumulates=launch.kernel.accumulates,
         args=args, kwargs=kwargs, written=written, gm=info.gm, rings=rings,
-        values=_eager_values(info, values, needed))
+        values=_eager_values(info, values, needed),
+        diverging=next((w.node.rpartition("@")[2] for w in written if w.name == diverging_buffer and w.node), None))
 
 
 def _arguments_on_eager_values(launch: Launch, regions: Any, values: Any) -> tuple[list[Any], dict[str, Any]]:

@@ -171,12 +171,12 @@ def _graph_forms(captured: CapturedLaunch, parent: Parent, directory: Path, foun
         kept = _candidate(captured, parent, sub, case_name, widened, found, path)
         if kept is None:
             continue
-        if not _fault_follows_selector(parent.config.inject):
-            kept = _reduced(captured, parent, sub, kept, case_name, widened, found, path)
+        kept = _reduced(captured, parent, sub, kept, case_name, widened, found, path)
         sub, values, specs, injection = kept
         found.extracted = "reproduces" if widened == 0 else f"widened({widened})"
         found.widened, found.values, found.case_injection = widened, values, injection
         found.case_file, found.case_name, found.graph_lines = str(path), case_name, sub.lines
+        found.code = sub.code
         _plain_form(sub, specs, parent, directory, found)
         return
     found.notes.append("no subgraph around the kernel diverges compiled from scratch: no case written")
@@ -218,22 +218,32 @@ MAX_REDUCTIONS = 4
 
 def _reduced(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, kept: Kept, case_name: str, widened: int,
              found: R.Extraction, path: Path) -> Kept:
-    """The smallest part of a reproducing subgraph that still reproduces: each node with what it is computed
-    from inside the subgraph, as the only output (the seed's index producer inside a fused scatter reduces to
-    its view and copy). Tried smallest first, at most MAX_REDUCTIONS; the reproducing subgraph is written
-    back when none does."""
+    """The smallest part of a reproducing subgraph that still reproduces, written in its place.
+
+    First the part that computes the buffer localization found diverging (the nodes it is computed from
+    inside the subgraph); then, smallest first and at most MAX_REDUCTIONS, each node with what it is
+    computed from, as the only output (the seed's index producer inside a fused scatter reduces to its view
+    and copy). An injected fault that selects kernels hits whichever kernel it selects, so any part would
+    "reproduce" it: for it, only the diverging buffer's part is tried.
+    """
     parts = []
-    for node in sub.nodes:
-        closure = S.closure(captured.gm, sub.nodes, node)
-        if len(closure) < len(sub.nodes) and S.reads_outside(captured.gm, closure) and closure not in parts:
-            parts.append(closure)
-    for part in sorted(parts, key=len)[:MAX_REDUCTIONS]:
-        smaller = S.cut(captured.gm, part, [part[-1]])
-        reduced = _candidate(captured, parent, smaller, case_name, widened, found, path, quiet=True)
+    if captured.diverging in sub.nodes:
+        parts.append(S.closure(captured.gm, sub.nodes, captured.diverging))
+    if not _fault_follows_selector(parent.config.inject):
+        smaller = []
+        for node in sub.nodes:
+            closure = S.closure(captured.gm, sub.nodes, node)
+            if S.reads_outside(captured.gm, closure) and closure not in parts + smaller:
+                smaller.append(closure)
+        parts += sorted(smaller, key=len)[:MAX_REDUCTIONS]
+    for part in sorted((p for p in parts if len(p) < len(sub.nodes)), key=len, reverse=False):
+        smaller_sub = S.cut(captured.gm, part, [part[-1]], only=True)
+        reduced = _candidate(captured, parent, smaller_sub, case_name, widened, found, path, quiet=True)
         if reduced is not None:
             found.notes.append(f"reduced from {len(sub.nodes)} to {len(part)} node(s): {', '.join(part)}")
             return reduced
-    _candidate(captured, parent, sub, case_name, widened, found, path, quiet=True)  # written back
+    if parts:
+        _candidate(captured, parent, sub, case_name, widened, found, path, quiet=True)  # written back
     return kept
 
 

@@ -95,9 +95,10 @@ def reads_outside(gm: torch.fx.GraphModule, nodes: Iterable[str]) -> bool:
     return any(source.name not in inside for name in inside for source in by_name[name].all_input_nodes)
 
 
-def cut(gm: torch.fx.GraphModule, nodes: Iterable[str], outputs: Iterable[str] | None = None) -> Subgraph:
-    """`nodes` as a graph of their own. Outputs: `outputs` when given (what a kernel stores), plus every node
-    read outside the set or returned by the parent graph; in-place writes of a placeholder show in the
+def cut(gm: torch.fx.GraphModule, nodes: Iterable[str], outputs: Iterable[str] | None = None,
+        only: bool = False) -> Subgraph:
+    """`nodes` as a graph of their own. Outputs: `outputs` when given (what a kernel stores), plus, unless
+    `only`, every node read outside the set in the parent graph; in-place writes of a placeholder show in the
     placeholder itself."""
     by_name = {node.name: node for node in gm.graph.nodes}
     chosen = [node for node in gm.graph.nodes if node.name in set(nodes)]
@@ -119,7 +120,7 @@ def cut(gm: torch.fx.GraphModule, nodes: Iterable[str], outputs: Iterable[str] |
         copied.meta = {k: v for k, v in node.meta.items() if k in ("val", "tensor_meta")}
         mapping[node] = copied
     wanted = list(dict.fromkeys(name for name in (outputs or ()) if name in inside))
-    for node in chosen:
+    for node in [] if only and wanted else chosen:
         read_outside = any(user.name not in inside for user in node.users)
         # A constant (`full`, `scalar_tensor`: no input) read outside is no result of the subgraph's.
         if read_outside and node.name not in wanted and _is_tensor(node) and node.all_input_nodes:

@@ -59,9 +59,12 @@ def render_html(
     run_meta: dict[str, Any] | None = None,
     baseline: list[CaseResult] | None = None,
     baseline_meta: dict[str, Any] | None = None,
+    output: str | None = None,
 ) -> str:
-    """The report page for `records`, diffed against `baseline` records (and its run metadata) when given."""
+    """The report page for `records`, diffed against `baseline` records (and its run metadata) when given;
+    files the records name (extracted repros) are linked relative to `output`, the page's path, when given."""
     context = build_context(list(records), dict(run_meta or {}), baseline, baseline_meta)
+    context["link_to"] = lambda path: _relative_link(path, output)
     context["sort_script"], context["script_hash"] = _sort_script()
     context["generated_at"] = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return _environment().get_template("report.html.j2").render(**context)
@@ -113,5 +116,15 @@ def write_report(result_paths: list[str], output: str, baseline_path: str | None
     if baseline_path:
         baseline_meta, baseline = read_results(baseline_path)
         run_meta["baseline"] = os.path.basename(baseline_path)
-    write_atomically(output, render_html(records, run_meta, baseline, baseline_meta))  # never half a page
+    write_atomically(output, render_html(records, run_meta, baseline, baseline_meta, output))  # never half a page
     return output
+
+
+def _relative_link(path: str, page: str | None) -> str:
+    """A link from the page to a file: relative, so a CI artifact holding both keeps it working."""
+    if page is None:
+        return path
+    try:
+        return os.path.relpath(path, os.path.dirname(os.path.abspath(page)))
+    except ValueError:  # another drive
+        return path

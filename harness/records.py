@@ -444,6 +444,9 @@ class Extraction:
     command: str | None = None
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    # Seconds per step: "kernel" (the kernel-level repro written and run), "graph" (subgraphs compiled from
+    # scratch and run until one reproduces), "plain" (the plain script run).
+    timings: dict[str, float] = field(default_factory=dict)
 
     def line(self) -> str:
         """The console line: the verdict, and where each kept form is."""

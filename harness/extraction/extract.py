@@ -73,12 +73,14 @@ def extract(captured: CapturedLaunch, parent: Parent) -> R.Extraction:
     found.kernel_injection = _narrowed(parent.config.inject, captured.kernel_name)
     manifest = _manifest(captured, parent, found)
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    clock = time.perf_counter()
     try:
         _kernel_form(captured, parent, directory, found)
     except Exception as exc:  # noqa: BLE001 - one form failing leaves the others
         found.kernel_repro = "not-written"
         found.notes.append(f"kernel-level repro failed: {type(exc).__name__}: {R.exception_line(exc)}")
         _remove(directory, REPRO_FILE, LAUNCH_FILE, MODULE_FILE, "kernel.cpp", "_kernel.py")
+    found.timings["kernel"] = round(time.perf_counter() - clock, 3)
     try:
         _graph_forms(captured, parent, directory, found, CASE_PREFIX + name)
     except Exception as exc:  # noqa: BLE001
@@ -165,20 +167,31 @@ def _kernel_form(captured: CapturedLaunch, parent: Parent, directory: Path, foun
 
 def _graph_forms(captured: CapturedLaunch, parent: Parent, directory: Path, found: R.Extraction,
                  case_name: str) -> None:
+    """The smallest subgraph that reproduces: parts of the kernel's own subgraph first (`_parts`), then the
+    whole of it, then each wider ring; the first that reproduces is written."""
     path = directory / f"{case_name}.py"
+    clock = time.perf_counter()
     for widened, ring in enumerate(captured.rings):
-        sub = S.cut(captured.gm, ring)
-        kept = _candidate(captured, parent, sub, case_name, widened, found, path)
-        if kept is None:
-            continue
-        kept = _reduced(captured, parent, sub, kept, case_name, widened, found, path)
-        sub, values, specs, injection = kept
-        found.extracted = "reproduces" if widened == 0 else f"widened({widened})"
-        found.widened, found.values, found.case_injection = widened, values, injection
-        found.case_file, found.case_name, found.graph_lines = str(path), case_name, sub.lines
-        found.code = sub.code
-        _plain_form(sub, specs, parent, directory, found)
-        return
+        whole = S.cut(captured.gm, ring)
+        tries = [S.cut(captured.gm, part, [part[-1]], only=True) for part in _parts(captured, parent, ring)]
+        for sub in tries + [whole]:
+            kept = _candidate(captured, parent, sub, case_name, widened, found, path, quiet=sub is not whole)
+            if kept is None:
+                continue
+            if sub is not whole:
+                found.notes.append(f"reduced from {len(whole.nodes)} to {len(sub.nodes)} node(s): "
+                                   f"{', '.join(sub.nodes)}")
+            sub, values, specs, injection = kept
+            found.extracted = "reproduces" if widened == 0 else f"widened({widened})"
+            found.widened, found.values, found.case_injection = widened, values, injection
+            found.case_file, found.case_name, found.graph_lines = str(path), case_name, sub.lines
+            found.code = sub.code
+            found.timings["graph"] = round(time.perf_counter() - clock, 3)
+            clock = time.perf_counter()
+            _plain_form(sub, specs, parent, directory, found)
+            found.timings["plain"] = round(time.perf_counter() - clock, 3)
+            return
+    found.timings["graph"] = round(time.perf_counter() - clock, 3)
     found.notes.append("no subgraph around the kernel diverges compiled from scratch: no case written")
 
 
@@ -212,39 +225,31 @@ def _candidate(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, case_n
     return None
 
 
-# Smaller subgraphs tried after one reproduces (each costs a compile or two), smallest first.
-MAX_REDUCTIONS = 4
+# Parts of the kernel's subgraph tried before the whole of it, each a compile from scratch.
+MAX_PARTS = 2
 
 
-def _reduced(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, kept: Kept, case_name: str, widened: int,
-             found: R.Extraction, path: Path) -> Kept:
-    """The smallest part of a reproducing subgraph that still reproduces, written in its place.
-
-    First the part that computes the buffer localization found diverging (the nodes it is computed from
-    inside the subgraph); then, smallest first and at most MAX_REDUCTIONS, each node with what it is
-    computed from, as the only output (the seed's index producer inside a fused scatter reduces to its view
-    and copy). An injected fault that selects kernels hits whichever kernel it selects, so any part would
-    "reproduce" it: for it, only the diverging buffer's part is tried.
-    """
-    parts = []
-    if captured.diverging in sub.nodes:
-        parts.append(S.closure(captured.gm, sub.nodes, captured.diverging))
+def _parts(captured: CapturedLaunch, parent: Parent, ring: list[str]) -> list[list[str]]:
+    """Parts of the kernel's own subgraph to try before the whole, in order, each a node with what it is
+    computed from inside the subgraph (as the only output): the smallest ones that read an input (the
+    seed's index producer inside a fused scatter is its view and copy), at most MAX_PARTS, then the part
+    computing the buffer localization found diverging. An injected fault that selects kernels hits
+    whichever kernel it selects, so any part would "reproduce" it: for it, only the diverging buffer's part."""
+    if ring is not captured.rings[0]:
+        return []
+    parts: list[list[str]] = []
     if not _fault_follows_selector(parent.config.inject):
-        smaller = []
-        for node in sub.nodes:
-            closure = S.closure(captured.gm, sub.nodes, node)
-            if S.reads_outside(captured.gm, closure) and closure not in parts + smaller:
-                smaller.append(closure)
-        parts += sorted(smaller, key=len)[:MAX_REDUCTIONS]
-    for part in sorted((p for p in parts if len(p) < len(sub.nodes)), key=len, reverse=False):
-        smaller_sub = S.cut(captured.gm, part, [part[-1]], only=True)
-        reduced = _candidate(captured, parent, smaller_sub, case_name, widened, found, path, quiet=True)
-        if reduced is not None:
-            found.notes.append(f"reduced from {len(sub.nodes)} to {len(part)} node(s): {', '.join(part)}")
-            return reduced
-    if parts:
-        _candidate(captured, parent, sub, case_name, widened, found, path, quiet=True)  # written back
-    return kept
+        smallest = []
+        for node in ring:
+            closure = S.closure(captured.gm, ring, node)
+            if S.reads_outside(captured.gm, closure) and closure not in smallest:
+                smallest.append(closure)
+        parts += sorted(smallest, key=len)[:MAX_PARTS]
+    if captured.diverging in ring:
+        diverging = S.closure(captured.gm, ring, captured.diverging)
+        if diverging not in parts:
+            parts.append(diverging)
+    return [part for part in parts if len(part) < len(ring)]
 
 
 def _fault_follows_selector(inject: str | None) -> bool:

@@ -310,6 +310,8 @@ def _check_targets(args: argparse.Namespace) -> None:
     from .journal import journal_path
 
     files = [(args.json_path, "--json"), (args.junit, "--junit")]
+    if getattr(args, "extract", None):
+        _check_directory(args.extract, "--extract" if args.command == "run" else "-o")
     if args.report_dir:
         _check_directory(args.report_dir, "--report-dir")
         files += [(os.path.join(args.report_dir, name), "--report-dir") for name in ("results.json", "index.html")]

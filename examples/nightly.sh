@@ -20,12 +20,15 @@
 #   RESUME        1: a retried job continues from its journal in $OUT (only into a run of the same
 #                 setup: the harness refuses another); otherwise every night runs everything anew
 #
-# Failing runs are localized (--bisect), against a baseline only the new ones: only they pay for it. The
+# Failing runs are localized (--bisect), against a baseline only the new ones: only they pay for it. Each
+# localized kernel is extracted into a verified repro under $OUT/repros/<shard>/ (--extract), which the
+# report links. The
 # merged JUnit counts a failure the baseline already had as a skip ("known in baseline"), so it agrees with
 # the exit code.
 # Exit code: 0 nothing new broke (or, without a baseline, nothing failed); 1 a new failure;
 # 2 a setup or usage error; 128+N the run was stopped by signal N (the partial results are kept).
-# Artifacts: $OUT/index.html (the report), $OUT/results.json (tomorrow's BASELINE), $OUT/junit.xml.
+# Artifacts: $OUT/index.html (the report), $OUT/results.json (tomorrow's BASELINE), $OUT/junit.xml,
+# $OUT/repros/ (the extracted repros of the night's new failures).
 set -uo pipefail
 
 phase=${1:-all}
@@ -40,7 +43,9 @@ run_shard() {
     local name=${SHARD:+shard-${SHARD/\//-of-}}
     name=${name:-all}
     local args=(run --device "$DEVICE" --workers "$WORKERS" --timeout "$TIMEOUT" --bisect
-                --json "$OUT/$name.json")
+                --json "$OUT/$name.json" --extract "$OUT/repros/$name")
+    # Last night's repros in a reused workspace are not tonight's (a resumed job keeps those it made).
+    [[ ${RESUME:-} == 1 ]] || rm -rf "${OUT:?}/repros/$name"
     [[ -n ${SHARD:-} ]] && args+=(--shard "$SHARD")
     [[ -n ${NPU_BACKEND:-} ]] && args+=(--npu-backend "$NPU_BACKEND")
     [[ -n ${KNOWN_ISSUES:-} ]] && args+=(--known-issues "$KNOWN_ISSUES")

@@ -557,12 +557,12 @@ def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig,
 
 def _captured_launch(observed: _Observation, compiled: _Compiled, config: RunConfig,
                      record: R.CaseResult) -> list[Any]:
-    """The kernel a failing run's localization named, captured on one more probe run for `--extract` (an
-    empty list, with the reason noted on the record, when there is none)."""
+    """The kernel a failing run's localization named (a wrong kernel, or where a drift starts), captured on one
+    more probe run for `--extract` (an empty list, with the reason noted on the record, when there is none)."""
     from .probe import KernelProbe
 
     found = record.first_divergent_kernel
-    if found is None or found.answer != R.Answer.KERNEL or found.launch_index is None:
+    if found is None or found.answer not in (R.Answer.KERNEL, R.Answer.DRIFT) or found.launch_index is None:
         answer = "no localization" if found is None else f"the answer is {found.answer}, not a kernel"
         record.extracted = "not-extracted"
         record.warnings.append(f"--extract: nothing extracted ({answer}); extraction starts from a kernel")

@@ -365,3 +365,20 @@ def test_an_idle_worker_gets_its_next_task_before_the_caller_handles_a_record(ca
         assert next(results).case == "doubles"
     finally:
         pool.close()
+
+
+def test_the_nightly_extracts_its_new_failures_and_drops_last_nights_repros(cases, tmp_path):
+    out = tmp_path / "night"
+    stale = out / "repros" / "all" / "stale_case_float32_inference"
+    stale.mkdir(parents=True)
+    env = {**os.environ, "OUT": str(out), "HARNESS": f"{sys.executable} -m harness",
+           "SELECT": f"--case-path '{cases}' --inject fault-scale@0", "KEYWORD": "adds_one"}
+    night = subprocess.run(["bash", str(REPO / "examples" / "nightly.sh")], cwd=REPO, capture_output=True,
+                           text=True, timeout=600, env=env)
+    assert night.returncode == EXIT_FAILED, night.stdout + night.stderr
+    assert not stale.exists()
+    (record,) = records_of(out / "results.json").values()
+    assert record["extracted"] == "reproduces", record.get("extraction")
+    case_file = Path(record["extraction"]["case_file"])
+    assert case_file.is_file() and case_file.is_relative_to(out / "repros" / "all")
+    assert f'href="repros/all/{case_file.parent.name}/{case_file.name}"' in (out / "index.html").read_text()

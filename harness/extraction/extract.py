@@ -74,8 +74,13 @@ def extract(captured: CapturedLaunch, parent: Parent) -> R.Extraction:
     manifest = _manifest(captured, parent, found)
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=1))
     clock = time.perf_counter()
+    drift = parent.record.first_divergent_kernel.answer == R.Answer.DRIFT
+    if drift:  # a kernel-level repro would contradict the answer it was extracted from
+        found.notes.append("kernel-level repro not written: the answer is a drift (no kernel is wrong on exact "
+                           "inputs); the graph-level forms are what reproduces it")
     try:
-        _kernel_form(captured, parent, directory, found)
+        if not drift:
+            _kernel_form(captured, parent, directory, found)
     except Exception as exc:  # noqa: BLE001 - one form failing leaves the others
         found.kernel_repro = "not-written"
         found.notes.append(f"kernel-level repro failed: {type(exc).__name__}: {R.exception_line(exc)}")

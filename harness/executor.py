@@ -81,6 +81,9 @@ class _Worker:
     oom_kills_before: int | None = None
     # The worker said it cannot run another case (its device faulted): replaced before the next task.
     retiring: bool = False
+    # The task's record as judged, sent before `--extract` writes its repros: what stands if extraction then
+    # crashes or hangs the worker.
+    verdict: R.CaseResult | None = None
 
     @property
     def busy(self) -> bool:
@@ -91,7 +94,7 @@ class _Worker:
         self.process.stdin.write(json.dumps({"case": task.case.name, "source": task.case.source, "dtype": task.dtype,
                                              "mode": task.mode, "localize": task.localize}) + "\n")
         self.process.stdin.flush()
-        self.task, self.loading, self.started = task, None, None
+        self.task, self.loading, self.started, self.verdict = task, None, None, None
         self.oom_kills_before = oom_kills()
 
     def kill(self) -> None:
@@ -238,6 +241,9 @@ class WorkerPool:
         if "started" in message:
             worker.started = time.perf_counter()
             return None
+        if "verdict" in message:
+            worker.verdict = R.CaseResult.from_dict(message["verdict"])
+            return None
         task, worker.task = worker.task, None
         if "missing" in message:
             return _failed(task, self.config, "setup", "crash", "CaseNotLoaded",
@@ -248,9 +254,14 @@ class WorkerPool:
 
     def _lost(self, worker: _Worker, symptom: str, message: str, kind: str | None = None) -> R.CaseResult:
         elapsed = time.perf_counter() - (worker.started or time.perf_counter())
-        task = worker.task
+        task, verdict = worker.task, worker.verdict
         tail = worker.log_tail()
         self._stop(worker)
+        if verdict is not None:  # lost while extracting: the run was judged, and its verdict stands
+            verdict.extracted = "does-not-reproduce"
+            verdict.warnings.append(f"--extract: the worker was lost while extracting ({symptom}: {message}); the "
+                                    "run's verdict stands, no repro was kept")
+            return verdict
         if symptom == "crash" and "SIGKILL" in message:
             # Nothing here sent it. The kernel counts its out-of-memory kills: one since the task began is
             # most likely this one; none, and the case (or someone) killed the worker itself.

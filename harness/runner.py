@@ -36,7 +36,10 @@ class CaseFailure(Exception):
         self.stage, self.cause, self.symptom = stage, cause, symptom
 
 
-def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.CaseResult:
+def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig,
+             on_verdict: Callable[[R.CaseResult], None] | None = None) -> R.CaseResult:
+    """One run of a case. With `--extract`, a failure's repros are written after it was judged; `on_verdict`
+    gets the judged record first (a worker sends it, so a crash while extracting cannot cost the verdict)."""
     from .inductor_compat import quiet_torch_logging, remember_vec_isa_checks, torch_state
 
     quiet_torch_logging()
@@ -91,12 +94,15 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> R.
         finally:
             record.duration_s = round(time.perf_counter() - started, 3)
             _release(device, record)
-    if captured:
-        _extract(captured[0], case, dtype, mode, config, record)
     if changed:
         shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
         record.warnings.append(f"the case changed global torch state, restored after it: {shown}")
-    return apply_known_failure(record, case)
+    record = apply_known_failure(record, case)
+    if captured:
+        if on_verdict is not None:
+            on_verdict(record)
+        _extract(captured[0], case, dtype, mode, config, record)
+    return record
 
 
 def _compiler_loaded(device: Device, case: Case, config: RunConfig, record: R.CaseResult) -> bool:

@@ -129,7 +129,8 @@ def main() -> int:
             gc.freeze()
         results.send({"started": task["case"]})
         record = run_case(case, getattr(torch, task["dtype"]), task["mode"],
-                          task_config(config, task.get("localize", True)))
+                          task_config(config, task.get("localize", True)),
+                          on_verdict=lambda judged: results.send({"verdict": encode_json(judged.to_dict())}))
         # A kernel fault (misaligned address, illegal access) poisons the process's device context: every later
         # case here would fail with it. So do torch functions a case replaced and threads it left running.
         residue = case_residue.left_behind(clean)

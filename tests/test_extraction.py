@@ -269,3 +269,40 @@ def test_longformer_with_a_backward_fault_extracts_a_short_case(tmp_path):
     assert found.case_name in harness("list", "--case-path", str(tmp_path)).stdout
     assert harness("run", "--case-path", str(tmp_path), "--inject", found.case_injection).returncode == 1
     assert harness("run", "--case-path", str(tmp_path)).returncode == 0
+
+
+DIES_WHILE_EXTRACTING = '''
+import os, signal
+import torch
+import harness.extraction.extract as extraction
+from harness import Program, case, contiguous
+
+extraction.extract = lambda *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)  # the worker dies extracting
+
+
+@case()
+def adds_one(dtype):
+    return Program(lambda x: x + 1, [contiguous((4,))])
+'''
+
+
+def test_a_worker_lost_while_extracting_keeps_the_runs_verdict(tmp_path):
+    module = tmp_path / "cases" / "dies.py"
+    module.parent.mkdir()
+    module.write_text(DIES_WHILE_EXTRACTING)
+    out = tmp_path / "r.json"
+    result = harness("run", "--case-path", str(module.parent), "--inject", "fault-scale@0", "--extract",
+                     str(tmp_path / "repros"), "--json", str(out))
+    assert result.returncode == 1, result.stdout + result.stderr
+    (record,) = json.loads(out.read_text())["records"]
+    assert record["status"] == "fail" and record["first_divergent_kernel"]["answer"] == "kernel"
+    assert record["extracted"] == "does-not-reproduce"
+    assert any("lost while extracting" in w and "verdict stands" in w for w in record["warnings"]), record["warnings"]
+
+
+def test_run_case_hands_over_the_judged_record_before_extracting(tmp_path):
+    judged = []
+    record = run_case(load_registry().cases["upstream_197895_float_floor_divide_off_by_one"], torch.float32,
+                      "inference", RunConfig(bisect=True, extract_dir=str(tmp_path)),
+                      on_verdict=lambda r: judged.append((r.status, r.extracted)))
+    assert judged == [(R.XFAIL, None)] and record.extracted == "reproduces"

@@ -57,12 +57,13 @@ def seed_index_as_strided_view(dtype):
 
 def index_put_backward(view, grad, weight):
     """The index producer inside a larger graph, as Longformer's backward uses it: the gradient scattered
-    through the overlapping index with `index_put(accumulate=True)`, beside other work on the gradient."""
+    through the overlapping index with `index_put(accumulate=True)`, beside other work on the gradient.
+    (Small whole numbers in float32: every sum is exact, whatever order the accumulation takes.)"""
     index = index_producer_from_view(view)
     scaled = grad * weight
     scattered = torch.zeros(BASE_NUMEL, dtype=grad.dtype, device=grad.device).index_put(
         (index,), scaled.reshape(-1), accumulate=True)
-    return scattered.tanh(), scaled.sum(0)
+    return scattered.neg(), scaled.sum(0)
 
 
 @case(tags=("seed", "layout", "overlapping", "index"), dtypes=(torch.int64, torch.int32), issue=ISSUE,
@@ -71,5 +72,6 @@ def seed_index_as_strided_index_put(dtype):
     """The overlapping view inside a larger graph (a scatter of a gradient through it): what `harness extract`
     reduces back to the view and its copy."""
     view = strided(VIEW_SIZE, VIEW_STRIDE, storage_numel=BASE_NUMEL, fill="arange")
-    return Program(index_put_backward, [view, contiguous(VIEW_SIZE, dtype=torch.float32),
-                                        contiguous(VIEW_SIZE[-1:], dtype=torch.float32)])
+    return Program(index_put_backward, [
+        view, contiguous(VIEW_SIZE, dtype=torch.float32, fill="randint", low=-4, high=5),
+        contiguous(VIEW_SIZE[-1:], dtype=torch.float32, fill="randint", low=-4, high=5)])

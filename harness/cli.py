@@ -126,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with stop:
             args = build_parser().parse_args(argv)
             if args.command == "extract":  # a run that localizes and extracts
+                if args.extract and args.extract != args.output:
+                    raise UsageError("extract writes into -o DIR: --extract names another directory")
                 args.extract, args.bisect = args.output, args.bisect or "on-failure"
             if args.command in ("run", "extract"):
                 return _run(args, stop)

@@ -69,7 +69,7 @@ def test_the_seed_fails_on_the_surrogate_as_on_the_cpu_and_the_same_kernel_is_na
         assert record["versions"]["torch_npu"] == "2.14.0+surrogate"
     # Every console line of a run says it, and so does the command that reproduces it.
     heads = [line for line in result.stdout.splitlines() if line.startswith("[")]
-    assert len(heads) == 4 and all(f"({LABEL})" in line for line in heads), result.stdout
+    assert len(heads) == 6 and all(f"({LABEL})" in line for line in heads), result.stdout
     assert f"on npu ({LABEL})" in result.stdout.splitlines()[0]
     assert npu["command"].startswith(f"PYTHONPATH={SURROGATE_DIR} python -m harness run seed_index_as_strided_view")
 
@@ -81,7 +81,7 @@ def test_pytest_runs_the_seed_cases_on_the_surrogate(surrogate, tmp_path):
     # On the surrogate's CPU kernels the seed is right; the NPU's known failure is not the surrogate's (xfail).
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     records = records_of(tmp_path / "results.json")
-    assert len(records) == 4 and all(r["status"] == "pass" and r["surrogate"] == LABEL for r in records.values())
+    assert len(records) == 6 and all(r["status"] == "pass" and r["surrogate"] == LABEL for r in records.values())
 
 
 @pytest.mark.parametrize("asked, kept, said", [
@@ -168,3 +168,25 @@ def test_a_two_worker_run_gives_every_case_the_same_record_whatever_its_place(su
     two, one = records_of(tmp_path / "two.json"), records_of(tmp_path / "one.json")
     assert set(two) == set(one) and len(two) == 3
     assert {key: facts(r) for key, r in two.items()} == {key: facts(r) for key, r in one.items()}
+
+
+def test_extraction_on_the_surrogate_writes_repros_that_run_there(surrogate, tmp_path):
+    out = tmp_path / "repros"
+    result = run_harness(surrogate, "extract", "seed_index_as_strided_index_put", "--dtype", "int64", "--device",
+                         "npu", "--inject", "boundary-downcast", "-o", str(out), "--json", str(tmp_path / "r.json"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    (record,) = records_of(tmp_path / "r.json").values()
+    found = record["extraction"]
+    assert record["extracted"] == "reproduces" and found["kernel_repro"] == "reproduces", found
+    assert "aten.clone.default(arg0_1" in found["code"] and found["graph_lines"] == 2
+    assert f"(npu, {LABEL})" in Path(found["case_file"]).read_text()  # the docstring says where it was verified
+    repro = subprocess.run([sys.executable, "repro.py"], cwd=found["directory"], env=surrogate, capture_output=True,
+                           text=True, timeout=600)
+    assert repro.returncode == 1 and LABEL in repro.stdout and "DIVERGES" in repro.stdout, repro.stdout + repro.stderr
+    rerun = run_harness(surrogate, "run", "--case-path", str(out), "--device", "npu", "--inject", "boundary-downcast",
+                        "--json", str(tmp_path / "again.json"))
+    assert rerun.returncode == 1, rerun.stdout + rerun.stderr
+    (again,) = records_of(tmp_path / "again.json").values()
+    (output,) = again["outputs"]
+    assert (output["bad"], output["numel"], output["max_abs"], output["actual_max"]) == SEED_FIGURES
+    assert again["surrogate"] == LABEL

@@ -25,6 +25,7 @@ import dataclasses
 import importlib.util
 import json
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -90,6 +91,11 @@ def extract(captured: CapturedLaunch, parent: Parent) -> R.Extraction:
         _graph_forms(captured, parent, directory, found, CASE_PREFIX + name)
     except Exception as exc:  # noqa: BLE001
         found.notes.append(f"graph-level repro failed: {type(exc).__name__}: {R.exception_line(exc)}")
+        # Whatever was written but not verified goes: a repro that did not reproduce is never left as one.
+        if found.case_file is None:
+            _remove(directory, f"{CASE_PREFIX}{name}.py", forms.VALUES_FILE)
+        if found.plain_script != "reproduces":
+            _remove(directory, PLAIN_FILE, PLAIN_VALUES_FILE)
     found.seconds = round(time.perf_counter() - started, 3)
     manifest["result"] = dataclasses.asdict(found)
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -193,7 +199,7 @@ def _graph_forms(captured: CapturedLaunch, parent: Parent, directory: Path, foun
             found.code = sub.code
             found.timings["graph"] = round(time.perf_counter() - clock, 3)
             clock = time.perf_counter()
-            _plain_form(sub, specs, parent, directory, found)
+            _plain_form(sub, specs, [captured.values[n] for n in sub.inputs], parent, directory, found)
             found.timings["plain"] = round(time.perf_counter() - clock, 3)
             return
     found.timings["graph"] = round(time.perf_counter() - clock, 3)
@@ -323,7 +329,8 @@ def _case_text(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, specs:
     if case.issue:
         kwargs["issue"] = repr(case.issue)
     where = "its own subgraph" if widened == 0 else f"widened by {widened} ring(s) of neighbouring kernels"
-    run = f"python -m harness run --case-path {path_of_dir(parent)} {case_name} --device {parent.config.device}"
+    run = (f"python -m harness run --case-path {shlex.quote(_extract_root(parent))} {case_name} "
+           f"--device {parent.config.device}")
     docstring = [
         f"Extracted from {case.name} ({parent.mode}, {str(parent.dtype).replace('torch.', '')}): "
         f"{captured.kernel_name}, {captured.graph}, {where}.", "",
@@ -331,18 +338,20 @@ def _case_text(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, specs:
         f"Inputs: {values}" + (" from a seed, within each input's observed range" if values == "regenerated"
                                else f" ({forms.VALUES_FILE}, torch.save: exact layouts and storages, loads on any "
                                     "device)") + ".",
-        f"Run: {run}" + (f" --inject '{injection}'" if injection else "")]
+        f"Run: {run}" + (f" --inject {shlex.quote(injection)}" if injection else "")]
+    where_run = parent.config.device + (f", {parent.record.surrogate}" if parent.record.surrogate else "")
     if injection:
-        docstring.append(f"Verified: fails under --inject '{injection}' (an injected fault or emulation, "
-                         "not real hardware), passes without it.")
+        docstring.append(f"Verified on torch {torch.__version__} ({where_run}): fails under --inject "
+                         f"{shlex.quote(injection)} (an injected fault or emulation, not real hardware), passes "
+                         "without it.")
     else:
-        docstring.append(f"Verified: fails on torch {torch.__version__} ({parent.config.device}).")
+        docstring.append(f"Verified: fails on torch {torch.__version__} ({where_run}).")
     parent_info = {"case": case.name, "dtype": str(parent.dtype).replace("torch.", ""), "mode": parent.mode,
                    "graph": captured.graph, "kernel": captured.kernel_name, "command": parent.record.command}
     return forms.case_module(case_name, sub.code, sub.imports, specs, parent.dtype, docstring, kwargs, parent_info)
 
 
-def path_of_dir(parent: Parent) -> str:
+def _extract_root(parent: Parent) -> str:
     return str(Path(parent.config.extract_dir).resolve())
 
 
@@ -375,8 +384,10 @@ def _verify_case(path: Path, case_name: str, parent: Parent, inject: str | None,
     return f"{record.status} ({R.one_line(str(detail))[:200]})"
 
 
-def _plain_form(sub: S.Subgraph, specs: list[forms.InputSpec] | None, parent: Parent, directory: Path,
-                found: R.Extraction) -> None:
+def _plain_form(sub: S.Subgraph, specs: list[forms.InputSpec] | None, tensors: list[torch.Tensor], parent: Parent,
+                directory: Path, found: R.Extraction) -> None:
+    """The plain script, with the case's inputs: regenerated ones from its own seed first, then the values
+    saved (`plain_inputs.pt` beside a case that regenerates its own), when a seed of its own does not show it."""
     if parent.config.inject:
         found.notes.append("plain script not written: the fault is injected by the harness, which a script "
                            "without it cannot do")
@@ -393,26 +404,42 @@ def _plain_form(sub: S.Subgraph, specs: list[forms.InputSpec] | None, parent: Pa
     docstring = [f"{found.kernel} of {parent.case.name} ({parent.mode}): eager against torch.compile.", "",
                  f"Found by the harness: {parent.record.command}",
                  f"Run: python {PLAIN_FILE} [device]   (AssertionError: the bug reproduces)"]
-    text = forms.plain_script(sub.code, sub.imports, specs, docstring, compile_kwargs,
-                              None if tolerance is None else (tolerance.rtol, tolerance.atol), parent.config.device)
     path = directory / PLAIN_FILE
-    path.write_text(text)
+    choices = [(specs, forms.VALUES_FILE)] if specs is not None else [(None, forms.VALUES_FILE)]
+    if specs is not None:
+        choices.append((None, PLAIN_VALUES_FILE))
+    for chosen, values_file in choices:
+        if chosen is None and values_file == PLAIN_VALUES_FILE:
+            torch.save(tensors, directory / PLAIN_VALUES_FILE)
+        path.write_text(forms.plain_script(sub.code, sub.imports, chosen, docstring, compile_kwargs,
+                                           None if tolerance is None else (tolerance.rtol, tolerance.atol),
+                                           parent.config.device, values_file))
+        outcome = _run_plain(path, parent.config.device)
+        if outcome is None:
+            found.plain_script = "reproduces"
+            return
+        found.notes.append(f"plain script ({'regenerated' if chosen else 'saved'} inputs): {outcome}")
+    found.plain_script = "does-not-reproduce"
+    _remove(directory, PLAIN_FILE, PLAIN_VALUES_FILE)
+
+
+PLAIN_VALUES_FILE = "plain_inputs.pt"
+
+
+def _run_plain(path: Path, device: str) -> str | None:
+    """Run the plain script's `main` here: None when it raises AssertionError (it reproduces), else what it did."""
     spec = importlib.util.spec_from_file_location(f"harness_plain_{id(path):x}", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
         torch.compiler.reset()
-        module.main(parent.config.device)
+        module.main(device)
     except AssertionError:
-        found.plain_script = "reproduces"
-        return
+        return None
     except Exception as exc:  # noqa: BLE001
-        found.notes.append(f"plain script failed to run ({type(exc).__name__}: {R.exception_line(exc)}): not kept")
-    else:
-        found.notes.append("plain script: assert_close passes (the harness's verdict rules differ): not kept")
-    found.plain_script = "does-not-reproduce"
-    _remove(directory, PLAIN_FILE)
+        return f"failed to run ({type(exc).__name__}: {R.exception_line(exc)}), not kept"
+    return "assert_close passes (the harness's verdict rules differ), not kept"
 
 
 def _function(code: str, imports: list[str]) -> Any:

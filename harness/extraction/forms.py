@@ -89,7 +89,9 @@ def _dtype(dtype: torch.dtype) -> str:
 
 
 def _header(lines: list[str]) -> str:
-    return '"""' + "\n".join(lines).replace('"""', "'''") + '\n"""'
+    """A module docstring holding these lines as they are (a path's backslash, a quote in a command)."""
+    text = "\n".join(lines).replace("\\", "\\\\").replace('"""', "'''")
+    return '"""' + text + '\n"""'
 
 
 def case_module(name: str, subgraph_code: str, imports: list[str], specs: list[InputSpec] | None, dtype: torch.dtype,
@@ -141,11 +143,13 @@ def copy_of(tensor, device):
 
 
 def plain_script(subgraph_code: str, imports: list[str], specs: list[InputSpec] | None, docstring: list[str],
-                 compile_kwargs: dict[str, Any], tolerance: tuple[float, float] | None, device: str) -> str:
-    """The upstream tracker's form: eager against torch.compile with assert_close, no harness import."""
+                 compile_kwargs: dict[str, Any], tolerance: tuple[float, float] | None, device: str,
+                 values_file: str = VALUES_FILE) -> str:
+    """The upstream tracker's form: eager against torch.compile with assert_close, no harness import. Inputs
+    made from `specs`, or loaded from `values_file` beside it."""
     if specs is None:
         make_inputs = ("def inputs(device):\n"
-                       f"    return torch.load(Path(__file__).with_name({VALUES_FILE!r}), weights_only=True)\n")
+                       f"    return torch.load(Path(__file__).with_name({values_file!r}), weights_only=True)\n")
         extra = ["from pathlib import Path"]
     else:
         rows = "".join(f"        {spec.plain_text()},\n" for spec in specs)

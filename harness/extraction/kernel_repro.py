@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import sys
 from dataclasses import dataclass, field
@@ -67,6 +66,7 @@ def main(directory: str | Path, graph: Callable[..., Any]) -> int:
 def check(directory: str | Path, graph: Callable[..., Any], device: str, inject: str | None) -> KernelCheck:
     """Launch the kernel on its saved arguments and judge what it writes against the subgraph, eagerly."""
     from ..compare import Verdict
+    from ..inductor_compat.launches import load_generated_module
     from ..layout import clone_exact
     from ..tolerances import Tolerance
 
@@ -81,7 +81,7 @@ def check(directory: str | Path, graph: Callable[..., Any], device: str, inject:
     verdict = Verdict(tolerances, accumulated=manifest["kernel"]["accumulates"])
     try:
         handler = _handler(inject)
-        module = _load_module(directory / MODULE_FILE, handler)
+        module = load_generated_module(str(directory / MODULE_FILE), getattr(handler, "rewriters", ()))
         _launch(module, manifest["kernel"], args, kwargs, target, handler)
         missed = getattr(handler, "missed", lambda: None)() if handler is not None else None
         if missed:
@@ -142,47 +142,25 @@ def _handler(inject: str | None) -> Any:
     return make_handler(inject)
 
 
-def _load_module(path: Path, handler: Any) -> Any:
-    """Inductor's generated module, loaded as Inductor loads it (its kernels observed, and rewritten by a
-    source-rewriting emulation)."""
-    from ..inductor_compat.kernel_variants import attach_variants, rewriting
-    from ..inductor_compat.launches import _wrap_module
-
-    spec = importlib.util.spec_from_file_location(f"harness_extracted_{abs(hash(str(path))):x}", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    with rewriting(getattr(handler, "rewriters", ())):
-        spec.loader.exec_module(module)
-        _wrap_module(module)
-        attach_variants(module)
-    return module
-
-
 def _launch(module: Any, kernel: dict[str, Any], args: list[Any], kwargs: dict[str, Any], device: torch.device,
             handler: Any) -> None:
     from ..inductor_compat import intercept_launches
+    from ..inductor_compat.launches import extern_kernel, raw_stream
 
     name = kernel["name"]
     if kernel["kind"] == "extern":
-        from torch._inductor.select_algorithm import extern_kernels
-
-        function = getattr(extern_kernels, name.split(".", 1)[1])
+        function = extern_kernel(module, name)
         call = lambda: function(*args, **kwargs)  # noqa: E731
     elif kernel["kind"] == "triton":
         proxy = getattr(module, name)
-        if device.type != "cpu":
-            kwargs = {**kwargs, "stream": _raw_stream(device)}
+        if device.type != "cpu":  # the launch's stream was another process's
+            kwargs = {**kwargs, "stream": raw_stream(device)}
         call = lambda: proxy.run(*args, **kwargs)  # noqa: E731
     else:
         proxy = getattr(module, name)
         call = lambda: proxy(*args, **kwargs)  # noqa: E731
     with intercept_launches(handler) if handler is not None else contextlib.nullcontext():
         call()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    from ..devices import get_device
 
-
-def _raw_stream(device: torch.device) -> int:
-    from torch._C import _cuda_getCurrentRawStream
-
-    return _cuda_getCurrentRawStream(device.index or 0)
+    get_device(device.type).synchronize()

@@ -187,6 +187,40 @@ def _install() -> None:
         _installed_original = original
 
 
+def load_generated_module(path: str, rewriters: Any = ()) -> Any:
+    """A generated wrapper module copied out of Inductor's cache (an extracted repro's), loaded as Inductor
+    loads one: its kernels compiled (from Inductor's caches when warm), observed, and rewritten by a
+    source-rewriting emulation."""
+    import importlib.util
+
+    from .kernel_variants import rewriting
+
+    spec = importlib.util.spec_from_file_location(f"harness_generated_{abs(hash(path)):x}", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    with rewriting(rewriters):
+        spec.loader.exec_module(module)
+        _wrap_module(module)
+        attach_variants(module)
+    return module
+
+
+def extern_kernel(module: Any, name: str) -> Callable[..., Any]:
+    """The extern kernel `extern_kernels.<op>` as a generated module calls it (observed when the module was)."""
+    namespace = getattr(module, "extern_kernels", None)
+    if namespace is None:
+        from torch._inductor.select_algorithm import extern_kernels as namespace
+    return getattr(namespace, name.split(".", 1)[1])
+
+
+def raw_stream(device: Any) -> int:
+    """The device's current stream as a generated Triton launch takes it (`stream=`), through the device
+    interface Dynamo keeps for each device type (CUDA's; torch_npu registers the NPU's)."""
+    from torch._dynamo.device_interface import get_interface_for_device
+
+    return get_interface_for_device(device.type).get_raw_stream(device.index or 0)
+
+
 def _wrap_module(module: Any) -> None:
     """Replace each kernel global with a proxy; idempotent, pass-through when no handler is active."""
     if getattr(module, "__harness_wrapped__", False):

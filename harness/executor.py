@@ -352,10 +352,13 @@ def _failed(task: Task, config, stage: str, symptom: str, kind: str, message: st
 
 
 def task_config(config, localize: bool):
-    """The run's configuration for one task: without localization when the task is not to be localized."""
+    """The run's configuration for one task: without localization (nor extraction, which starts from it) when
+    the task is not to be localized."""
     import dataclasses
 
-    return config if localize or not config.bisect else dataclasses.replace(config, bisect=None)
+    if localize or not config.bisect:
+        return config
+    return dataclasses.replace(config, bisect=None, extract_dir=None)
 
 
 def import_deadline_s() -> float:

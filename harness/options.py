@@ -205,8 +205,9 @@ def run_config_from(values: Mapping[str, Any]):
     return RunConfig(
         device=device, backend=values.get("backend") or "inductor", npu_backend=values.get("npu_backend"),
         compile_mode=values.get("compile_mode"), compile_options=options, reference=values.get("reference"),
-        inject=values.get("inject"),
-        bisect=values.get("bisect") or ("on-failure" if values.get("extract") else None), strict_eager=bool(values.get("strict_eager")),
+        inject=values.get("inject"), strict_eager=bool(values.get("strict_eager")),
+        # Extraction starts from the kernel localization names: --extract implies --bisect.
+        bisect=values.get("bisect") or ("on-failure" if values.get("extract") else None),
         fresh_compile=bool(values.get("fresh_compile")),
         extract_dir=os.path.abspath(values["extract"]) if values.get("extract") else None,
         case_paths=tuple(os.path.abspath(p) if os.path.exists(p) else p for p in values.get("case_path") or ()),

@@ -209,6 +209,9 @@ def test_the_report_links_the_extracted_case_and_shows_its_code(tmp_path):
     page = render_html([record], output=str(tmp_path / "report" / "index.html"))
     assert 'href="../repros/a/extracted_a.py"' in page and "Extracted repro: reproduces" in page
     assert "torch.ops.aten.clone.default(x)" in page
+    hostile = R.CaseResult("c", "cpu", "inductor", "float32", "inference", R.FAIL, extracted="reproduces",
+                           extraction=R.Extraction("reproduces", "x", case_file="javascript:alert(1)", case_name="x"))
+    assert 'href="./javascript:alert(1)"' in render_html([hostile])  # a file name, not a URL with a scheme
 
 
 def test_extract_needs_a_directory_it_can_write(tmp_path):

@@ -17,11 +17,12 @@ just before the named launch runs (`KernelProbe.capture`):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from ..execution import same_values
 from ..inductor_compat import GraphInfo, Launch
 from ..layout import is_non_overlapping_and_dense
 from . import subgraph as S
@@ -61,7 +62,6 @@ class CapturedLaunch:
     values: dict[str, torch.Tensor]
     # The node held by the buffer localization found diverging (the answer's `buffer`), if it is mapped.
     diverging: str | None = None
-    problems: list[str] = field(default_factory=list)
 
 
 def capture_launch(launch: Launch, call: Any, label: str, diverging_buffer: str | None = None) -> CapturedLaunch:
@@ -79,10 +79,7 @@ def capture_launch(launch: Launch, call: Any, label: str, diverging_buffer: str 
         if node is not None and expected is not None:
             value = values.value(node)
             whole = (value is not None and value.numel() == expected.numel()
-                     and bool(torch.equal(value.reshape(expected.shape), expected)
-                              if not expected.is_floating_point()
-                              else ((value.reshape(expected.shape) == expected)
-                                    | (value.reshape(expected.shape).isnan() & expected.isnan())).all()))
+                     and same_values(value.reshape(expected.shape), expected))
         name = regions.local_of(launch, tensor) or launch.param_name(key)
         host = None if expected is None else expected.detach().to("cpu", copy=True)
         written.append(WrittenArgument(key, name, node, whole, host))

@@ -121,10 +121,11 @@ def write_report(result_paths: list[str], output: str, baseline_path: str | None
 
 
 def _relative_link(path: str, page: str | None) -> str:
-    """A link from the page to a file: relative, so a CI artifact holding both keeps it working."""
-    if page is None:
-        return path
-    try:
-        return os.path.relpath(path, os.path.dirname(os.path.abspath(page)))
-    except ValueError:  # another drive
-        return path
+    """A link from the page to a file: relative, so a CI artifact holding both keeps it working; never a URL
+    with a scheme (a record's path is data: `javascript:...` must stay a file name)."""
+    if page is not None:
+        try:
+            path = os.path.relpath(path, os.path.dirname(os.path.abspath(page)))
+        except ValueError:  # another drive
+            pass
+    return path if path.startswith(("/", ".")) else "./" + path

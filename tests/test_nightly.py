@@ -381,4 +381,4 @@ def test_the_nightly_extracts_its_new_failures_and_drops_last_nights_repros(case
     assert record["extracted"] == "reproduces", record.get("extraction")
     case_file = Path(record["extraction"]["case_file"])
     assert case_file.is_file() and case_file.is_relative_to(out / "repros" / "all")
-    assert f'href="repros/all/{case_file.parent.name}/{case_file.name}"' in (out / "index.html").read_text()
+    assert f'href="./repros/all/{case_file.parent.name}/{case_file.name}"' in (out / "index.html").read_text()

@@ -120,6 +120,10 @@ def _manifest(captured: CapturedLaunch, parent: Parent, found: R.Extraction) -> 
         "kernel": {"name": captured.kernel_name, "kind": captured.kernel_kind, "graph": captured.graph,
                    "launch_index": captured.launch_index, "accumulates": captured.accumulates},
         "tolerances": tolerances,
+        # The parent run's verdict policy beyond tolerances (an eager-semantics contract, the reference).
+        "verdict": {"cosine_fallback": parent.case.cosine_fallback,
+                    "strict_eager": bool(parent.config.strict_eager or parent.case.strict_eager),
+                    "use_reference": (parent.config.reference or parent.case.reference) != "none"},
         "kernel_injection": found.kernel_injection,
     }
 

@@ -81,7 +81,7 @@ def check(directory: str | Path, graph: Callable[..., Any], device: str, inject:
     args, kwargs = unpack(saved["launch"], target)
     inputs = [clone_exact(t, device=target) for t in saved["inputs"]]
     tolerances = {getattr(torch, k): Tolerance(**v) for k, v in manifest.get("tolerances", {}).items()}
-    verdict = Verdict(tolerances, accumulated=manifest["kernel"]["accumulates"])
+    verdict = Verdict(tolerances, accumulated=manifest["kernel"]["accumulates"], **manifest.get("verdict", {}))
     try:
         expected_outputs = graph(*inputs)
     except Exception as exc:  # noqa: BLE001

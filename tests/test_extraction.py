@@ -234,7 +234,8 @@ def test_upstream_bugs_extract_and_each_plain_script_fails_on_its_own(tmp_path):
         assert r["extraction"]["graph_lines"] < 30 or r["case"].startswith("upstream_163932"), r["case"]
     # A kernel localization found wrong on exact inputs is wrong in its kernel-level repro too, judged as the run
     # judged it (strict_eager cases: a result closer to float64 than eager is still wrong).
-    kernel_answers = [r for r in localized if (r["first_divergent_kernel"].get("isolated") or "").startswith("kernel is wrong")]
+    kernel_answers = [r for r in localized
+                      if (r["first_divergent_kernel"].get("isolated") or "").startswith("kernel is wrong")]
     assert kernel_answers and all(r["extraction"]["kernel_repro"] in ("reproduces", "not-written")
                                   for r in kernel_answers), [(r["case"], r["extraction"]["notes"]) for r in kernel_answers]
     scripts = [str(Path(r["extraction"]["directory"]) / "plain_repro.py") for r in kept

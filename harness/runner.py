@@ -60,7 +60,7 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig,
         return apply_known_failure(record, case)
     started = time.perf_counter()
     changed: list[str] = []
-    captured: list[Any] = []  # the localized launch, kept for `--extract` (written once the run is over)
+    captured: Any = None  # the localized launch, kept for `--extract` (written once the run is over)
     with device.numerics(), torch_state.preserved(changed):
         record.compile_config = torch_state.config_set()
         try:
@@ -68,7 +68,7 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig,
             compiled = _compiled_run(observed, config, record)
             _conclude(observed, compiled, config, record)
             if config.extract_dir and record.status == R.FAIL:
-                captured += _captured_launch(observed, compiled, config, record)
+                captured = _captured_launch(observed, compiled, config, record)
         except CaseFailure as failure:
             if case.generated and isinstance(failure.cause, NoEagerReference):
                 record.status, record.stage, record.reason = R.SKIP, failure.stage, str(failure.cause)
@@ -98,10 +98,10 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig,
         shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
         record.warnings.append(f"the case changed global torch state, restored after it: {shown}")
     record = apply_known_failure(record, case)
-    if captured:
+    if captured is not None:
         if on_verdict is not None:
             on_verdict(record)
-        _extract(captured[0], case, dtype, mode, config, record)
+        _extract(captured, case, dtype, mode, config, record)
     return record
 
 
@@ -562,9 +562,9 @@ def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig,
 
 
 def _captured_launch(observed: _Observation, compiled: _Compiled, config: RunConfig,
-                     record: R.CaseResult) -> list[Any]:
+                     record: R.CaseResult) -> Any:
     """The kernel a failing run's localization named (a wrong kernel, or where a drift starts), captured on one
-    more probe run for `--extract` (an empty list, with the reason noted on the record, when there is none)."""
+    more probe run for `--extract` (None, with the reason noted on the record, when there is none)."""
     from .probe import KernelProbe
 
     found = record.first_divergent_kernel
@@ -572,7 +572,7 @@ def _captured_launch(observed: _Observation, compiled: _Compiled, config: RunCon
         answer = "no localization" if found is None else f"the answer is {found.answer}, not a kernel"
         record.extracted = "not-extracted"
         record.warnings.append(f"--extract: nothing extracted ({answer}); extraction starts from a kernel")
-        return []
+        return None
     kept: list[Any] = []
 
     def capture(launch: Any, call: Any, label: str) -> None:
@@ -590,11 +590,11 @@ def _captured_launch(observed: _Observation, compiled: _Compiled, config: RunCon
             record.extracted = "does-not-reproduce"
             record.warnings.append(f"--extract: capturing launch {found.launch_index} failed ({type(exc).__name__}: "
                                    f"{R.exception_line(exc)})")
-            return []
+            return None
     if not kept:
         record.extracted = "does-not-reproduce"
         record.warnings.append(f"--extract: launch {found.launch_index} was not seen again on the probe run")
-    return kept[-1:]
+    return kept[-1] if kept else None
 
 
 def _extract(captured: Any, case: Case, dtype: torch.dtype, mode: str, config: RunConfig,

@@ -24,7 +24,7 @@ import torch
 
 from ..execution import same_values
 from ..inductor_compat import GraphInfo, Launch
-from ..layout import is_non_overlapping_and_dense
+from ..probe.isolation import fill_in
 from . import subgraph as S
 
 # How many rings of neighbouring kernels a graph-level repro may widen to.
@@ -115,15 +115,8 @@ def _arguments_on_eager_values(launch: Launch, regions: Any, values: Any) -> tup
         prior = regions.read(launch, tensor)
         value = prior.eager(values) if prior.mapped else None
         target = kwargs[key] if isinstance(key, str) else args[key]
-        if value is None or value.shape != target.shape:
-            continue
-        if not is_non_overlapping_and_dense(target):
-            try:
-                target.copy_(value)  # a gapped view can be written; an overlapping one is left as it was
-            except RuntimeError:
-                pass
-            continue
-        target.copy_(value)
+        if value is not None and value.shape == target.shape:
+            fill_in(target, value)  # an overlapping view is left as it was
     return args, kwargs
 
 

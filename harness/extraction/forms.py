@@ -53,8 +53,7 @@ def regenerable(tensor: torch.Tensor) -> InputSpec | None:
     if tensor.is_complex() or numel == 0 or numel < tensor.storage_offset() + extent(tuple(tensor.shape),
                                                                                       tuple(tensor.stride())):
         return None
-    whole = torch.empty(0, dtype=tensor.dtype).set_(tensor.untyped_storage().cpu() if tensor.device.type != "cpu"
-                                                    else tensor.untyped_storage())
+    whole = torch.empty(0, dtype=tensor.dtype).set_(tensor.untyped_storage().cpu())
     layout = dict(size=tuple(tensor.shape), stride=tuple(tensor.stride()), storage_offset=tensor.storage_offset(),
                   storage_numel=numel, dtype=tensor.dtype)
     if tensor.dtype == torch.bool:

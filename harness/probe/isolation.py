@@ -299,14 +299,20 @@ def _filled(tensor: torch.Tensor, value: torch.Tensor | None) -> torch.Tensor | 
     if value is None or value.shape != tensor.shape:
         return None
     fresh = clone_exact(tensor)
-    if not is_non_overlapping_and_dense(fresh):
-        try:
-            fresh.copy_(value)  # a gapped view can be written; an overlapping one cannot
-        except RuntimeError:
-            return None
-        return fresh
-    fresh.copy_(value)
-    return fresh
+    return fresh if fill_in(fresh, value) else None
+
+
+def fill_in(target: torch.Tensor, value: torch.Tensor) -> bool:
+    """Write `value` into `target` in place, whatever its layout; False where it cannot be written (an
+    overlapping view: a gapped one can be)."""
+    if is_non_overlapping_and_dense(target):
+        target.copy_(value)
+        return True
+    try:
+        target.copy_(value)
+    except RuntimeError:
+        return False
+    return True
 
 
 def _put(args: list[Any], kwargs: dict[str, Any], key: int | str, value: torch.Tensor) -> None:

@@ -412,8 +412,8 @@ def differs_only_where_undefined(actual: Any, expected: Any, reference: Any,
     decides). Where float64 is an inf eager matches, eager is right and compiled is not. Finite elements within
     their tolerance are no difference."""
     if not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in (actual, expected, reference)) or \
-            not actual.shape == expected.shape == reference.shape:
-        return False
+            not actual.shape == expected.shape == reference.shape or actual.dtype != expected.dtype:
+        return False  # a result of another dtype (type promotion gone wrong) differs everywhere, not only there
     a, e, r = (t.detach().to(expected.device) for t in (actual, expected, reference))
     tol = tolerance_for(expected.dtype, tolerances)
     nan_mask, inf_mask = _nonfinite_mismatches(a, e)

@@ -96,7 +96,7 @@ class Answer(_Named):
     NONE = "none"  # the run passed: nothing to localize
     KERNEL = "kernel"  # one kernel is wrong on exact inputs
     DRIFT = "drift"  # no kernel is wrong beyond tolerance; the named one starts the error that grows
-    STAGE = "stage"  # the divergence exists before Inductor (aot_eager, decompositions)
+    STAGE = "stage"  # the divergence exists before Inductor's kernels (dynamo, aot_eager, decompositions, a graph pass)
     UNLOCALIZED = "unlocalized"  # no answer, and the reason why
 
 
@@ -323,8 +323,8 @@ class Localization:
     # The kernel run again on eager values of its inputs: "kernel is wrong: ...",
     # "reads what it writes (aliasing inside the kernel): ...", "upstream drift amplified here: ...".
     isolated: str | None = None
-    # The pipeline stage where the divergence first appears: aot_eager,
-    # aot_eager_decomp_partition or inductor (None when not determined).
+    # The pipeline stage where the divergence first appears: dynamo (backend "eager"), aot_eager,
+    # aot_eager_decomp_partition, inductor_graph_passes, or inductor (None when not determined).
     stage: str | None = None
     module_path: str | None = None
     # Why this answer, in a sentence (what a drift means, why nothing could be named).
@@ -345,6 +345,13 @@ class Localization:
     # compiled the program again under the stages before Inductor: what the answer cost.
     reruns: int = 0
     stages_checked: bool = False
+    # Compiles of the program localization made: the stages' backends, and Inductor with graph passes observed
+    # or turned off.
+    compiles: int = 0
+    # The Inductor graph pass the answer names ("post_grad_passes: reinplace_inplaceable_ops", "joint_graph_passes:
+    # pattern ..."): the run passed with it alone turned off. And every pass that changed the graphs.
+    graph_pass: str | None = None
+    graph_passes_changed: list[str] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Localization":
@@ -357,9 +364,18 @@ class Localization:
             raise AssertionError(f"a {status} run cannot have localization answer {self.answer!r} (diverged={self.diverged})")
         if failing and self.answer == Answer.NONE:
             raise AssertionError("a failing run needs a localization answer")
+        # One run, one story: a stage answer names no kernel, a kernel answer's stage is Inductor's.
+        if self.answer == Answer.STAGE and (self.name is not None or self.stage in (None, "inductor")):
+            raise AssertionError(f"a stage answer names a kernel ({self.name}) or no stage before the kernels "
+                                 f"({self.stage})")
+        if self.answer in (Answer.KERNEL, Answer.DRIFT) and (self.stage != "inductor" or self.graph_pass):
+            raise AssertionError(f"a {self.answer} answer with stage {self.stage!r} or graph pass {self.graph_pass!r}")
 
     def names(self, culprit: str) -> bool:
-        """Whether this answer names a declared culprit: "stage:<stage>", or an ATen op pattern of the kernel."""
+        """Whether this answer names a declared culprit: "stage:<stage>", "pass:<graph pass name>", or an ATen op
+        pattern of the kernel."""
+        if culprit.startswith("pass:"):
+            return self.answer == Answer.STAGE and culprit.removeprefix("pass:") in (self.graph_pass or "")
         if culprit.startswith("stage:"):
             return self.answer == Answer.STAGE and self.stage == culprit.removeprefix("stage:")
         if self.answer not in (Answer.KERNEL, Answer.DRIFT):

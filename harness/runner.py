@@ -226,10 +226,10 @@ class _Observation:
         finally:
             self.timings["reference"] = round(self.timings.get("reference", 0.0) + time.perf_counter() - started, 3)
 
-    def compiler(self, backend: str, **compile_kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def compiler(self, backend: Any, **compile_kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         return lambda fn: torch.compile(fn, backend=backend, dynamic=self.case.dynamic, **compile_kwargs)
 
-    def compiled_session(self, backend: str, **compile_kwargs: Any) -> Session:
+    def compiled_session(self, backend: Any, **compile_kwargs: Any) -> Session:
         """The program on the same inputs, compiled with `backend` (compiled on its first run)."""
         return Session(self.program.fn, self.inputs, self.mode, self.device, self.seed,
                        wrap=self.compiler(backend, **compile_kwargs))
@@ -543,9 +543,15 @@ def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig,
     def moved(results: Results) -> bool:
         return not all_pass(results, compiled.results, None, observed.verdict, only=failed)
 
+    def with_passes(disabled: frozenset) -> tuple[bool, list]:
+        return _compiled_with_passes(observed, compiled, config, record, disabled, passes)
+
     program = CompiledProgram(rerun=lambda probe: _probe_run(observed, compiled, config, record, probe),
-                              passes=passes, moved=moved, stage=lambda: coarse_stage(observed),
-                              injection=compiled.handler_factory, first_launches=compiled.first_launch)
+                              passes=passes, moved=moved, diverges_under=lambda backend: diverges_under(observed, backend),
+                              injection=compiled.handler_factory, first_launches=compiled.first_launch,
+                              overlapping=_overlapping_compiled_results(observed, compiled) is not None,
+                              graph_passes=lambda: with_passes(frozenset())[1],
+                              passes_without=lambda keys: with_passes(keys)[0])
     failing = record.status == R.FAIL
     try:
         found = localize(program, observed.verdict, failing)
@@ -667,19 +673,33 @@ def _probe_run_once(observed: _Observation, compiled: _Compiled, config: RunConf
     return results
 
 
-def coarse_stage(observed: _Observation) -> str:
-    """The first stage of the pipeline where the divergence appears: a backend before Inductor, or Inductor.
+def diverges_under(observed: _Observation, backend: str) -> bool:
+    """Whether the program compiled with a backend before Inductor's (CompilerBisector's `eager`, `aot_eager`,
+    `aot_eager_decomp_partition`) diverges from eager: judged against the same eager results, without the
+    injection (injections act on generated kernels). A backend that raises where eager did not diverges too."""
+    from .inductor_compat import room_to_recompile
 
-    Each stage's compiled run is judged against the same eager results.
-    Injections act on generated kernels, so these runs have none.
-    """
-    from .probe import COARSE_STAGES
+    try:
+        with room_to_recompile():
+            results = observed.compiled_session(backend).run()
+    except Exception:  # noqa: BLE001 - eager ran this program: the stage's own failure is its divergence
+        return True
+    return not all(c.passed for c in observed.judge(results))
 
-    for backend in COARSE_STAGES:
-        session = observed.compiled_session(backend)
-        if not all(c.passed for c in observed.judge(session.run())):
-            return backend
-    return "inductor"
+
+def _compiled_with_passes(observed: _Observation, compiled: _Compiled, config: RunConfig, record: R.CaseResult,
+                          disabled: frozenset, passes: Callable[[Results], bool]) -> tuple[bool, list]:
+    """The program compiled afresh (caches off: a cached graph runs no pass) with the Inductor graph passes of
+    these keys turned off, run through the injection: whether it passes, and the passes that changed its graphs."""
+    from .inductor_compat import compile_caches_off, distinct_inductor, observing_passes, room_to_recompile
+
+    if config.backend != "inductor":
+        return False, []
+    backend = distinct_inductor(_compile_kwargs(config, record.compile_options).get("options", {}), observed.case.dynamic)
+    with compile_caches_off(), room_to_recompile(), observing_passes(disabled) as changed, \
+            _launches_through(compiled.handler_factory()):
+        results = observed.compiled_session(backend).run()
+    return passes(results), list(changed)
 
 
 def narrowing_diagnosis(observed: _Observation, compiled: _Compiled) -> str:

@@ -662,7 +662,8 @@ def test_the_search_for_where_a_difference_matters_tries_the_first_divergence_fi
         described.extend(probe.describe)
         return culprit is not None and runs[-1] >= culprit
 
-    program = CompiledProgram(rerun=rerun, passes=bool, moved=bool, stage=lambda: "inductor", injection=lambda: None)
+    program = CompiledProgram(rerun=rerun, passes=bool, moved=bool, diverges_under=lambda backend: False,
+                              injection=lambda: None)
     search = _Substitution(program, None, 19)
     assert _first_that_matters(search, hint) == culprit
     assert len(runs) <= most_runs, runs

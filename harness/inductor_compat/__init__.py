@@ -30,6 +30,10 @@ What is relied on, and why there is no public API for it:
 - `torch_npu_backend.py`: torch_npu's Inductor backend registry (torch_npu
   2.7.1 to 2.14.0, read in its wheels): a backend loaded as a compile would
   load it, before the config is saved, and which backend did load.
+- `passes.py`: Inductor's FX graph passes, observed (which changed a graph)
+  and turned off one by one: `GraphTransformObserver.apply_graph_pass` /
+  `apply_gm_pass` and `PatternEntry.apply`, the places every named pass and
+  pattern rewrite runs through (torch 2.13's source; the same in 2.11).
 - `cache_dir.py`: Inductor's cache directory, where the harness keeps what
   it learns once per host (the ISA verdicts below, the OpInfo catalogue).
 - `cpu_isa.py`: Inductor's CPU vector-ISA build checks, remembered on disk
@@ -43,8 +47,10 @@ from . import torch_state
 from .cache_dir import inductor_cache_dir
 from .cpu_isa import pick_cpu_vec_isa, remember_vec_isa_checks
 from .versions import OLDEST_TORCH, NEWEST_TESTED_TORCH, torch_version_problem
-from .dynamo import (compile_cache_hits, compile_caches_off, dynamo_graph_counts, graph_break_reasons,
-                     load_kernels_afresh, mode_options, preload_compiler, quiet_torch_logging, reset_dynamo_counters)
+from .dynamo import (compile_cache_hits, compile_caches_off, distinct_inductor, dynamo_graph_counts, graph_break_reasons,
+                     load_kernels_afresh, mode_options, preload_compiler, quiet_torch_logging, reset_dynamo_counters,
+                     room_to_recompile)
+from .passes import GraphPass, observing_passes
 from .graphs import (STATE_BEFORE_IN_PLACE, BufferFact, Capture, GraphInfo, GraphObserver, adopt_facts, capture_graphs,
                      float64_copy, graph_info, install_lowering_hook, program_accumulates, written_inputs)
 from .launches import (ROLE_IN, ROLE_INOUT, ROLE_OUT, ROLE_SCALAR, KernelInfo, Launch, LaunchHandler,

@@ -61,6 +61,38 @@ def compile_caches_off() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def room_to_recompile(at_least: int = 64) -> Iterator[None]:
+    """Dynamo's recompile limit raised while the block runs: localization compiles one program under other
+    backends and configs, each a new cache entry of the same code; past the limit (8) Dynamo would run the
+    frame eagerly and the check would judge eager against eager. `recompile_limit` from torch 2.7, before it
+    `cache_size_limit`."""
+    import torch._dynamo.config as dynamo_config
+
+    pairs = (("recompile_limit", "cache_size_limit"), ("accumulated_recompile_limit", "accumulated_cache_size_limit"))
+    names = [next(name for name in pair if hasattr(dynamo_config, name)) for pair in pairs
+             if any(hasattr(dynamo_config, name) for name in pair)]
+    raised = {name: max(getattr(dynamo_config, name), at_least) for name in names}
+    with dynamo_config.patch(**raised):
+        yield
+
+
+def distinct_inductor(options: dict[str, Any], dynamic: bool | None) -> Any:
+    """Inductor as `torch.compile(backend="inductor", options=options)` makes it, but equal to no other
+    instance. Dynamo reuses a cache entry whose backend compares equal (torch's `_TorchCompileInductorWrapper`
+    compares by config), so a second compile with the same options, under a changed pass set, would run the
+    first one's code."""
+    import torch
+
+    class Distinct(torch._TorchCompileInductorWrapper):
+        __hash__ = object.__hash__
+
+        def __eq__(self, other: object) -> bool:
+            return self is other
+
+    return Distinct(None, options, dynamic)
+
+
 def dynamo_graph_counts() -> dict[str, int]:
     """Graphs Dynamo compiled and graph breaks it took since the last reset (`torch._dynamo.utils.counters`)."""
     from torch._dynamo.utils import counters

@@ -38,11 +38,13 @@ from .regions import Region, RegionMap
 from .values import GraphValues
 
 WRONG, ALIASING, DRIFT, NOT_ISOLATED = "wrong", "aliasing", "drift", "not-isolated"
+# The buffer's layout cannot hold its node's value: elements that eager keeps apart share memory (probe.py).
+LAYOUT = "layout"
 
 
 @dataclass
 class Isolation:
-    kind: str  # WRONG, ALIASING, DRIFT or NOT_ISOLATED
+    kind: str  # WRONG, ALIASING, LAYOUT, DRIFT or NOT_ISOLATED
     text: str  # the record's `isolated` sentence
     # Launches whose outputs (no eager twin: a split reduction's partial sums) were recomputed on eager
     # inputs for this replay: the verdict is on them and this kernel together.

@@ -17,13 +17,17 @@ recompilation; see `execution.Session`):
    is where the difference that matters starts: a kernel wrong on exact
    inputs, or else a drift that grows across kernels.
 3. If no m does, the divergence may predate Inductor: the program is
-   compiled with `aot_eager`, then `aot_eager_decomp_partition`
-   (CompilerBisector's backend stages); the first that already diverges is
-   the answer. Not asked when some m does: its run passed on eager values
-   of the post-grad graph, which those stages made.
-4. If even making every compared output eager leaves the outputs failing,
-   and the stages pass, the answer is `unlocalized` (or the graph passes),
-   with what the probe could not see.
+   compiled with CompilerBisector's backends (`eager`: Dynamo alone,
+   `aot_eager`, `aot_eager_decomp_partition`), searched as a bisection: two
+   compiles name the first stage that already diverges (`STAGE_BACKENDS`).
+   Not asked when some m does: its run passed on eager values of the
+   post-grad graph, which those stages made.
+4. If the stages before Inductor pass, Inductor's FX graph passes are
+   searched (`passes.find_pass`): the passes that changed the graphs are
+   turned off, half at a time, until one pass alone turned off makes the
+   run pass. That pass is the answer, verified by that very run.
+5. Otherwise the answer is the graph passes with no single one to blame, or
+   `unlocalized`, with what the probe could not see.
 
 A passing run (probed with `--bisect always`) gets answer `none`; the
 differences its outputs absorbed are listed as information.
@@ -39,9 +43,13 @@ from .. import records as R
 from ..compare import Verdict
 from .isolation import ALIASING, NOT_ISOLATED, WRONG
 from ..execution import Results
+from .passes import find_pass
 from .probe import Divergence, KernelProbe
 
-COARSE_STAGES = ("aot_eager", "aot_eager_decomp_partition")
+# CompilerBisector's backends before Inductor, in pipeline order, with the stage each one's divergence names.
+STAGE_BACKENDS = (("eager", "dynamo"), ("aot_eager", "aot_eager"),
+                  ("aot_eager_decomp_partition", "aot_eager_decomp_partition"))
+COARSE_STAGES = tuple(backend for backend, _ in STAGE_BACKENDS)
 # Kernels wrong on exact inputs tried one by one before a drift search, at most.
 MAX_CANDIDATES = 4
 # An absorbed difference whose kernel's outputs, made eager, move no output.
@@ -49,7 +57,9 @@ IMMATERIAL = "immaterial"
 # Not a backend: the post-grad graph Inductor lowers, run eagerly in place of every kernel, already diverges.
 GRAPH_PASSES = "inductor_graph_passes"
 STAGE_MEANING = {
-    "aot_eager": "functionalization/AOT autograd, not an Inductor kernel",
+    "dynamo": "Dynamo's bytecode, guards or graph capture (backend=\"eager\" runs Dynamo's graph eagerly), not "
+              "AOT autograd or Inductor",
+    "aot_eager": "functionalization/AOT autograd (backend=\"eager\" passes), not an Inductor kernel",
     "aot_eager_decomp_partition": "Inductor's decompositions or the joint-graph partition, not an Inductor kernel",
     GRAPH_PASSES: ("with every kernel output made eager the outputs still diverge: the post-grad graph Inductor "
                    "lowers is already wrong (Inductor's FX graph passes or the wrapper's glue), not a kernel"),
@@ -67,12 +77,18 @@ class CompiledProgram:
     # Whether a run's outputs differ, beyond the verdict policy, from those of the first compiled run (of a
     # failing run, its failing ones).
     moved: Callable[[Results], bool]
-    # The first backend of COARSE_STAGES whose compiled run diverges, or "inductor".
-    stage: Callable[[], str]
+    # Whether the program compiled with this backend (one of COARSE_STAGES) diverges.
+    diverges_under: Callable[[str], bool]
     # The injection's launch handler for a run (a fresh one each time), or None.
     injection: Callable[[], Callable | None]
     # It diverges on its kernels' first launches only, and every rerun loads it afresh.
     first_launches: bool = False
+    # A failing result is laid out with elements sharing memory where eager's is not (a layout bug).
+    overlapping: bool = False
+    # The Inductor graph passes that changed the program's graphs (one compile, observed), and whether the
+    # program compiled with the passes of these keys turned off passes (`passes.find_pass`).
+    graph_passes: Callable[[], list] = lambda: []
+    passes_without: Callable[[frozenset], bool] = lambda keys: False
 
     def run(self, probe: KernelProbe) -> bool:
         return self.passes(self.rerun(probe))
@@ -89,18 +105,29 @@ def localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Loc
     retry that tells a divergence from nondeterminism (NotReproduced when it
     passes), so localizing costs no separate retry.
     """
-    cost = {"reruns": 0, "stages_checked": False}
+    cost = {"reruns": 0, "stages_checked": False, "compiles": 0}
 
     def rerun(probe: KernelProbe) -> Results:
         cost["reruns"] += 1
         return program.rerun(probe)
 
-    def stage() -> str:
+    def diverges_under(backend: str) -> bool:
         cost["stages_checked"] = True
-        return program.stage()
+        cost["compiles"] += 1
+        return program.diverges_under(backend)
 
-    found = _localize(dataclasses.replace(program, rerun=rerun, stage=stage), verdict, failing)
-    found.reruns, found.stages_checked = cost["reruns"], cost["stages_checked"]
+    def graph_passes() -> list:
+        cost["compiles"] += 1
+        return program.graph_passes()
+
+    def passes_without(keys: frozenset) -> bool:
+        cost["compiles"] += 1
+        return program.passes_without(keys)
+
+    counted = dataclasses.replace(program, rerun=rerun, diverges_under=diverges_under, graph_passes=graph_passes,
+                                  passes_without=passes_without)
+    found = _localize(counted, verdict, failing)
+    found.reruns, found.stages_checked, found.compiles = cost["reruns"], cost["stages_checked"], cost["compiles"]
     return found
 
 
@@ -111,6 +138,13 @@ def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Lo
         raise NotReproduced()
     found = _evidence(probe)
     superseded = probe.superseded
+    if failing and program.overlapping and probe.layouts:
+        # The failing result cannot hold eager's values: the first buffer laid out so is where that starts, and
+        # no substitution could show it (eager's value does not fit the memory it would be copied into).
+        _name(found, probe.layouts[0], R.Answer.KERNEL, stage="inductor")
+        found.reason = ("a failing result is laid out with elements sharing memory where eager's is not; this "
+                        "kernel wrote the first buffer laid out so")
+        return found
     if not failing:
         found.answer, found.diverged = R.Answer.NONE, False
         found.absorbed = [_absorbed(d) for d in probe.divergences]
@@ -152,7 +186,8 @@ def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Lo
     search = _Substitution(program, verdict, last)
     culprit = _first_that_matters(search, hint.launch_index if hint is not None else None)
     if culprit is None:
-        return _before_inductor(program, found, first) or _after_aot(found, first, superseded)
+        return (_before_inductor(program, found, first) or _in_graph_pass(program, found, first)
+                or _after_aot(found, first, superseded))
     # No stage check from here on: the outputs passed with launches 0..culprit made eager values of the
     # post-grad graph, so that graph (what AOT autograd and the decompositions made) is right where it
     # matters. A stage answer now would contradict that run.
@@ -222,12 +257,37 @@ def _first_that_matters(search: _Substitution, hint: int | None) -> int | None:
     return high
 
 
+def first_diverging_stage(diverges_under: Callable[[str], bool]) -> str:
+    """The first of STAGE_BACKENDS' stages whose backend diverges, or "inductor", in two compiles: `aot_eager`
+    splits the pipeline in half, then `eager` or `aot_eager_decomp_partition` decides (each stage's backend
+    runs every stage before it, so a divergence there persists in the later ones)."""
+    (dynamo_backend, dynamo), (aot_backend, aot), (decomp_backend, decomp) = STAGE_BACKENDS
+    if diverges_under(aot_backend):
+        return dynamo if diverges_under(dynamo_backend) else aot
+    return decomp if diverges_under(decomp_backend) else "inductor"
+
+
 def _before_inductor(program: CompiledProgram, found: R.Localization, first: Divergence | None) -> R.Localization | None:
-    stage = program.stage()
+    stage = first_diverging_stage(program.diverges_under)
     if stage == "inductor":
         return None
     found.answer, found.diverged, found.stage = R.Answer.STAGE, True, stage
-    found.reason = f"diverges already under {stage}: {STAGE_MEANING[stage]}"
+    backend = dict((name, backend) for backend, name in STAGE_BACKENDS)[stage]
+    found.reason = f"diverges already under backend={backend!r}: {STAGE_MEANING[stage]}"
+    found.visible_at = first.as_buffer_divergence() if first is not None else None
+    return found
+
+
+def _in_graph_pass(program: CompiledProgram, found: R.Localization, first: Divergence | None) -> R.Localization | None:
+    """The Inductor graph pass that, turned off alone, makes the run pass (the stages before Inductor pass)."""
+    finding = find_pass(program.graph_passes, program.passes_without)
+    found.graph_passes_changed = [p.label for p in finding.changed]
+    if finding.named is None:
+        found.problems.append(finding.text)
+        return None
+    found.answer, found.diverged, found.stage = R.Answer.STAGE, True, GRAPH_PASSES
+    found.graph_pass = finding.named.label
+    found.reason = f"diverges in {GRAPH_PASSES}, in the pass {finding.named.label}: {finding.text}"
     found.visible_at = first.as_buffer_divergence() if first is not None else None
     return found
 
@@ -243,6 +303,8 @@ def _after_aot(found: R.Localization, first: Divergence | None, superseded: int 
     if found.launches and not live_unmapped and not any("failed" in p for p in found.problems):
         found.answer, found.diverged, found.stage = R.Answer.STAGE, True, GRAPH_PASSES
         found.reason = f"diverges in {GRAPH_PASSES}: {STAGE_MEANING[GRAPH_PASSES]}"
+        if no_single := next((p for p in found.problems if p.startswith("no ")), None):
+            found.reason += f"; {no_single}"
         if superseded:
             found.reason += (f" (its {superseded} unmapped buffers held only states inside one node's lowering, "
                              "each written over whole by that node's compared value)")

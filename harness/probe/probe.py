@@ -23,8 +23,8 @@ from .. import records as R
 from ..compare import Verdict
 from ..execution import same_values
 from ..inductor_compat import ROLE_IN, ROLE_INOUT, STATE_BEFORE_IN_PLACE, GraphInfo, Launch
-from ..layout import clone_exact, is_non_overlapping_and_dense, span
-from .isolation import ALIASING, DRIFT, WRONG, ExactInputs, Isolation, isolate, replay
+from ..layout import clone_exact, is_non_overlapping, is_non_overlapping_and_dense, span
+from .isolation import ALIASING, DRIFT, LAYOUT, WRONG, ExactInputs, Isolation, isolate, replay
 from .regions import Region, RegionMap, describe_reason, region_key
 from .values import GraphValues, storage_pointer
 
@@ -67,6 +67,8 @@ class _GraphCall:
     # the launch that wrote them: region key -> (launch, tensor); and those launches, described.
     recomputed: dict[tuple, tuple[int, torch.Tensor]] = field(default_factory=dict)
     producers: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # Storage pointer -> the last launch that wrote into it (index, kernel): who made a graph output's layout.
+    last_writer: dict[int, tuple[int, Any]] = field(default_factory=dict)
 
     def lookup(self, tensor: torch.Tensor) -> tuple[int, torch.Tensor] | None:
         return self.recomputed.get(region_key(tensor))
@@ -116,6 +118,9 @@ class KernelProbe:
     capture_at: int = -1
     # Graphs whose shared inputs changed without a launch announcing the write (see observe_graph).
     unannounced_writes: list[str] = field(default_factory=list)
+    # Buffers laid out so that elements eager keeps apart share memory (kind LAYOUT), in the order seen: written
+    # by a launch, or returned by a graph (its output, which no launch may write whole).
+    layouts: list[Divergence] = field(default_factory=list)
     _current: _GraphCall | None = None
     # Unmapped in-place lowering states not yet written over: (graph label, buffer) -> where each lies.
     _lowering_states: dict[tuple[str, str], list[_Memory]] = field(default_factory=dict)
@@ -166,6 +171,8 @@ class KernelProbe:
             self._current = _GraphCall(info, label, values, RegionMap(info, values))
             try:
                 result = call(args)
+                if self.comparing:
+                    self._output_layouts(self._current, result)
             finally:
                 self.problems.extend(f"{label}: {p}" for p in values.problems if f"{label}: {p}" not in self.problems)
                 self._current = None
@@ -208,6 +215,7 @@ class KernelProbe:
         mapped: list[tuple[torch.Tensor, Region]] = []
         unmapped = []
         for key, tensor in launch.written_args():
+            call.last_writer[tensor.untyped_storage().data_ptr()] = (index, launch.kernel)
             region = call.regions.written(launch, tensor)
             if not region.mapped:
                 entry.unmapped += 1
@@ -244,6 +252,11 @@ class KernelProbe:
                region: Region, always: bool = False) -> Divergence | None:
         """The launch described, when this buffer misses the verdict policy (or `always`)."""
         expected = region.eager(call.values)
+        if expected is not None and not always and self.comparing and \
+                (layout := self._layout(call, tensor, region.node)) is not None:
+            self.layouts.append(Divergence(launch.index, call.label, _describe(
+                launch, call.info, key, launch.local_name(tensor) or region.buffer or launch.param_name(key), region,
+                self.verdict.tensors(region.buffer or "", tensor, expected)), Isolation(LAYOUT, layout)))
         if expected is None or (not always and self.verdict.quick_match(tensor, expected)):
             return None
         # Summation noise is allowed where this buffer's own kernel sums, not where it only reads a sum.
@@ -263,6 +276,43 @@ class KernelProbe:
         producers = {i: call.producers[i] for i in isolation.group if i in call.producers}
         return Divergence(launch.index, call.label, _describe(launch, call.info, key, name, region, comparison),
                           isolation, producers)
+
+    def _layout(self, call: _GraphCall, tensor: torch.Tensor, node: str | None) -> str | None:
+        """What is wrong with a compiled buffer's layout, if its elements share memory where its node's eager value
+        keeps them apart (a scatter or clone that kept an expanded input's stride 0): no value written into it can
+        be eager's. Only a layout that overlaps is questioned; Inductor is free to choose any other."""
+        if node is None or tensor.numel() < 2 or is_non_overlapping(tensor):
+            return None
+        value = call.values.value(node)
+        if value is None or value.shape != tensor.shape or not is_non_overlapping(value):
+            return None
+        return (f"its output layout cannot hold the value of {node}: strides {tuple(tensor.stride())} make elements "
+                f"share memory where eager's value has strides {tuple(value.stride())} (size {tuple(tensor.shape)}): "
+                "the layout is wrong before any value is")
+
+    def _output_layouts(self, call: _GraphCall, result: Any) -> None:
+        """A graph output laid out so that its elements share memory, where eager's is not: named with the node it
+        returns and the last launch that wrote its storage (a returned view of a buffer is written by no launch
+        whole, so it is checked here)."""
+        outputs = result if isinstance(result, (list, tuple)) else [result]
+        returned = call.info.gm.graph.output_node().args[0]
+        returned = returned if isinstance(returned, (list, tuple)) else [returned]
+        for tensor, node in zip(outputs, returned):
+            if not isinstance(tensor, torch.Tensor) or not isinstance(node, torch.fx.Node) or node.op == "placeholder":
+                continue
+            layout = self._layout(call, tensor, node.name) if tensor.layout == torch.strided else None
+            writer = call.last_writer.get(tensor.untyped_storage().data_ptr()) if layout else None
+            if writer is None:
+                continue
+            index, kernel = writer
+            # No metrics: eager's value of the node is kept as it was made, not after the graph's later in-place
+            # writes into it, so a comparison here would not be the output's (the record's outputs have that).
+            described = {"name": kernel.name, "kind": kernel.kind, "source": kernel.source[:MAX_SOURCE_CHARS],
+                         "buffers": [node.name], "buffer": node.name, "nodes": [node.name],
+                         "aten_ops": [str(node.target)], "args": [], "metrics": None,
+                         "module_path": call.info.module_path}
+            self.layouts.append(Divergence(index, call.label, described,
+                                           Isolation(LAYOUT, f"the graph returns {node.name}, and {layout}")))
 
     def _recompute(self, launch: Launch, call: _GraphCall, unmapped: list[torch.Tensor]) -> None:
         """Run a launch whose outputs have no eager twin again on eager inputs, keeping those outputs: a

@@ -1,0 +1,78 @@
+"""Which of Inductor's FX graph passes a divergence comes from, verified by turning that pass off.
+
+Asked once the probe has shown that the post-grad graph itself is wrong (no
+kernel is to blame) and the stages before Inductor pass. One compile
+observes the passes that changed the program's graphs
+(`inductor_compat.passes`). Then the program is compiled with some of them
+turned off, half at a time, keeping the half whose absence makes the run
+pass, until one pass is left: the run with that pass alone turned off
+passed, so the answer is its own verification. Passes that ran other
+passes (`joint_graph_passes` around its pattern rewrites) are tried only
+after the passes inside them, and only if none of those is to blame. When
+neither half of a set makes the run pass, no single pass is to blame, and
+the answer says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+# Compiles spent turning passes off, at most (about 2 log2 of the passes that changed the graphs).
+MAX_COMPILES = 10
+
+
+@dataclass
+class PassFinding:
+    """The pass to blame (None: none alone), the passes that changed the graphs, and what was shown."""
+
+    named: object | None  # inductor_compat.passes.GraphPass
+    changed: list = field(default_factory=list)
+    text: str = ""
+
+
+def find_pass(graph_passes: Callable[[], list], passes_without: Callable[[frozenset], bool]) -> PassFinding:
+    """`graph_passes()`: the passes that changed the graphs (one compile); `passes_without(keys)`: whether the
+    program compiled with those passes off passes."""
+    changed = graph_passes()
+    finding = PassFinding(None, changed)
+    if not changed:
+        finding.text = "no Inductor graph pass changed the program's graphs"
+        return finding
+    spent = [0]
+
+    def without(passes: list) -> bool:
+        spent[0] += 1
+        return passes_without(frozenset(p.key for p in passes))
+
+    inner = [p for p in changed if not p.contains_others]
+    outer = [p for p in changed if p.contains_others]
+    for candidates in (inner, outer):
+        if candidates and (named := _single(candidates, without, spent)) is not None:
+            finding.named = named
+            finding.text = (f"the run passes with that pass alone turned off ({spent[0]} compile"
+                            f"{'' if spent[0] == 1 else 's'} with passes turned off, of {len(changed)} that changed "
+                            "the graphs)")
+            return finding
+    shown = ", ".join(p.label for p in changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+    finding.text = (f"no single Inductor graph pass is to blame: of the {len(changed)} that changed the graphs "
+                    f"({shown}), turning off one or a half of them left the run failing ({spent[0]} compiles)")
+    return finding
+
+
+def _single(candidates: list, without: Callable[[list], bool], spent: list[int]) -> object | None:
+    """The one pass whose absence alone makes the run pass, halving `candidates`; None when neither half of a
+    set does (or the compiles run out)."""
+    if len(candidates) == 1:
+        return candidates[0] if without(candidates) else None
+    while len(candidates) > 1 and spent[0] < MAX_COMPILES:
+        half = len(candidates) // 2
+        first, second = candidates[:half], candidates[half:]
+        if without(first):
+            candidates = first
+        elif spent[0] < MAX_COMPILES and without(second):
+            candidates = second
+        else:
+            return None
+    # A single pass left came from a half of one: the run without it alone passed.
+    return candidates[0] if len(candidates) == 1 else None

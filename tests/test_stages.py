@@ -1,0 +1,213 @@
+"""Answers for failures that are not one wrong kernel: the stage, the graph pass, the layout (CPU Inductor).
+
+Dynamo and functionalization bugs are emulated where torch 2.13 has none at hand (labelled so); the pass and
+layout answers are checked on real upstream bugs of the registry, and on a wrong pattern rewrite registered
+into Inductor's own pattern matcher for one test.
+"""
+
+import pytest
+import torch
+
+from harness import records as R
+from harness.compare import differs_only_where_undefined
+from harness.inductor_compat import compile_caches_off
+from harness.inputs import broadcast, contiguous
+from harness.probe.localize import STAGE_BACKENDS, first_diverging_stage
+from harness.probe.passes import find_pass
+from harness.registry import Case, Program, load_registry
+from harness.runner import RunConfig, run_case
+
+CASES = load_registry().cases
+
+
+def localized(case, dtype=torch.float32, mode="inference", **config):
+    record = run_case(case, dtype, mode, RunConfig(bisect=True, **config))
+    return record, record.first_divergent_kernel
+
+
+# Emulation of a Dynamo graph-capture bug: Dynamo traces `wrong_scale` wherever the program calls `scale`
+# (a polyfill registered through Dynamo's public `substitute_in_graph`); eager calls `scale` itself.
+def scale(x):
+    return x * 3
+
+
+def wrong_scale(x):
+    return x * 2
+
+
+torch._dynamo.substitute_in_graph(scale, skip_signature_check=True)(wrong_scale)
+
+
+def scaled_sine(x):
+    return torch.sin(scale(x)) + 1
+
+
+DYNAMO_BUG = Case(name="dynamo_capture_emulation", build=lambda d: Program(scaled_sine, [contiguous((8, 8))]))
+
+
+def test_a_divergence_dynamo_alone_shows_is_answered_dynamo_in_two_compiles():
+    record, found = localized(DYNAMO_BUG)
+    assert record.status == R.FAIL
+    assert (found.answer, found.stage, found.name) == (R.Answer.STAGE, "dynamo", None)
+    assert "backend='eager'" in found.reason and "Dynamo's bytecode, guards or graph capture" in found.reason
+    # aot_eager diverges, then eager decides: two compiles, no graph pass searched.
+    assert found.compiles == 2 and found.graph_pass is None
+    assert "stage: diverges already under backend='eager'" in record.summary()
+
+
+def test_a_functionalization_divergence_is_answered_aot_eager():
+    # AOT autograd's regenerated views of an overlapping input scatter their gradient into shared storage: a
+    # real upstream bug; Dynamo alone (backend "eager") runs the program right.
+    record, found = localized(CASES["upstream_new_split_overlapping_input_grad"], mode="training")
+    assert record.status == R.XFAIL
+    assert (found.answer, found.stage, found.name) == (R.Answer.STAGE, "aot_eager", None)
+    assert "backend='aot_eager'" in found.reason and found.compiles == 2
+
+
+@pytest.mark.parametrize("diverging, stage, asked", [
+    ((), "inductor", ["aot_eager", "aot_eager_decomp_partition"]),
+    (("aot_eager_decomp_partition",), "aot_eager_decomp_partition", ["aot_eager", "aot_eager_decomp_partition"]),
+    (("aot_eager", "aot_eager_decomp_partition"), "aot_eager", ["aot_eager", "eager"]),
+    (("eager", "aot_eager", "aot_eager_decomp_partition"), "dynamo", ["aot_eager", "eager"]),
+])
+def test_the_stage_search_asks_two_backends_whatever_the_stage(diverging, stage, asked):
+    seen = []
+
+    def diverges_under(backend):
+        seen.append(backend)
+        return backend in diverging
+
+    assert first_diverging_stage(diverges_under) == stage
+    assert seen == asked and {b for b, _ in STAGE_BACKENDS} >= set(seen)
+
+
+@pytest.mark.parametrize("case, graph_pass", [
+    ("upstream_198094_slice_scatter_reinplaced_into_mutated_input", "post_grad_passes: reinplace_inplaceable_ops"),
+    ("upstream_198131_copy_of_input_mutated_later", "joint_graph_passes: remove_noop_ops"),
+])
+def test_a_graph_pass_bug_names_the_pass_and_the_run_passes_with_it_off(case, graph_pass):
+    case = CASES[case]
+    dtype = case.dtypes[0]
+    record, found = localized(case, dtype)
+    assert record.status == R.XFAIL  # a real upstream bug, declared
+    assert (found.answer, found.stage, found.graph_pass, found.name) == (R.Answer.STAGE, "inductor_graph_passes",
+                                                                          graph_pass, None)
+    assert graph_pass in found.graph_passes_changed
+    assert "the run passes with that pass alone turned off" in found.reason
+    # Two stage compiles, one observing the passes, at least one with passes off.
+    assert 4 <= found.compiles <= 2 + 1 + 2 * len(found.graph_passes_changed)
+    assert found.names(f"pass:{graph_pass.split(': ')[1]}")
+    # Inductor's own switch for a named pass agrees: with it off, the program passes.
+    name = graph_pass.split(": ")[1]
+    again = run_case(case, dtype, "inference", RunConfig(compile_options={"disabled_passes": name}))
+    assert again.status == R.XPASS, again.summary()
+
+
+@pytest.fixture
+def negation_dropped():
+    """A wrong pattern rewrite in Inductor's post-grad pattern matcher (sin(-x) computed as sin(x)), registered
+    for one test and removed after it."""
+    from torch._inductor.fx_passes.post_grad import pass_patterns
+    from torch._inductor.pattern_matcher import CallFunction, KeywordArg, register_graph_pattern
+
+    aten = torch.ops.aten
+    before = {key: list(entries) for key, entries in pass_patterns[1].patterns.items()}
+
+    @register_graph_pattern(CallFunction(aten.neg.default, KeywordArg("x")), pass_dict=pass_patterns[1])
+    def drop_negation(match, x):
+        node = match.output_node()
+        node.replace_all_uses_with(x)
+        match.graph.erase_node(node)
+
+    # Caches off: the registered patterns are not part of a cache key, so no entry made with it may outlive it.
+    with compile_caches_off():
+        yield "post_grad_passes: pattern negation_dropped.<locals>.drop_negation (test_stages)"
+    pass_patterns[1].patterns.clear()
+    pass_patterns[1].patterns.update(before)
+
+
+def sine_of_negation(x):
+    return torch.sin(-x) * 2
+
+
+NEGATED = Case(name="negated", build=lambda d: Program(sine_of_negation, [contiguous((16,))]))
+
+
+def test_a_wrong_pattern_rewrite_is_named_by_its_handler(negation_dropped):
+    record, found = localized(NEGATED)
+    assert record.status == R.FAIL
+    assert (found.answer, found.stage, found.graph_pass) == (R.Answer.STAGE, "inductor_graph_passes", negation_dropped)
+    assert "the run passes with that pass alone turned off" in found.reason
+    assert "inductor_graph_passes" in record.summary() and negation_dropped in record.summary()
+
+
+def test_without_the_wrong_rewrite_the_same_program_passes():
+    with compile_caches_off():
+        assert run_case(NEGATED, torch.float32, "inference", RunConfig()).status == R.PASS
+
+
+def test_the_pass_search_halves_and_says_when_no_single_pass_is_to_blame():
+    from harness.inductor_compat.passes import NAMED, GraphPass
+
+    changed = [GraphPass(NAMED, f"p{i}", "post_grad_passes", f"pass:p{i}") for i in range(8)]
+    tried = []
+
+    def passes_without(keys, culprit="pass:p5"):
+        tried.append(keys)
+        return culprit in keys
+
+    finding = find_pass(lambda: changed, passes_without)
+    assert finding.named.name == "p5" and tried[-1] == frozenset({"pass:p5"})
+    assert len(tried) <= 6  # about 2 log2(8)
+    tried.clear()
+    # Two passes together are to blame: no half alone makes the run pass.
+    finding = find_pass(lambda: changed, lambda keys: tried.append(keys) or {"pass:p1", "pass:p6"} <= keys)
+    assert finding.named is None and "no single Inductor graph pass is to blame" in finding.text
+    assert find_pass(lambda: [], passes_without).text == "no Inductor graph pass changed the program's graphs"
+
+
+def test_a_stride_0_result_names_the_node_and_kernel_whose_layout_first_differs():
+    # as_strided_scatter of an expanded input: the compiled clone keeps the stride-0 layout (a real upstream bug).
+    record, found = localized(CASES["upstream_new_as_strided_scatter_broadcast_input"])
+    assert record.status == R.XFAIL
+    assert (found.answer, found.stage, found.name) == (R.Answer.KERNEL, "inductor", "cpp_fused_0")
+    assert found.nodes == ["clone"] and found.graph_pass is None
+    assert "strides (0, 1)" in found.isolated and "(3, 1)" in found.isolated
+    assert "laid out with elements sharing memory" in found.reason
+
+
+def clone_of_expanded(x):
+    return x.expand(4, 4).clone() + 1
+
+
+def test_a_correct_program_with_broadcast_values_blames_no_layout():
+    case = Case(name="broadcast_clone", build=lambda d: Program(clone_of_expanded, [broadcast((1, 4), (1, 4))]))
+    record = run_case(case, torch.float32, "inference", RunConfig(bisect="always"))
+    assert record.status == R.PASS and record.first_divergent_kernel.answer == R.Answer.NONE
+
+
+def promoted_differently(h, f):
+    # Emulates an Inductor type-promotion bug in an op mixing float16 and float32: compiled, it computes and
+    # returns float32 (finite); eager computes in float16, where the product overflows to inf.
+    if torch.compiler.is_compiling():
+        return h.float() * f
+    return h * f.half()
+
+
+MIXED = Case(name="mixed_half_float", dtypes=(torch.float16,), build=lambda d: Program(promoted_differently, [
+    contiguous((64,), dtype=torch.float16, fill="arange", low=250), contiguous((64,), dtype=torch.float32,
+                                                                                fill="arange", low=250)]))
+
+
+def test_a_result_of_another_dtype_with_nonfinite_differences_is_a_failure_not_a_harness_error():
+    record = run_case(MIXED, torch.float16, "inference", RunConfig())
+    assert record.status == R.FAIL, record.summary()
+    assert record.outputs[0].dtype == "float16" and "dtype float32 != float16" in record.outputs[0].layout_notes
+
+
+def test_undefined_elements_of_results_of_two_dtypes_are_a_difference():
+    inf = float("inf")
+    actual = torch.tensor([1.0, 70000.0], dtype=torch.float32)
+    expected = torch.tensor([1.0, inf], dtype=torch.float16)
+    reference = torch.tensor([1.0, inf], dtype=torch.float64)
+    assert differs_only_where_undefined(actual, expected, reference) is False

@@ -522,3 +522,24 @@ def test_pytest_collects_the_ci_sample_and_not_for_other_selections():
     items = collect()
     assert 190 <= len(items) <= 210 and all("opinfo-" in line for line in items)
     assert collect("-k", "seed") == []
+
+
+_draws = iter(range(10**6))
+
+
+def _drifting(x):
+    # Eager's result changes from run to run (as an op's seed outputs do): a value the seed does not decide.
+    return x + next(_draws)
+
+
+@pytest.mark.parametrize("generated, status", [(True, R.SKIP), (False, R.NONDETERMINISTIC)])
+def test_a_generated_sample_whose_eager_result_is_not_repeatable_is_skipped(generated, status):
+    from harness.inputs import contiguous
+    from harness.registry import Case, Program
+    from harness.runner import RunConfig, run_case
+
+    case = Case(name="drifting", generated=generated, build=lambda d: Program(_drifting, [contiguous((4,))]))
+    record = run_case(case, torch.float32, "inference", RunConfig())
+    assert record.status == status
+    if generated:
+        assert "two eager runs differ (out0)" in record.reason and "not repeatable" in record.reason

@@ -290,3 +290,23 @@ def test_reordering_controls_still_pass_by_the_rmse_rule():
     case = load_registry().cases["layernorm_gelu"]
     record = run_case(case, torch.bfloat16, "training", RunConfig())
     assert record.status == R.PASS and any(o.rule == "rmse_vs_fp64" and o.note for o in record.outputs)
+
+
+def _refuses_strided_float64(x, w):
+    # As cuDNN's batch norm in float64: a non-contiguous weight is refused ("Expected contiguous tensor").
+    if w.dtype == torch.float64 and not w.is_contiguous():
+        raise RuntimeError("Expected contiguous tensor, but got non-contiguous tensor for argument 'weight'")
+    return x * w
+
+
+def test_a_reference_refused_on_a_layout_is_made_again_on_contiguous_copies():
+    from harness.inputs import contiguous, permuted
+    from harness.registry import Case, Program
+    from harness.runner import RunConfig, run_case
+
+    case = Case(name="strided_weight", reference="fp64", build=lambda d: Program(
+        _refuses_strided_float64, [contiguous((6, 4)), permuted((4, 6), (1, 0))]))
+    record = run_case(case, torch.float16, "inference", RunConfig())
+    assert record.status == R.PASS and record.reference == "eager+fp64"
+    assert any("made on contiguous copies of the same values" in w for w in record.warnings), record.warnings
+    assert not any("judged by tolerance alone" in w for w in record.warnings)

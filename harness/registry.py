@@ -140,7 +140,8 @@ class Case:
     # nothing (every frame breaks, e.g. on a data-dependent op).
     generated: bool = False
     # Where the bug is known to be, for judging localization: an ATen op pattern the blamed kernel
-    # computes ("aten.mul", alternatives with "|"), or "stage:<stage>" (aot_eager, ...).
+    # computes ("aten.mul", alternatives with "|"), "stage:<stage>" (dynamo, aot_eager, ...), or "pass:<name>" (the
+    # Inductor graph pass named: "pass:reinplace_inplaceable_ops").
     culprit: str | None = None
     requires: tuple[str, ...] = ()
     description: str = ""

@@ -543,3 +543,24 @@ def test_a_generated_sample_whose_eager_result_is_not_repeatable_is_skipped(gene
     assert record.status == status
     if generated:
         assert "two eager runs differ (out0)" in record.reason and "not repeatable" in record.reason
+
+
+def test_an_op_decided_between_equal_values_gets_inputs_without_ties():
+    # msort bfloat16 (8000 values, more than bfloat16 has integers for) and sort bool sorted equal values the
+    # other way on CUDA: a tie, not a compiler bug.
+    from harness.opinfo import catalog as C
+    from harness.opinfo.skips import TIES
+
+    for layout in ("contiguous", "permuted"):
+        tensors, _ = C.laid_out("msort", torch.bfloat16, 0, layout, seed=1)
+        values = tensors[0].detach().reshape(-1)
+        assert values.unique().numel() == values.numel() == 8000 and values.isfinite().all()
+    original, _, _ = C.flatten(C.samples("msort", torch.bfloat16)[0])
+    # The order is the sample's own: equal values ordered by position.
+    assert torch.equal(torch.argsort(tensors[0].detach().reshape(-1).float(), stable=True),
+                       torch.argsort(original[0].reshape(-1).float(), stable=True))
+    skips = []
+    assert C.entries_of(C.ops_by_piece()["sort"], torch.bool, skips) == [] and skips[0].reason == TIES
+    layouts = {e.layout for e in C.entries_of(C.ops_by_piece()["sort"], torch.float32)}
+    assert layouts and not layouts & {"broadcast", "overlapping"}  # their repeated elements are ties
+    assert {"broadcast", "overlapping"} & {e.layout for e in C.entries_of(C.ops_by_piece()["sin"], torch.float32)}

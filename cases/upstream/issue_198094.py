@@ -24,7 +24,7 @@ def scatter_then_zero_input(x, src):
     return y
 
 
-@case(tags=("upstream", "inductor", "scatter", "inplace", "reinplace"), dtypes=(torch.int64,), issue=ISSUE, culprit="stage:inductor_graph_passes",
+@case(tags=("upstream", "inductor", "scatter", "inplace", "reinplace"), dtypes=(torch.int64,), issue=ISSUE, culprit="pass:reinplace_inplaceable_ops",
       known_failures=(
           KnownFailure("slice_scatter reinplaced into input x, then x.zero_() overwrites it (pytorch#198094)",
                        device="cpu", torch="2.13"),

@@ -29,7 +29,7 @@ def scatter_into_first_row(x, src):
 
 
 @case(tags=("upstream", "inductor", "scatter", "layout", "broadcast"), dtypes=(torch.int64, torch.float32),
-      issue=ISSUE, culprit="stage:inductor_graph_passes",
+      issue=ISSUE, culprit="aten.clone",
       known_failures=(
           KnownFailure(WRONG_ROWS, device="cpu", torch="2.13"),
           KnownFailure(WRONG_ROWS, device="cuda", torch="2.11"),

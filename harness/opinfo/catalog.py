@@ -33,7 +33,7 @@ from ..inputs import seed_for
 from ..layout import clone_exact
 from ..records import exception_line
 from . import layouts as L
-from .skips import dtype_skip, op_key, op_skip
+from .skips import TIES, discontinuous, dtype_skip, op_key, op_skip
 
 PREFIX = "opinfo-"
 # The dtypes the issue names, wherever OpInfo declares them (on the CPU or CUDA).
@@ -372,6 +372,8 @@ def layouts_of(op_piece: str, dtype: torch.dtype, index: int, found: Probe) -> l
         return ["contiguous"]
     chosen = ["contiguous"]
     for layout in L.LAYOUTS[1:]:
+        if layout in L.ALIASING and primary and discontinuous(ops_by_piece()[op_piece]):
+            continue  # its repeated elements are ties (TIES)
         if layout in L.PRIMARY_ONLY:
             if not found.writes and primary and L.applies(layout, tensors[0]):
                 chosen.append(layout)
@@ -382,9 +384,40 @@ def layouts_of(op_piece: str, dtype: torch.dtype, index: int, found: Probe) -> l
     return chosen
 
 
+def tie_free(t: torch.Tensor) -> torch.Tensor | None:
+    """`t` with its values replaced by distinct integers in the same order (equal values ordered by position),
+    centred on zero; None when its dtype cannot hold that many distinct values (bool, a small integer type)."""
+    if t.numel() < 2 or t.is_complex():
+        return t
+    n = t.numel()
+    order = torch.argsort(t.detach().reshape(-1).to(torch.float64), stable=True)
+    ladder = torch.arange(n, dtype=torch.float64) - (0 if t.dtype in (torch.uint8, torch.bool) else n // 2)
+    if t.is_floating_point() and ladder.to(t.dtype).to(torch.float64).unique().numel() != n:
+        ladder = _distinct_floats(n, t.dtype)  # more values than the dtype has integers for (bfloat16: 256)
+    values = torch.empty(n, dtype=torch.float64)
+    values[order] = ladder
+    made = values.to(t.dtype)
+    if made.to(torch.float64).unique().numel() != n:
+        return None
+    return made.reshape(t.shape).requires_grad_(t.requires_grad)
+
+
+def _distinct_floats(n: int, dtype: torch.dtype) -> torch.Tensor:
+    """n distinct values of a float dtype, increasing, symmetric about zero: consecutive representable values
+    upward from 1 (their bit patterns, counted up), and their negatives."""
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}[torch.finfo(dtype).bits // 8]
+    half = (n + 1) // 2
+    one = torch.ones((), dtype=dtype).view(bits)
+    positive = (one + torch.arange(half, dtype=torch.int64).to(bits)).view(dtype).to(torch.float64)
+    return torch.cat([-positive[: n - half].flip(0), positive])
+
+
 def laid_out(op_piece: str, dtype: torch.dtype, index: int, layout: str, seed: int) -> tuple[list[torch.Tensor], Any]:
-    """The sample's tensors in `layout` (those that cannot take it: contiguous), and its structure."""
+    """The sample's tensors in `layout` (those that cannot take it: contiguous), and its structure. An op
+    decided between equal values (`skips.DISCONTINUOUS`) gets its input without ties."""
     tensors, structure, primary = flatten(samples(op_piece, dtype)[index])
+    if primary and discontinuous(ops_by_piece()[op_piece]) and (distinct := tie_free(tensors[0])) is not None:
+        tensors = [distinct] + tensors[1:]
     result = []
     for position, t in enumerate(tensors):
         wanted = layout
@@ -427,7 +460,7 @@ def modes_for(op: Any, dtype: torch.dtype, found: Probe) -> tuple[str, ...]:
 def entries_of(op: Any, dtype: torch.dtype, skips: list[Skip] | None = None) -> list[Entry]:
     """The catalogue's cases for one op and dtype: per layout, its first SAMPLES fitting samples (skips into `skips`)."""
     key, piece = op_key(op), name_piece(op)
-    reason = op_skip(op) or dtype_skip(op, dtype)
+    reason = op_skip(op) or dtype_skip(op, dtype) or (TIES if discontinuous(op) and dtype == torch.bool else None)
     if reason:
         if skips is not None:
             skips.append(Skip(f"{key} {dtype_name(dtype)}", reason))

@@ -53,6 +53,25 @@ DTYPE_SKIPS: dict[str, tuple[frozenset, str]] = {
 }
 
 
+# Ops whose result jumps where two values of their input are equal: an order, an index, or the element a
+# maximum's gradient goes to. Between equal values eager picks one by its own algorithm, and any other pick is as
+# right, so their samples get inputs without ties (`tie_free`); where an input cannot have them (bool, a layout
+# that repeats elements) the sample is left out with this reason.
+DISCONTINUOUS = frozenset({
+    "sort", "msort", "argsort", "topk", "kthvalue", "median", "nanmedian", "mode", "argmax", "argmin",
+    "max.reduction_with_dim", "min.reduction_with_dim", "max.reduction_no_dim", "min.reduction_no_dim",
+    "amax", "amin", "aminmax", "cummax", "cummin", "masked.argmax", "masked.argmin", "masked.median",
+    "masked.amax", "masked.amin", "nn.functional.max_pool1d", "nn.functional.max_pool2d", "nn.functional.max_pool3d",
+    "nn.functional.adaptive_max_pool1d", "nn.functional.adaptive_max_pool2d", "nn.functional.adaptive_max_pool3d",
+})
+TIES = ("ties: the op's result (an order, an index, where a maximum's gradient goes) is decided between equal "
+        "input values by eager's own algorithm, and any other choice is as right")
+
+
+def discontinuous(op) -> bool:
+    return op_key(op) in DISCONTINUOUS
+
+
 def op_skip(op) -> str | None:
     """Why a whole op variant is left out, or None."""
     key = op_key(op)

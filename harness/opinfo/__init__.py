@@ -22,6 +22,7 @@ from typing import Iterable, Sequence
 import torch
 
 from ..registry import CASE_SOURCE_ORIGIN, Case, CaseSource, KnownFailure, Program
+from ..tolerances import Tolerance
 from . import catalog as C
 from . import remembered
 from .layouts import LAYOUTS, REGISTRY as LAYOUT_REGISTRY
@@ -50,8 +51,19 @@ def unavailable() -> str | None:
     return None
 
 
-def opinfo_source(known_failures: Sequence[OpFailure] = ()) -> CaseSource:
-    failures = tuple(known_failures)
+@dataclass(frozen=True)
+class OpTolerance:
+    """Tolerances for an op's cases of one dtype, where a decision says its differences are rounding (the reason
+    goes into the case's description)."""
+
+    op: str
+    dtype: torch.dtype
+    tolerance: Tolerance
+    reason: str
+
+
+def opinfo_source(known_failures: Sequence[OpFailure] = (), tolerances: Sequence[OpTolerance] = ()) -> CaseSource:
+    failures = (tuple(known_failures), tuple(tolerances))
     return CaseSource(
         name=SOURCE, prefix=C.PREFIX, tags=TAGS,
         generate=functools.partial(_generate, failures), lookup=functools.partial(_lookup, failures),
@@ -60,7 +72,7 @@ def opinfo_source(known_failures: Sequence[OpFailure] = ()) -> CaseSource:
     )
 
 
-def _generate(failures: tuple[OpFailure, ...], include_full: bool) -> Iterable[Case]:
+def _generate(failures: tuple, include_full: bool) -> Iterable[Case]:
     # Remembered on disk once made (`remembered`): a selection then imports no op_db.
     for facts in remembered.ci_sample():
         yield make_case(facts, failures, ci=True)
@@ -70,7 +82,7 @@ def _generate(failures: tuple[OpFailure, ...], include_full: bool) -> Iterable[C
                 yield make_case(facts, failures, ci=False)
 
 
-def _lookup(failures: tuple[OpFailure, ...], name: str) -> Case | None:
+def _lookup(failures: tuple, name: str) -> Case | None:
     facts = remembered.find(name)
     if facts is None:
         entry = C.lookup(name)
@@ -86,10 +98,13 @@ def _skipped() -> list[tuple[str, str]]:
     return [(s.what, s.reason) for s in skips]
 
 
-def make_case(facts: remembered.Facts, failures: Sequence[OpFailure], ci: bool) -> Case:
+def make_case(facts: remembered.Facts, declared: tuple, ci: bool) -> Case:
+    """The case of one catalogue entry; `declared` is (known failures, tolerances) as the case module gave them."""
+    failures, tolerances = declared
     entry, key = facts.entry, facts.op_key
     mine = [f for f in failures if f.op == key and (f.layouts is None or entry.layout in f.layouts)
             and (f.samples is None or entry.index in f.samples)]
+    rounding = [t for t in tolerances if t.op == key and t.dtype == entry.dtype]
     tags = ["opinfo", facts.op_name] + ([key] if key != facts.op_name else []) + [entry.layout] + (["ci"] if ci else [])
     return Case(
         name=entry.name,
@@ -100,9 +115,11 @@ def make_case(facts: remembered.Facts, failures: Sequence[OpFailure], ci: bool) 
         size="ci" if ci else "full",
         issue=mine[0].issue if mine else None,
         known_failures=tuple(f.failure for f in mine),
+        tolerances={t.dtype: t.tolerance for t in rounding},
         generated=True,
         description=(f"OpInfo {key} sample {entry.index} ({C.dtype_name(entry.dtype)}; inputs {facts.shapes}), "
-                     f"{entry.layout}: {LAYOUT_REGISTRY[entry.layout].summary}"),
+                     f"{entry.layout}: {LAYOUT_REGISTRY[entry.layout].summary}"
+                     + "".join(f"; tolerance {t.tolerance.rtol:g}/{t.tolerance.atol:g}: {t.reason}" for t in rounding)),
         source=CASE_SOURCE_ORIGIN + SOURCE,
     )
 

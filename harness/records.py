@@ -417,7 +417,7 @@ class Localization:
                 seen = f"; visible from {v.graph} launch {v.launch_index} {v.name} (bad={v.bad}/{v.numel})"
             return f"drift: {where} writing {self.buffer}{nodes}: {self.reason}{seen}"
         if self.answer == Answer.STAGE:
-            return f"stage: {self.reason}"
+            return f"stage: {self.reason} [{self.compiles} compile{'' if self.compiles == 1 else 's'}]"
         if self.answer == Answer.UNLOCALIZED:
             return f"unlocalized: {self.reason}"
         unmapped = f", {self.unmapped_buffers} unmapped" if self.unmapped_buffers else ""

@@ -211,3 +211,20 @@ def test_undefined_elements_of_results_of_two_dtypes_are_a_difference():
     expected = torch.tensor([1.0, inf], dtype=torch.float16)
     reference = torch.tensor([1.0, inf], dtype=torch.float64)
     assert differs_only_where_undefined(actual, expected, reference) is False
+
+
+def test_the_console_the_record_and_the_report_tell_one_story(negation_dropped):
+    import html
+
+    from harness.report import render_html
+
+    record, found = localized(NEGATED)
+    data = record.to_dict()["first_divergent_kernel"]
+    assert (data["answer"], data["stage"], data["graph_pass"], data["name"]) == (
+        "stage", "inductor_graph_passes", negation_dropped, None)
+    assert data["compiles"] == found.compiles >= 3
+    summary = record.summary()
+    assert f"[{found.compiles} compiles]" in summary and "first divergent kernel" not in summary
+    page = html.unescape(render_html([record], {}))
+    assert f"stage: inductor_graph_passes ({negation_dropped})" in page
+    assert "<h4>First divergent kernel" not in page and f"{found.compiles} compiles of the program" in page

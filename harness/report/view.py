@@ -72,7 +72,8 @@ class KernelView:
             where = " ".join(x for x in (self.data.graph, launch) if x)
             return f"{self.answer}: {name} ({where})" if where else f"{self.answer}: {name}"
         if self.data.answer == Answer.STAGE:
-            return f"stage: {self.data.stage}"
+            graph_pass = f" ({self.data.graph_pass})" if self.data.graph_pass else ""
+            return f"stage: {self.data.stage}{graph_pass}"
         return self.answer
 
 

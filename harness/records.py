@@ -365,7 +365,9 @@ class Localization:
         if failing and self.answer == Answer.NONE:
             raise AssertionError("a failing run needs a localization answer")
         # One run, one story: a stage answer names no kernel, a kernel answer's stage is Inductor's.
-        if self.answer == Answer.STAGE and (self.name is not None or self.stage in (None, "inductor")):
+        wrong_kernel_seen = self.visible_at is not None and self.visible_at.kind in ("wrong", "aliasing")
+        if self.answer == Answer.STAGE and (self.name is not None or self.stage in (None, "inductor")
+                                            or wrong_kernel_seen):
             raise AssertionError(f"a stage answer names a kernel ({self.name}) or no stage before the kernels "
                                  f"({self.stage})")
         if self.answer in (Answer.KERNEL, Answer.DRIFT) and (self.stage != "inductor" or self.graph_pass):

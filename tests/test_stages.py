@@ -53,6 +53,9 @@ def test_a_divergence_dynamo_alone_shows_is_answered_dynamo_in_two_compiles():
     # aot_eager diverges, then eager decides: two compiles, no graph pass searched.
     assert found.compiles == 2 and found.graph_pass is None
     assert "stage: diverges already under backend='eager'" in record.summary()
+    # Where the difference first shows, the kernel is not called wrong: the graph it computes already differs.
+    assert found.visible_at is not None and found.visible_at.kind == "drift"
+    assert "is not what is wrong" in found.visible_at.isolated
 
 
 def test_a_functionalization_divergence_is_answered_aot_eager():

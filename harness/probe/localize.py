@@ -41,7 +41,7 @@ from typing import Callable
 
 from .. import records as R
 from ..compare import Verdict
-from .isolation import ALIASING, NOT_ISOLATED, WRONG
+from .isolation import ALIASING, DRIFT, NOT_ISOLATED, WRONG
 from ..execution import Results
 from .passes import find_pass
 from .probe import Divergence, KernelProbe
@@ -274,7 +274,7 @@ def _before_inductor(program: CompiledProgram, found: R.Localization, first: Div
     found.answer, found.diverged, found.stage = R.Answer.STAGE, True, stage
     backend = dict((name, backend) for backend, name in STAGE_BACKENDS)[stage]
     found.reason = f"diverges already under backend={backend!r}: {STAGE_MEANING[stage]}"
-    found.visible_at = first.as_buffer_divergence() if first is not None else None
+    found.visible_at = _seen_at(first)
     return found
 
 
@@ -288,7 +288,7 @@ def _in_graph_pass(program: CompiledProgram, found: R.Localization, first: Diver
     found.answer, found.diverged, found.stage = R.Answer.STAGE, True, GRAPH_PASSES
     found.graph_pass = finding.named.label
     found.reason = f"diverges in {GRAPH_PASSES}, in the pass {finding.named.label}: {finding.text}"
-    found.visible_at = first.as_buffer_divergence() if first is not None else None
+    found.visible_at = _seen_at(first)
     return found
 
 
@@ -308,7 +308,7 @@ def _after_aot(found: R.Localization, first: Divergence | None, superseded: int 
         if superseded:
             found.reason += (f" (its {superseded} unmapped buffers held only states inside one node's lowering, "
                              "each written over whole by that node's compared value)")
-        found.visible_at = first.as_buffer_divergence() if first is not None else None
+        found.visible_at = _seen_at(first)
         return found
     found.answer, found.diverged, found.stage = R.Answer.UNLOCALIZED, True, "inductor"
     reasons = "; ".join(f"{len(names)}x {reason}" for reason, names in list(found.unmapped.items())[:3])
@@ -316,6 +316,18 @@ def _after_aot(found: R.Localization, first: Divergence | None, superseded: int 
                     f"comes from work the probe does not compare ({found.unmapped_buffers} unmapped buffers"
                     f"{': ' + reasons if reasons else ''}; ATen fallback ops and graph glue are not probed)")
     return found
+
+
+def _seen_at(first: Divergence | None) -> R.BufferDivergence | None:
+    """Where a stage answer's difference first shows among the kernels, said as what it is: the kernel computes
+    what the graph gave it (one run, one story: a stage answer names no kernel as wrong)."""
+    if first is None:
+        return None
+    seen = first.as_buffer_divergence()
+    seen.kind = DRIFT
+    seen.isolated = ("first differs from eager here; the graph the kernels compute already differs from the "
+                     "program, so this kernel is not what is wrong")
+    return seen
 
 
 def _drift(found: R.Localization, culprit: int, described: Divergence | None, first: Divergence | None) -> R.Localization:

@@ -395,6 +395,14 @@ def _overlapping_compiled_results(observed: _Observation, compiled: _Compiled) -
             "its layout is wrong before its values are (as when a scatter keeps an expanded input's strides)")
 
 
+def _retyped_results(observed: _Observation, compiled: _Compiled) -> bool:
+    """Whether a failing tensor result has another dtype than eager's (a type promotion lost)."""
+    failing = {c.name for c in compiled.comparisons if not c.passed}
+    return any(isinstance(a := compiled.results.values.get(name), torch.Tensor)
+               and isinstance(e := observed.expected.values.get(name), torch.Tensor) and a.dtype != e.dtype
+               for name in failing)
+
+
 def _undefined_results(observed: _Observation, compiled: _Compiled) -> list[str]:
     """The failing results, if every one differs only where neither side nor float64 has a value
     (`differs_only_where_undefined`) and the inputs are finite; empty otherwise (a NaN input's NaN must
@@ -575,7 +583,8 @@ def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig,
     program = CompiledProgram(rerun=lambda probe: _probe_run(observed, compiled, config, record, probe),
                               passes=passes, moved=moved, diverges_under=lambda backend: diverges_under(observed, backend),
                               injection=compiled.handler_factory, first_launches=compiled.first_launch,
-                              overlapping=_overlapping_compiled_results(observed, compiled) is not None,
+                              overlapping=(_overlapping_compiled_results(observed, compiled) is not None
+                                           or _retyped_results(observed, compiled)),
                               graph_passes=lambda: with_passes(frozenset())[1],
                               passes_without=lambda keys: with_passes(keys)[0])
     failing = record.status == R.FAIL

@@ -83,7 +83,8 @@ class CompiledProgram:
     injection: Callable[[], Callable | None]
     # It diverges on its kernels' first launches only, and every rerun loads it afresh.
     first_launches: bool = False
-    # A failing result is laid out with elements sharing memory where eager's is not (a layout bug).
+    # A failing result is laid out with elements sharing memory where eager's is not, or has another dtype than
+    # eager's (a layout or type bug: its memory cannot hold eager's values).
     overlapping: bool = False
     # The Inductor graph passes that changed the program's graphs (one compile, observed), and whether the
     # program compiled with the passes of these keys turned off passes (`passes.find_pass`).
@@ -132,7 +133,7 @@ def localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Loc
 
 
 def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Localization:
-    probe = _probe(program, verdict, stop_at_wrong=failing)
+    probe = _probe(program, verdict, stop_at_wrong=failing, check_outputs=failing and program.overlapping)
     outputs_pass = program.run(probe)
     if failing and outputs_pass:
         raise NotReproduced()
@@ -142,8 +143,8 @@ def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Lo
         # The failing result cannot hold eager's values: the first buffer laid out so is where that starts, and
         # no substitution could show it (eager's value does not fit the memory it would be copied into).
         _name(found, probe.layouts[0], R.Answer.KERNEL, stage="inductor")
-        found.reason = ("a failing result is laid out with elements sharing memory where eager's is not; this "
-                        "kernel wrote the first buffer laid out so")
+        found.reason = ("a failing result is laid out with elements sharing memory, or typed, unlike eager's; this "
+                        "kernel wrote the first buffer whose layout or dtype cannot hold its node's value")
         return found
     if not failing:
         found.answer, found.diverged = R.Answer.NONE, False

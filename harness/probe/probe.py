@@ -118,8 +118,11 @@ class KernelProbe:
     capture_at: int = -1
     # Graphs whose shared inputs changed without a launch announcing the write (see observe_graph).
     unannounced_writes: list[str] = field(default_factory=list)
-    # Buffers laid out so that elements eager keeps apart share memory (kind LAYOUT), in the order seen: written
-    # by a launch, or returned by a graph (its output, which no launch may write whole).
+    # Check each graph output's layout and dtype against its node's eager value (a failing result's layout or dtype
+    # is not eager's; each output's eager value may cost an eager pass).
+    check_outputs: bool = False
+    # Buffers laid out so that elements eager keeps apart share memory, or graph outputs of another dtype than
+    # their node's (kind LAYOUT), in the order seen: written by a launch, or returned by a graph.
     layouts: list[Divergence] = field(default_factory=list)
     _current: _GraphCall | None = None
     # Unmapped in-place lowering states not yet written over: (graph label, buffer) -> where each lies.
@@ -171,7 +174,7 @@ class KernelProbe:
             self._current = _GraphCall(info, label, values, RegionMap(info, values))
             try:
                 result = call(args)
-                if self.comparing:
+                if self.comparing and self.check_outputs:
                     self._output_layouts(self._current, result)
             finally:
                 self.problems.extend(f"{label}: {p}" for p in values.problems if f"{label}: {p}" not in self.problems)
@@ -301,6 +304,7 @@ class KernelProbe:
             if not isinstance(tensor, torch.Tensor) or not isinstance(node, torch.fx.Node) or node.op == "placeholder":
                 continue
             layout = self._layout(call, tensor, node.name) if tensor.layout == torch.strided else None
+            layout = layout or _retyped(tensor, node, call.values)
             writer = call.last_writer.get(tensor.untyped_storage().data_ptr()) if layout else None
             if writer is None:
                 continue
@@ -358,7 +362,7 @@ class KernelProbe:
         problems, copy = self.problems, self.copy_inputs if copy_inputs is None else copy_inputs
         fresh = KernelProbe(self.verdict, self.inner, self.stop_at_wrong, self.compare_after, self.substitute,
                             self.immaterial, self.describe, self.upstream_limit, self.first_launches,
-                            capture=self.capture, capture_at=self.capture_at)
+                            capture=self.capture, capture_at=self.capture_at, check_outputs=self.check_outputs)
         self.__dict__.update(fresh.__dict__)
         self.problems, self.copy_inputs = problems, copy
 
@@ -383,6 +387,19 @@ class _Memory:
         if self.key[0] != other.key[0] or not (self.start <= other.start and other.end <= self.end):
             return False
         return self.dense or self.key == other.key
+
+
+def _retyped(tensor: torch.Tensor, node: torch.fx.Node, values: GraphValues) -> str | None:
+    """What is wrong with a graph output of another dtype than its node's eager value (an op's type promotion
+    lost in its lowering): its kernel wrote another type than the program computes. (The node's FX metadata
+    says its dtype; a graph read back from the cache has none, and its eager value says it then.)"""
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor):
+        value = values.value(node.name)
+    if not isinstance(value, torch.Tensor) or value.dtype == tensor.dtype:
+        return None
+    return (f"its kernel wrote it as {str(tensor.dtype).removeprefix('torch.')} where the graph computes "
+            f"{node.name} as {str(value.dtype).removeprefix('torch.')}: the output's dtype is wrong before any value is")
 
 
 def _exact_inputs(launch: Launch, call: _GraphCall) -> ExactInputs | None:

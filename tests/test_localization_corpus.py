@@ -64,7 +64,13 @@ def test_upstream_bugs_fail_and_are_localized_where_they_are():
         record = run_case(case, dtype, mode, RunConfig(bisect=True))
         assert record.status == R.XFAIL and record.error is None, record.summary()
         found = record.first_divergent_kernel
-        assert found.answer in (R.Answer.KERNEL, R.Answer.DRIFT, R.Answer.STAGE, R.Answer.UNLOCALIZED)
+        # Every reproducing bug ends with a kernel, a named stage, or a named graph pass; never unlocalized.
+        assert found.answer in (R.Answer.KERNEL, R.Answer.DRIFT, R.Answer.STAGE), record.summary()
+        if found.answer == R.Answer.STAGE:
+            assert found.stage in ("dynamo", "aot_eager", "aot_eager_decomp_partition", "inductor_graph_passes")
+            assert found.name is None and found.compiles >= 2
+        else:
+            assert found.stage == "inductor" and found.name and found.graph_pass is None
         if record.culprit_found:
             named += 1
         else:

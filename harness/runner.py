@@ -583,8 +583,8 @@ def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig,
     program = CompiledProgram(rerun=lambda probe: _probe_run(observed, compiled, config, record, probe),
                               passes=passes, moved=moved, diverges_under=lambda backend: diverges_under(observed, backend),
                               injection=compiled.handler_factory, first_launches=compiled.first_launch,
-                              overlapping=(_overlapping_compiled_results(observed, compiled) is not None
-                                           or _retyped_results(observed, compiled)),
+                              wrong_layout_or_dtype=(_overlapping_compiled_results(observed, compiled) is not None
+                                                     or _retyped_results(observed, compiled)),
                               graph_passes=lambda: with_passes(frozenset())[1],
                               passes_without=lambda keys: with_passes(keys)[0])
     failing = record.status == R.FAIL
@@ -731,9 +731,12 @@ def _compiled_with_passes(observed: _Observation, compiled: _Compiled, config: R
     if config.backend != "inductor":
         return False, []
     backend = distinct_inductor(_compile_kwargs(config, record.compile_options).get("options", {}), observed.case.dynamic)
-    with compile_caches_off(), room_to_recompile(), observing_passes(disabled) as changed, \
-            _launches_through(compiled.handler_factory()):
-        results = observed.compiled_session(backend).run()
+    with observing_passes(disabled) as changed:
+        try:
+            with compile_caches_off(), room_to_recompile(), _launches_through(compiled.handler_factory()):
+                results = observed.compiled_session(backend).run()
+        except Exception:  # noqa: BLE001 - a pass some other pass relies on, turned off: this set does not pass
+            return False, list(changed)
     return passes(results), list(changed)
 
 

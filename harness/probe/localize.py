@@ -85,7 +85,7 @@ class CompiledProgram:
     first_launches: bool = False
     # A failing result is laid out with elements sharing memory where eager's is not, or has another dtype than
     # eager's (a layout or type bug: its memory cannot hold eager's values).
-    overlapping: bool = False
+    wrong_layout_or_dtype: bool = False
     # The Inductor graph passes that changed the program's graphs (one compile, observed), and whether the
     # program compiled with the passes of these keys turned off passes (`passes.find_pass`).
     graph_passes: Callable[[], list] = lambda: []
@@ -133,13 +133,13 @@ def localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Loc
 
 
 def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Localization:
-    probe = _probe(program, verdict, stop_at_wrong=failing, check_outputs=failing and program.overlapping)
+    probe = _probe(program, verdict, stop_at_wrong=failing, check_outputs=failing and program.wrong_layout_or_dtype)
     outputs_pass = program.run(probe)
     if failing and outputs_pass:
         raise NotReproduced()
     found = _evidence(probe)
     superseded = probe.superseded
-    if failing and program.overlapping and probe.layouts:
+    if failing and program.wrong_layout_or_dtype and probe.layouts:
         # The failing result cannot hold eager's values: the first buffer laid out so is where that starts, and
         # no substitution could show it (eager's value does not fit the memory it would be copied into).
         _name(found, probe.layouts[0], R.Answer.KERNEL, stage="inductor")

@@ -294,9 +294,10 @@ class KernelProbe:
                 "the layout is wrong before any value is")
 
     def _output_layouts(self, call: _GraphCall, result: Any) -> None:
-        """A graph output laid out so that its elements share memory, where eager's is not: named with the node it
-        returns and the last launch that wrote its storage (a returned view of a buffer is written by no launch
-        whole, so it is checked here)."""
+        """A graph output laid out so that its elements share memory where eager's is not, or of another dtype
+        than its node's: named with the node it returns and the last launch that wrote its storage (a returned
+        view of a buffer is written by no launch whole, and a buffer of another dtype than its node's is not
+        mapped, so both are checked here)."""
         outputs = result if isinstance(result, (list, tuple)) else [result]
         returned = call.info.gm.graph.output_node().args[0]
         returned = returned if isinstance(returned, (list, tuple)) else [returned]

@@ -112,34 +112,29 @@ def localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Loc
         cost["reruns"] += 1
         return program.rerun(probe)
 
-    def diverges_under(backend: str) -> bool:
-        cost["stages_checked"] = True
-        cost["compiles"] += 1
-        return program.diverges_under(backend)
+    def compiling(check: Callable, stage: bool = False) -> Callable:
+        def counted(*args: object) -> object:
+            cost["compiles"] += 1
+            cost["stages_checked"] = cost["stages_checked"] or stage
+            return check(*args)
+        return counted
 
-    def graph_passes() -> list:
-        cost["compiles"] += 1
-        return program.graph_passes()
-
-    def passes_without(keys: frozenset) -> bool:
-        cost["compiles"] += 1
-        return program.passes_without(keys)
-
-    counted = dataclasses.replace(program, rerun=rerun, diverges_under=diverges_under, graph_passes=graph_passes,
-                                  passes_without=passes_without)
+    counted = dataclasses.replace(program, rerun=rerun, diverges_under=compiling(program.diverges_under, stage=True),
+                                  graph_passes=compiling(program.graph_passes),
+                                  passes_without=compiling(program.passes_without))
     found = _localize(counted, verdict, failing)
     found.reruns, found.stages_checked, found.compiles = cost["reruns"], cost["stages_checked"], cost["compiles"]
     return found
 
 
 def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Localization:
-    probe = _probe(program, verdict, stop_at_wrong=failing, check_outputs=failing and program.wrong_layout_or_dtype)
+    probe = _probe(program, verdict, stop_at_wrong=failing, check_layouts=failing and program.wrong_layout_or_dtype)
     outputs_pass = program.run(probe)
     if failing and outputs_pass:
         raise NotReproduced()
     found = _evidence(probe)
     superseded = probe.superseded
-    if failing and program.wrong_layout_or_dtype and probe.layouts:
+    if probe.layouts:  # checked only for a failing run whose result's layout or dtype is wrong
         # The failing result cannot hold eager's values: the first buffer laid out so is where that starts, and
         # no substitution could show it (eager's value does not fit the memory it would be copied into).
         _name(found, probe.layouts[0], R.Answer.KERNEL, stage="inductor")

@@ -118,9 +118,9 @@ class KernelProbe:
     capture_at: int = -1
     # Graphs whose shared inputs changed without a launch announcing the write (see observe_graph).
     unannounced_writes: list[str] = field(default_factory=list)
-    # Check each graph output's layout and dtype against its node's eager value (a failing result's layout or dtype
-    # is not eager's; each output's eager value may cost an eager pass).
-    check_outputs: bool = False
+    # Check written buffers' and graph outputs' layouts and dtypes against their nodes' eager values (a failing
+    # result's layout or dtype is not eager's; each output's eager value may cost an eager pass).
+    check_layouts: bool = False
     # Buffers laid out so that elements eager keeps apart share memory, or graph outputs of another dtype than
     # their node's (kind LAYOUT), in the order seen: written by a launch, or returned by a graph.
     layouts: list[Divergence] = field(default_factory=list)
@@ -174,7 +174,7 @@ class KernelProbe:
             self._current = _GraphCall(info, label, values, RegionMap(info, values))
             try:
                 result = call(args)
-                if self.comparing and self.check_outputs:
+                if self.comparing and self.check_layouts:
                     self._output_layouts(self._current, result)
             finally:
                 self.problems.extend(f"{label}: {p}" for p in values.problems if f"{label}: {p}" not in self.problems)
@@ -255,7 +255,7 @@ class KernelProbe:
                region: Region, always: bool = False) -> Divergence | None:
         """The launch described, when this buffer misses the verdict policy (or `always`)."""
         expected = region.eager(call.values)
-        if expected is not None and not always and self.comparing and \
+        if expected is not None and not always and self.comparing and self.check_layouts and \
                 (layout := self._layout(call, tensor, region.node)) is not None:
             self.layouts.append(Divergence(launch.index, call.label, _describe(
                 launch, call.info, key, launch.local_name(tensor) or region.buffer or launch.param_name(key), region,
@@ -363,7 +363,7 @@ class KernelProbe:
         problems, copy = self.problems, self.copy_inputs if copy_inputs is None else copy_inputs
         fresh = KernelProbe(self.verdict, self.inner, self.stop_at_wrong, self.compare_after, self.substitute,
                             self.immaterial, self.describe, self.upstream_limit, self.first_launches,
-                            capture=self.capture, capture_at=self.capture_at, check_outputs=self.check_outputs)
+                            capture=self.capture, capture_at=self.capture_at, check_layouts=self.check_layouts)
         self.__dict__.update(fresh.__dict__)
         self.problems, self.copy_inputs = problems, copy
 

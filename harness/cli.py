@@ -220,7 +220,8 @@ def _list(args: argparse.Namespace) -> int:
         for name in injection_names():
             injection = injection_named(name)
             selector = "required" if injection.needs_selector else "optional" if injection.takes_selector else "-"
-            say(f"{name:28} {selector:10} {injection.summary}")
+            source = f" [{injection.source}]" if injection.source else ""
+            say(f"{name:28} {selector:10} {injection.summary}{source}")
         say("A selector picks kernel launches: NAME@LAUNCH (a launch index from 0, e.g. fault-scale@3) or "
             "NAME@GLOB (kernel names, e.g. fault-scale@'triton_per_*'); without one, every launch it applies to.")
         return EXIT_OK

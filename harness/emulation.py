@@ -25,6 +25,9 @@ Every record made under one of these carries its name in `emulation`.
   by launch index (`@3`) or kernel-name glob (`@*relu*`), for testing localization.
 - `reduction-partial`, `reduction-axis-order` (optionally `@<selector>`):
   seed 002's NPU codegen bugs, run as rewritten kernels (`rewritten_kernels.py`).
+- `first-launch-dropped-stores`, `reduction-small-inner`, `masked-load-garbage`,
+  `masked-store-lost`, `half-scalar-arg`: triton-ascend's silent wrong-result
+  classes (`bug_classes/`).
 
 Every handler says, through `missed()`, when it changed nothing it was asked to change (a selector that
 selects no launch, a rewriter that recognises no kernel, a launcher that saw no generated kernel): such a run
@@ -56,6 +59,10 @@ class Injection:
     narrows: bool = False
     needs_selector: bool = False
     takes_selector: bool = False  # an optional @selector (rewritten kernels)
+    # Where the emulated behaviour was reported (`harness list --injections` shows it).
+    source: str = ""
+    # It acts on kernels' first launches since loading: the compiled run loads its kernels afresh first.
+    first_launches: bool = False
 
 
 @dataclass
@@ -280,7 +287,7 @@ INJECTIONS: dict[str, Injection] = {
     "boundary-downcast": Injection(
         "boundary-downcast",
         "emulates the NPU triton_experimental launcher: int64/float64 args narrowed with Tensor.to() (layouts collapse)",
-        lambda _: BoundaryDowncast(keep_layout=False), narrows=True),
+        lambda _: BoundaryDowncast(keep_layout=False), narrows=True, source="seed 000 (torch_npu Longformer report)"),
     "boundary-downcast-strided": Injection(
         "boundary-downcast-strided",
         "the proposed fix: int64/float64 args narrowed into buffers that keep size, stride and offset",
@@ -326,6 +333,21 @@ def make_handler(text: str) -> Callable[[Launch], Any]:
 from .rewritten_kernels import REWRITE_INJECTIONS, RewrittenKernels  # noqa: E402
 
 INJECTIONS.update({
-    name: Injection(name, summary, lambda selector, name=name: RewrittenKernels(name, selector), takes_selector=True)
+    name: Injection(name, summary, lambda selector, name=name: RewrittenKernels(name, selector), takes_selector=True,
+                    source="seed 002 (torch_npu RMSNorm report)")
     for name, summary in REWRITE_INJECTIONS.items()
+})
+
+
+# --- triton-ascend's silent wrong-result classes: harness/bug_classes/ ----------------------------
+from .bug_classes import LAUNCH_CLASSES, REWRITE_CLASSES  # noqa: E402
+
+INJECTIONS.update({
+    name: Injection(name, summary, handler, source=source, first_launches=name == "first-launch-dropped-stores")
+    for name, (handler, summary, source) in LAUNCH_CLASSES.items()
+})
+INJECTIONS.update({
+    name: Injection(name, summary, lambda selector, name=name: RewrittenKernels(name, selector), takes_selector=True,
+                    source=source)
+    for name, (summary, source) in REWRITE_CLASSES.items()
 })

@@ -34,6 +34,9 @@ class TensorSpec:
     low: float = 0
     high: float = 100
     requires_grad: bool = False
+    # None: the run's device. "cpu": kept on the CPU whatever the device, as a 0-d CPU tensor a device
+    # program reads as a scalar (a learning rate, a step count); Inductor passes those to kernels by value.
+    device: str | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -62,7 +65,8 @@ class TensorSpec:
         return self.storage_offset + extent(self.size, self.resolved_stride)
 
     def describe(self) -> str:
-        return f"size={self.size} stride={self.resolved_stride} offset={self.storage_offset} storage={self.storage_numel or self.needed_storage()}"
+        on = f" device={self.device}" if self.device else ""
+        return f"size={self.size} stride={self.resolved_stride} offset={self.storage_offset} storage={self.storage_numel or self.needed_storage()}{on}"
 
 
 FILLS = ("randn", "rand", "randint", "arange", "ones")
@@ -142,7 +146,7 @@ def materialize(spec: TensorSpec, generator: torch.Generator, device: torch.devi
     numel = spec.storage_numel if spec.storage_numel is not None else spec.needed_storage()
     if numel < spec.needed_storage():
         raise ValueError(f"storage of {numel} elements is too small for {spec.describe()}")
-    storage = _fill(spec, numel, dtype, generator).to(device)
+    storage = _fill(spec, numel, dtype, generator).to(spec.device or device)
     # A view of a storage that needs no grad is itself a leaf, with its strides intact.
     return storage.as_strided(spec.size, spec.resolved_stride, spec.storage_offset).requires_grad_(spec.requires_grad)
 

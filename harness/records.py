@@ -83,6 +83,9 @@ class Symptom(_Named):
     # The compiled program diverges on its kernels' first launches only (loaded afresh it fails again, run
     # again it passes): a compiler bug, not nondeterminism.
     FIRST_LAUNCH = "first-launch"
+    # The compiled result changes from run to run while eager's does not (a race, a read of memory never
+    # written, stores that land at random): a compiler bug, not nondeterminism of the program.
+    RUN_TO_RUN = "run-to-run"
     # An injection (emulation or fault) was asked for and changed no kernel launch: the run says nothing of it.
     INJECTION_MISSED = "injection-missed"
     # The device loaded another compiler backend than the run asked for (torch_npu's fallback for an unknown
@@ -572,6 +575,10 @@ class CaseResult:
     # A divergence was run again (no recompilation): True when it came back, False when the second
     # run passed (the status is then nondeterministic); None when nothing diverged.
     reproduced: bool | None = None
+    # The runs of the compiled program, counted from 1, whose result diverged: run 1 gives the verdict, run 2
+    # retries it (no recompilation; with --bisect, localization's first run), and a first-launch check adds
+    # runs 3 and 4 (loaded afresh, then run again). None when nothing diverged.
+    diverged_runs: list[int] | None = None
     # The case's declared culprit, and whether localization named it (None: not localized).
     culprit: str | None = None
     culprit_found: bool | None = None

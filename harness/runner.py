@@ -328,13 +328,16 @@ class _Compiled:
 def _compiled_run(observed: _Observation, config: RunConfig, record: R.CaseResult) -> _Compiled:
     """The compiled run, through the injection when asked for; counts graphs; judges."""
     from .inductor_compat import capture_graphs, compile_cache_hits, dynamo_graph_counts, graph_break_reasons, \
-        install_lowering_hook, program_accumulates, reset_dynamo_counters
+        install_lowering_hook, load_kernels_afresh, program_accumulates, reset_dynamo_counters
 
     def handler_factory() -> Any:
         return make_handler(config.inject) if config.inject else None
 
     handler = handler_factory()
     kwargs = _compile_kwargs(config, record.compile_options)
+    if config.inject and parse_injection(config.inject)[0].first_launches:
+        # Its kernels' launches here must be their first, whatever this process compiled before.
+        load_kernels_afresh()
     # Lowering facts are kept beside Inductor's cache entries, so a later --bisect on a warm cache finds them.
     install_lowering_hook()
     reset_dynamo_counters()
@@ -458,9 +461,9 @@ def _conclude(observed: _Observation, compiled: _Compiled, config: RunConfig, re
         # A divergence is retried once (no recompilation): one that does not come back is nondeterminism, or
         # a bug of first launches. (With --bisect, localization's first run, which changes no value, is that
         # retry.)
-        reproduced = _reproduces(observed, compiled)
+        reproduced, runs_differ = _reproduces(observed, compiled)
         if reproduced or not _first_launches_fail(observed, compiled, config, record):
-            _settle_reproduction(record, reproduced)
+            _settle_reproduction(record, reproduced, runs_differ)
     if config.bisect and (record.status == R.FAIL or (config.bisect == "always" and record.status == R.PASS)):
         with _stage("localize", record.timings, wrap=False):
             found = _localize(observed, compiled, config, record)
@@ -508,11 +511,13 @@ def _narrowing_visible(record: R.CaseResult) -> bool:
     return any(not o.passed or (o.dtype in ("int64", "float64") and (o.max_abs > 0 or o.bad)) for o in record.outputs)
 
 
-def _reproduces(observed: _Observation, compiled: _Compiled) -> bool:
-    """Whether the compiled program, run once more (no recompilation), diverges again."""
+def _reproduces(observed: _Observation, compiled: _Compiled) -> tuple[bool, bool]:
+    """Whether the compiled program, run once more (no recompilation), diverges again; and whether its result
+    differs from the first run's (by the verdict's tolerances, as eager's two runs are compared)."""
     with _launches_through(compiled.handler_factory()):
         again = compiled.session.run()
-    return not all_pass(again, observed.expected, observed.references, observed.verdict)
+    return (not all_pass(again, observed.expected, observed.references, observed.verdict),
+            not all_pass(again, compiled.results, None, observed.verdict))
 
 
 def _first_launches_fail(observed: _Observation, compiled: _Compiled, config: RunConfig,
@@ -533,7 +538,7 @@ def _first_launches_fail(observed: _Observation, compiled: _Compiled, config: Ru
     if outcomes != [False, True]:
         return False
     compiled.session, compiled.first_launch = session, True
-    record.reproduced, record.symptom = True, R.Symptom.FIRST_LAUNCH
+    record.reproduced, record.symptom, record.diverged_runs = True, R.Symptom.FIRST_LAUNCH, [1, 3]
     said = ("the compiled program diverges on its kernels' first launches only: run again it passed; loaded "
             "afresh (its kernels made anew, the compile caches warm) it diverged again on its first run and "
             "passed on the next")
@@ -549,12 +554,20 @@ def _loaded_afresh(observed: _Observation, config: RunConfig, record: R.CaseResu
     return observed.compiled_session(config.backend, **_compile_kwargs(config, record.compile_options))
 
 
-def _settle_reproduction(record: R.CaseResult, reproduced: bool) -> None:
+def _settle_reproduction(record: R.CaseResult, reproduced: bool, runs_differ: bool | None = None) -> None:
+    """A divergence retried: the run stays a failure. A compiled result that changes from run to run while
+    eager's does not (eager ran twice alike, or the run would be `nondeterministic` already) is a compiler
+    bug, with symptom `run-to-run`."""
     record.reproduced = reproduced
-    if not reproduced:
-        record.status, record.symptom = R.NONDETERMINISTIC, R.Symptom.NONDETERMINISM
-        record.diagnosis = ("the compiled result differs between two runs: it diverged once, then passed (a race, a "
-                            "read of memory the program never wrote or outside its inputs, or a random op)")
+    record.diverged_runs = [1, 2] if reproduced else [1]
+    if reproduced and not runs_differ:
+        return
+    record.symptom = R.Symptom.RUN_TO_RUN
+    said = ("the compiled result changes from run to run while eager's does not: "
+            + ("runs 1 and 2 (no recompilation) both diverged, with different results" if reproduced else
+               "run 1 diverged, run 2 (no recompilation) passed")
+            + " (a race, a read of memory the program never wrote, stores that land at random)")
+    record.diagnosis = f"{record.diagnosis}; {said}" if record.diagnosis else said
 
 
 def _localize(observed: _Observation, compiled: _Compiled, config: RunConfig,

@@ -755,3 +755,10 @@ def _loop_at_least_twice(autotuner: Any, source: str) -> None:
         return
     if looping:
         autotuner.launchers = looping
+
+
+# triton-ascend's reduction classes (harness/bug_classes): their rewriters live in padding_variants.py.
+from .padding_variants import RECOGNISED as _PADDING_RECOGNISED, REWRITERS as _PADDING_REWRITERS  # noqa: E402
+
+REWRITERS.update(_PADDING_REWRITERS)
+RECOGNISED.update(_PADDING_RECOGNISED)

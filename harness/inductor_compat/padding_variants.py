@@ -1,0 +1,279 @@
+"""Kernel variants for two triton-ascend reduction classes: what the lanes past a tile's edge hold, and which
+lanes a narrow tile reduces. Registered with `kernel_variants.REWRITERS`, compiled and launched as the
+seed-002 variants are (`rewritten_kernels.py`).
+
+`masked-load-garbage` (triton-ascend PR #714, #953): a masked `tl.load` without
+`other` leaves its masked lanes uninitialised on Ascend. torch_npu's
+`triton_experimental` codegen (torch_npu 2.14.0,
+`_inductor/triton_experimental/codegen/triton.py` and `config.py`) can also
+drop the zero fill Inductor writes (`inject_care_padding` marks `other=0.0`
+loads `care_padding=False`) and elides the reduction's `tl.where` guard
+(`elide_reduction_where`, on by default), relying on the fill. Together the
+reduction reads the garbage. The variant does both to Inductor's kernel:
+- Triton: loads masked by the range masks alone (`r0_mask & xmask`) get
+  `other=1234`, and `tl.where(<range masks>, value, neutral)` guards that hold
+  a reduction mask become `value`;
+- C++: the tail of a vectorized reduction, `sum_masked_reduce(acc, v, n)` (and
+  max/min/prod/xor_sum/any), reduces the whole vector, lanes `n` and up of `v`
+  holding 1234.
+
+`reduction-small-inner` (triton-ascend #2247, Ascend A5): a reduction over a
+2-D tile whose inner (contiguous) extent K is below 8 drops lanes. Inductor
+unrolls reductions of fewer than 8 elements (`unroll_reductions_threshold`),
+so in its kernels this tile is an outer reduction: the kept axis is contiguous
+and narrower than 8 (column sums of a `[T, K]` tensor, the MoE histogram of the
+report). The upper half of those K lanes (from `max(1, K // 2)`) never reach
+the accumulator, which keeps its initial value there:
+- Triton: in a reduction kernel whose loads are contiguous along an `x`
+  variable of static extent K < 8 (`x0 = xindex` with `xnumel = K`, or
+  `x0 = (xindex % K)`), each range-mask guard gains `& (x0 < keep)`;
+- C++: a reduction vectorized along its kept axis
+  (`if(C10_LIKELY(x0 >= 0 && x0 < K))` around the update, `x0`'s loop
+  enclosing the accumulator's declaration) with `*_masked_reduce(acc, v, K)`,
+  K < 8, reduces `keep` lanes.
+
+Written against torch 2.13's codegen (`codegen/cpp.py` `reduction_combine_vec`,
+`cpp_prefix.h` `*_masked_reduce`; `codegen/triton.py` `reduction` and `load`);
+the Triton forms were compared with kernels generated on the H200 (torch 2.11).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+MASKED_LOAD_GARBAGE = "masked-load-garbage"
+REDUCTION_SMALL_INNER = "reduction-small-inner"
+GARBAGE = 1234  # what the masked-off lanes hold: no reduction's neutral element, exact in every float dtype
+NARROW = 8  # the tile's inner extent below which #2247 drops lanes
+
+# ---------------------------------------------------------------------------
+# Triton
+
+_RANGE_MASK = re.compile(r"^(?:[xyz]mask|r\d*_?mask|r\d+_mask)(?:\s*&\s*(?:[xyz]mask|r\d*_?mask|r\d+_mask))*$")
+_REDUCTION_MASK = re.compile(r"\br(?:\d+_)?mask\b")
+
+
+def _range_mask(node: ast.AST) -> str | None:
+    """The text of a mask made of range masks alone (`r0_mask & xmask`), None otherwise."""
+    text = ast.unparse(node)
+    return text if _RANGE_MASK.match(text) else None
+
+
+def _statement(line: str) -> ast.stmt | None:
+    try:
+        body = ast.parse(line.strip()).body
+    except SyntaxError:
+        return None
+    return body[0] if len(body) == 1 else None
+
+
+def _call(node: ast.AST, name: str) -> bool:
+    return isinstance(node, ast.Call) and ast.unparse(node.func) == name
+
+
+def _rewrite_lines(source: str, rewrite) -> str | None:
+    """Apply `rewrite(statement) -> new statement | None` to each one-line statement; None if none changed."""
+    lines, changed = source.split("\n"), False
+    for number, line in enumerate(lines):
+        if "tl." not in line:
+            continue
+        statement = _statement(line)
+        if statement is None:
+            continue
+        new = rewrite(statement)
+        if new is not None:
+            indent = line[: len(line) - len(line.lstrip())]
+            lines[number] = indent + ast.unparse(new)
+            changed = True
+    return "\n".join(lines) if changed else None
+
+
+def _is_reduction_kernel(source: str) -> bool:
+    return re.search(r"^\s*r0?_?numel = ", source, re.M) is not None or "rnumel" in source
+
+
+def triton_masked_load_garbage(source: str) -> str | None:
+    if not _is_reduction_kernel(source):
+        return None
+
+    def rewrite(statement: ast.stmt) -> ast.stmt | None:
+        if not isinstance(statement, ast.Assign):
+            return None
+        value = statement.value
+        if _call(value, "tl.load") and len(value.args) > 1:
+            mask = _range_mask(value.args[1])
+            if mask is None or not _REDUCTION_MASK.search(mask):
+                return None
+            value.keywords = [k for k in value.keywords if k.arg != "other"]
+            value.keywords.append(ast.keyword("other", ast.Constant(GARBAGE)))
+            return statement
+        if _call(value, "tl.where") and len(value.args) == 3:
+            mask = _range_mask(value.args[0])
+            if mask is None or not _REDUCTION_MASK.search(mask):
+                return None
+            statement.value = value.args[1]  # the guard elided: padding lanes reach the reduction
+            return statement
+        return None
+
+    return _rewrite_lines(source, rewrite)
+
+
+_X_DEFINITION = re.compile(r"^\s*(?P<var>x\d+) = (?:xindex|\(xindex % (?P<modulus>\d+)\))\s*$", re.M)
+_LOAD_INDEX = re.compile(r"tl\.load\(\w+ \+ \((?P<index>[^,]*)\),")
+
+
+def _contiguous_narrow_x(source: str) -> tuple[str, int] | None:
+    """(x variable, its extent) when the kernel's loads are contiguous along an x axis narrower than NARROW."""
+    xnumel = re.search(r"^\s*xnumel = (\d+)\s*$", source, re.M)
+    extents = {}
+    for match in _X_DEFINITION.finditer(source):
+        extent = int(match["modulus"]) if match["modulus"] else int(xnumel.group(1)) if xnumel else None
+        if extent is not None:
+            extents[match["var"]] = extent
+    for match in _LOAD_INDEX.finditer(source):
+        terms = [t.strip() for t in match["index"].split(" + ")]
+        if not any(re.fullmatch(r"(?:\d+\*)?r\d*_?\d+", t) and "*" in t for t in terms):
+            continue  # the reduced axis is not strided here: an inner reduction
+        for term in terms:
+            if term in extents and 2 <= extents[term] < NARROW:
+                return term, extents[term]
+    return None
+
+
+def triton_reduction_small_inner(source: str) -> str | None:
+    if not _is_reduction_kernel(source):
+        return None
+    narrow = _contiguous_narrow_x(source)
+    if narrow is None:
+        return None
+    var, extent = narrow
+    keep = max(1, extent // 2)
+
+    def rewrite(statement: ast.stmt) -> ast.stmt | None:
+        if not (isinstance(statement, ast.Assign) and _call(statement.value, "tl.where")
+                and len(statement.value.args) == 3 and _range_mask(statement.value.args[0])):
+            return None
+        kept = ast.parse(f"({ast.unparse(statement.value.args[0])}) & ({var} < {keep})", mode="eval").body
+        statement.value.args[0] = kept
+        return statement
+
+    return _rewrite_lines(source, rewrite)
+
+
+# ---------------------------------------------------------------------------
+# C++
+
+_CPP_MASKED_REDUCE = re.compile(r"\b(?P<op>max|min|sum|prod|xor_sum|any)_masked_reduce\(")
+_CPP_LANE_GUARD = re.compile(r"^\s*if\(C10_(?:UN)?LIKELY\((?P<var>x\d+) >= ")
+_CPP_COUNT = re.compile(r"^\s*static_cast<int64_t>\((?P<n>\d+)L?\)\s*$")
+
+_CPP_GARBAGE_HELPERS = f"""
+// harness emulation: what masked-off lanes hold when nothing fills them (triton-ascend PR #714)
+template <typename T>
+inline T harness_padding_garbage(const T& v, int64_t n) {{
+  if constexpr (std::is_constructible_v<T, float>) {{ return T::set(T({GARBAGE}.0f), v, n); }}
+  else {{ return v; }}
+}}
+template <typename T>
+inline int64_t harness_all_lanes(const T& v, int64_t n) {{
+  if constexpr (std::is_constructible_v<T, float>) {{ return T::size(); }}
+  else {{ return n; }}
+}}
+"""
+
+
+def _cpp_call_args(text: str, open_paren: int) -> tuple[list[str], int] | None:
+    """The top-level arguments of the call whose `(` is at `open_paren`, and the index of its `)`. A `<`
+    right after a name opens template arguments (`VectorizedN<float,2>`); comparisons are written spaced."""
+    parens, angles, start, args = 0, 0, open_paren + 1, []
+    for index in range(open_paren, len(text)):
+        char = text[index]
+        if char == "(":
+            parens += 1
+        elif char == ")":
+            parens -= 1
+            if parens == 0:
+                args.append(text[start:index].strip())
+                return args, index
+        elif char == "<" and (text[index - 1].isalnum() or text[index - 1] in "_:"):
+            angles += 1
+        elif char == ">" and angles:
+            angles -= 1
+        elif char == "," and parens == 1 and not angles:
+            args.append(text[start:index].strip())
+            start = index + 1
+    return None
+
+
+def _rewrite_masked_reduces(source: str, rewrite) -> str | None:
+    """Replace each `OP_masked_reduce(acc, v, n)` by `rewrite(op, [acc, v, n], line number)` (None: keep)."""
+    lines, changed = source.split("\n"), False
+    for number, line in enumerate(lines):
+        match = _CPP_MASKED_REDUCE.search(line)
+        if match is None:
+            continue
+        parsed = _cpp_call_args(line, match.end() - 1)
+        if parsed is None or len(parsed[0]) != 3:
+            continue
+        args, close = parsed
+        new = rewrite(match["op"], args, number, lines)
+        if new is not None:
+            lines[number] = line[: match.start()] + new + line[close + 1:]
+            changed = True
+    return "\n".join(lines) if changed else None
+
+
+def _with_helpers(source: str) -> str:
+    include = "#include <torch/csrc/inductor/cpp_prefix.h>"
+    if include in source:
+        return source.replace(include, include + "\n" + _CPP_GARBAGE_HELPERS, 1)
+    return _CPP_GARBAGE_HELPERS + source
+
+
+def cpp_masked_load_garbage(source: str) -> str | None:
+    def rewrite(op: str, args: list[str], number: int, lines: list[str]) -> str:
+        acc, value, count = args
+        return (f"{op}_masked_reduce({acc}, harness_padding_garbage({value}, {count}), "
+                f"harness_all_lanes({value}, {count}))")
+
+    rewritten = _rewrite_masked_reduces(source, rewrite)
+    return _with_helpers(rewritten) if rewritten is not None else None
+
+
+def cpp_reduction_small_inner(source: str) -> str | None:
+    from .kernel_variants import _cpp_declaration
+
+    def rewrite(op: str, args: list[str], number: int, lines: list[str]) -> str | None:
+        acc, value, count = args
+        width = _CPP_COUNT.match(count)
+        if width is None or not 2 <= int(width["n"]) < NARROW:
+            return None
+        guard = next((m for m in (_CPP_LANE_GUARD.match(lines[n]) for n in range(number - 1, -1, -1)) if m), None)
+        declared = _cpp_declaration(lines, acc, number)
+        if guard is None or declared is None:
+            return None
+        header = next((n for n in range(number - 1, -1, -1)
+                       if re.match(r"^\s*for\(int64_t " + guard["var"] + "=", lines[n])), None)
+        if header is None or header > declared[0]:
+            return None  # the lanes run along the reduced axis: an inner reduction's tail
+        keep = max(1, int(width["n"]) // 2)
+        return f"{op}_masked_reduce({acc}, {value}, static_cast<int64_t>({keep}L))"
+
+    return _rewrite_masked_reduces(source, rewrite)
+
+
+REWRITERS = {
+    MASKED_LOAD_GARBAGE: {"cpp": cpp_masked_load_garbage, "triton": triton_masked_load_garbage},
+    REDUCTION_SMALL_INNER: {"cpp": cpp_reduction_small_inner, "triton": triton_reduction_small_inner},
+}
+
+RECOGNISED = {
+    MASKED_LOAD_GARBAGE: "Triton reductions whose loads or `tl.where` guards use a reduction range mask "
+                         "(`r0_mask & xmask`: a reduced extent that is not a multiple of R0_BLOCK), and C++ "
+                         "reductions with a vector tail (`sum_masked_reduce(acc, v, n)` and its max/min/prod/"
+                         "xor_sum/any kin)",
+    REDUCTION_SMALL_INNER: "outer reductions whose kept, contiguous axis is 2 to 7 wide: Triton reductions "
+                           "loading `x0 + K*r0_1` with `x0` of extent below 8 and a range-mask guard, and C++ "
+                           "reductions vectorized along that axis (`sum_masked_reduce(acc, v, K)`, K < 8)",
+}

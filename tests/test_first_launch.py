@@ -50,8 +50,8 @@ MLP = Case(name="first_launch_mlp", build=lambda d: Program(
 
 def test_a_divergence_of_first_launches_is_a_failure_not_nondeterminism(first_call_wrong):
     record = run_case(MLP, torch.float32, "inference", RunConfig(inject=first_call_wrong))
-    assert (record.status, record.symptom, record.reproduced) == (R.FAIL, R.Symptom.FIRST_LAUNCH, True), \
-        record.summary()
+    assert (record.status, record.symptom, record.reproduced, record.diverged_runs) == \
+        (R.FAIL, R.Symptom.FIRST_LAUNCH, True, [1, 3]), record.summary()
     assert "diverges on its kernels' first launches only" in record.diagnosis
     assert record.timings["first_launch"] > 0
 
@@ -66,7 +66,7 @@ def test_the_probe_judges_first_launches_and_names_the_kernel(first_call_wrong):
     assert found.isolated.startswith("kernel is wrong on its first launch"), found.isolated
 
 
-def test_a_divergence_that_does_not_come_back_after_a_fresh_load_is_still_nondeterminism(monkeypatch):
+def test_a_divergence_that_does_not_come_back_after_a_fresh_load_is_a_run_to_run_failure(monkeypatch):
     class OnceInTheProcess(WrongOnFirstCall):
         done: list = []
 
@@ -82,8 +82,8 @@ def test_a_divergence_that_does_not_come_back_after_a_fresh_load_is_still_nondet
 
     monkeypatch.setitem(emulation.INJECTIONS, "test-once", Injection("test-once", "once", OnceInTheProcess))
     record = run_case(MLP, torch.float32, "inference", RunConfig(inject="test-once"))
-    assert (record.status, record.symptom, record.reproduced) == \
-        (R.NONDETERMINISTIC, R.Symptom.NONDETERMINISM, False), record.summary()
+    assert (record.status, record.symptom, record.reproduced, record.diverged_runs) == \
+        (R.FAIL, R.Symptom.RUN_TO_RUN, False, [1]), record.summary()
 
 
 def test_a_correct_program_pays_nothing_for_the_check():

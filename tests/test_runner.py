@@ -141,8 +141,9 @@ def test_train_step_compares_loss_gradients_and_updated_parameters():
 
 
 @pytest.mark.parametrize("bisect", [None, "on-failure"])
-def test_a_compiled_divergence_that_does_not_come_back_is_nondeterministic(monkeypatch, bisect):
-    """The compiled run diverges, its retry passes; with --bisect, localization's first run is that retry."""
+def test_a_compiled_divergence_that_does_not_come_back_is_a_run_to_run_failure(monkeypatch, bisect):
+    """The compiled run diverges, its retry passes; with --bisect, localization's first run is that retry.
+    Eager ran twice alike, so a compiled result that changes between runs is the compiler's bug: a failure."""
     import harness.runner as runner
 
     made = []
@@ -155,8 +156,10 @@ def test_a_compiled_divergence_that_does_not_come_back_is_nondeterministic(monke
     monkeypatch.setattr(runner, "make_handler", faulty_first_run_only)
     record = run_case(load_registry().cases["relu_mlp"], torch.float32, "inference",
                       RunConfig(inject="fault-offset@0", bisect=bisect))
-    assert (record.status, record.symptom, record.reproduced) == (R.NONDETERMINISTIC, "nondeterminism", False)
-    assert "diverged once, then passed" in record.diagnosis and record.first_divergent_kernel is None
+    assert (record.status, record.symptom, record.reproduced) == (R.FAIL, "run-to-run", False)
+    assert record.diverged_runs == [1]
+    assert "run 1 diverged, run 2 (no recompilation) passed" in record.diagnosis
+    assert record.first_divergent_kernel is None
     # The compiled run and one more (no separate retry before localizing), then the program loaded afresh and run
     # twice: a divergence of first launches would come back on the first of those.
     assert len(made) == 4
@@ -170,7 +173,7 @@ def test_a_divergence_localized_is_retried_by_the_probe_run_itself(monkeypatch):
     monkeypatch.setattr(runner, "make_handler", lambda name: made.append(name) or runner_make_handler(name))
     record = run_case(load_registry().cases["relu_mlp"], torch.float32, "inference",
                       RunConfig(inject="fault-offset@0", bisect="on-failure"))
-    assert (record.status, record.reproduced) == (R.FAIL, True)
+    assert (record.status, record.reproduced, record.diverged_runs) == (R.FAIL, True, [1, 2])
     assert record.first_divergent_kernel.answer == R.Answer.KERNEL
     # The compiled run, the probe run (also the retry), and the run that makes the kernel's outputs eager.
     assert len(made) == 3

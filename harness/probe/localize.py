@@ -168,7 +168,8 @@ def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Lo
             return found
         found.problems.append(f"{wrong.graph} launch {wrong.launch_index} {wrong.kernel['name']} differs on exact "
                               "inputs, but making its outputs eager changes no failing output beyond tolerance "
-                              "(a numerical difference the outputs absorb; its other launches are not tried)")
+                              "(the outputs absorb its difference, or later kernels spoil the same elements; its "
+                              "other launches are not tried)")
         # The same kernel launched again (the next layer) differs the same way: not a candidate either.
         immaterial.add(wrong.kernel["name"])
         probe = _probe(program, verdict, stop_at_wrong=True, compare_after=wrong.launch_index,

@@ -79,7 +79,7 @@ def broken_runs(baseline: list[CaseResult], injected: list[CaseResult]) -> list[
 
 
 def missed(record: CaseResult) -> bool:
-    """A run the injection never reached: the program launched no generated kernel."""
+    """A run the injection never reached (`injection-missed`): nothing in the program it applies to."""
     return record.symptom == "injection-missed"
 
 
@@ -113,6 +113,8 @@ def analyse(baseline: list[CaseResult], injected: list[CaseResult], fixed: list[
             "converted_args": sum(s.converted_args or 0 for s in stats),
             # Arguments of one launch in one storage: converted one by one, a write through one misses the others.
             "aliased_args": sum(s.aliased_args or 0 for s in stats),
+            # Emulations that count what they touched (faults, rewritten kernels, triton-ascend's classes).
+            "hit_launches": sum(len(s.hits or ()) for s in stats),
             "diagnoses": dict(diagnoses), "first": runs[0].run_id,
             "first_symptom": _symptom(runs[0]),
         })
@@ -147,24 +149,35 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
              f"{result['baseline_failing']} runs already fail or are known failures without it (not counted).", "",
              f"**{result['broken_runs']} runs of {result['broken_ops']} ops broken by `{meta['inject']}`** "
              "(pass without the injection, fail with it)"
-             + (f"; {result['missed_runs']} runs launched no generated kernel for it to reach (not counted)"
+             + (f"; {result['missed_runs']} runs had nothing it applies to (`injection-missed`: for a launch-boundary "
+                "conversion, no generated kernel launched; not counted)"
                 if result.get("missed_runs") else "") + ".", ""]
     if meta.get("fix"):
         broken = result["fix_broken_runs"]
         lines += [f"**The fix `{meta['fix']}` breaks {len(broken)} runs**" + (": " + ", ".join(broken[:20]) if broken else "."), ""]
     lines += ["## Per layout", "", "| layout | broken / runs |", "|---|---|"]
     lines += [f"| {l} | {b} / {n} |" for l, (b, n) in result["per_layout"].items()]
+    # A launch-boundary conversion says which arguments it converted; other injections say which launches they hit.
+    converts = any(e["converted_args"] for e in result["per_op"])
     if result["per_op"]:
         layouts = result["layouts"]
+        last = "non-dense int64/float64 reached its kernel" if converts else "launches hit"
         lines += ["", "## Op x layout (broken runs / runs)", "",
-                  "| op | " + " | ".join(layouts) + " | non-dense int64/float64 reached its kernel |",
+                  "| op | " + " | ".join(layouts) + f" | {last} |",
                   "|---|" + "---|" * len(layouts) + "---|"]
         for entry in result["per_op"]:
             row = result["table"][entry["op"]]
             cells = [(f"**{b}**/{n}" if b else (f"0/{n}" if n else "–")) for b, n in (row[l] for l in layouts)]
-            lines.append(f"| `{entry['op']}` | " + " | ".join(cells) + f" | {'yes' if entry['non_dense_64bit_reached_kernel'] else 'no'} |")
+            reached = ('yes' if entry['non_dense_64bit_reached_kernel'] else 'no') if converts else entry["hit_launches"]
+            lines.append(f"| `{entry['op']}` | " + " | ".join(cells) + f" | {reached} |")
         lines += ["", "## Broken ops, one line each", ""]
         for e in result["per_op"]:
+            if not converts:
+                diagnoses = ", ".join(f"{k}: {v}" for k, v in e["diagnoses"].items())
+                lines.append(f"- `{e['op']}`: {e['broken_runs']} runs ({', '.join(e['layouts'])}; "
+                             f"{', '.join(e['dtypes'])}; {', '.join(e['modes'])}); {e['hit_launches']} launches hit; "
+                             f"diagnosis: {diagnoses}; first: `{e['first']}`: {e['first_symptom']}")
+                continue
             diagnoses = ", ".join(f"{k}: {v}" for k, v in e["diagnoses"].items())
             lines.append(f"- `{e['op']}`: {e['broken_runs']} runs ({', '.join(e['layouts'])}; {', '.join(e['dtypes'])}; "
                          f"{', '.join(e['modes'])}); non-dense int64/float64 argument reached its kernel: "

@@ -130,7 +130,7 @@ def test_triton_garbage_fills_the_masked_lanes_and_elides_the_guard():
     (source,) = _kernels(lambda x: x.sum(-1), torch.randn(64, 20), triton=True).values()
     rewritten = triton_masked_load_garbage(source)
     assert "tl.where(r0_mask & xmask" in source and "tl.where(r0_mask & xmask" not in rewritten
-    assert "other=0.0" in source and "other=1234" in rewritten
+    assert "other=0.0" in source and "other=float('nan')" in rewritten
 
 
 def test_triton_garbage_leaves_a_reduction_without_masked_lanes_alone():
@@ -158,3 +158,10 @@ def test_small_inner_rewrites_outer_reductions_of_narrow_kept_axes_only():
         assert rewritten is not None and "(x0 < 2)" in rewritten, source
     for source in _kernels(lambda x: x.sum(-1), torch.randn(4, 1000), triton=True).values():
         assert triton_reduction_small_inner(source) is None, source
+
+
+def test_triton_garbage_reaches_loads_wrapped_in_a_conversion():
+    # A float16 min/max reduction loads `tl.load(...).to(tl.float32)`: the load inside is range-masked too.
+    (source,) = _kernels(lambda x: torch.aminmax(x), torch.randn(5, 5, dtype=torch.float16), triton=True).values()
+    rewritten = triton_masked_load_garbage(source)
+    assert "other=float('nan')).to(tl.float32)" in rewritten and "tl.where(r0_mask" not in rewritten

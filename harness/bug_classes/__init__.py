@@ -51,7 +51,7 @@ REWRITE_CLASSES = {
         "half of those lanes never reach the accumulator",
         "triton-ascend #2247"),
     MASKED_LOAD_GARBAGE: (
-        "emulates masked-off lanes of a reduction's loads holding garbage (1234) that the reduction reads, its "
+        "emulates masked-off lanes of a reduction's loads holding garbage (NaN; integers 1234) that the reduction reads, its "
         "`where` guard elided as torch_npu's elide_reduction_where does",
         "triton-ascend PR #714"),
 }

@@ -40,7 +40,8 @@ What is relied on, and why there is no public API for it:
   (each process would otherwise probe again: tens of seconds on torch 2.11).
 - `kernel_variants.py`: the text of generated reduction kernels (C++ and
   Triton), rewritten for the rewritten-kernel emulations; its docstring names
-  the patterns and torch versions it relies on.
+  the patterns and torch versions it relies on. `padding_variants.py` does the
+  same for triton-ascend's masked-lane and narrow-tile reduction classes.
 """
 
 from . import torch_state

@@ -11,11 +11,12 @@ loads `care_padding=False`) and elides the reduction's `tl.where` guard
 (`elide_reduction_where`, on by default), relying on the fill. Together the
 reduction reads the garbage. The variant does both to Inductor's kernel:
 - Triton: loads masked by the range masks alone (`r0_mask & xmask`) get
-  `other=1234`, and `tl.where(<range masks>, value, neutral)` guards that hold
-  a reduction mask become `value`;
+  `other=float("nan")` (integer pointees: 1234), and
+  `tl.where(<range masks>, value, neutral)` guards that hold a reduction mask
+  become `value`;
 - C++: the tail of a vectorized reduction, `sum_masked_reduce(acc, v, n)` (and
   max/min/prod/xor_sum/any), reduces the whole vector, lanes `n` and up of `v`
-  holding 1234.
+  holding NaN (integers: 1234).
 
 `reduction-small-inner` (triton-ascend #2247, Ascend A5): a reduction over a
 2-D tile whose inner (contiguous) extent K is below 8 drops lanes. Inductor
@@ -44,7 +45,9 @@ import re
 
 MASKED_LOAD_GARBAGE = "masked-load-garbage"
 REDUCTION_SMALL_INNER = "reduction-small-inner"
-GARBAGE = 1234  # what the masked-off lanes hold: no reduction's neutral element, exact in every float dtype
+# What masked-off lanes hold: NaN in floating types (uninitialised memory often decodes so, and it shows through
+# sums, maxima and minima alike), this in integer ones (no reduction's neutral element).
+GARBAGE = 1234
 NARROW = 8  # the tile's inner extent below which #2247 drops lanes
 
 # ---------------------------------------------------------------------------
@@ -93,28 +96,52 @@ def _is_reduction_kernel(source: str) -> bool:
     return re.search(r"^\s*r0?_?numel = ", source, re.M) is not None or "rnumel" in source
 
 
+_SIGNATURE_POINTER = re.compile(r"'(?P<name>\w+)': '\*(?P<type>\w+)'")
+
+
+def _garbage_for(pointer_type: str | None) -> ast.expr:
+    """NaN for a floating pointee (it shows through any reduction), GARBAGE for the rest."""
+    if pointer_type is not None and pointer_type.startswith(("fp", "bf")):
+        return ast.parse('float("nan")', mode="eval").body
+    return ast.Constant(GARBAGE)
+
+
+class _PaddingGarbage(ast.NodeTransformer):
+    """Range-masked loads get garbage as `other`; range-mask guards become their value (anywhere in a
+    statement: a load is often wrapped, `tl.load(...).to(tl.float32)`)."""
+
+    def __init__(self, pointer_types: dict[str, str]) -> None:
+        self.pointer_types, self.changed = pointer_types, False
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        if _call(node, "tl.load") and len(node.args) > 1 and _reduction_range_mask(node.args[1]):
+            pointer = next((n.id for n in ast.walk(node.args[0]) if isinstance(n, ast.Name)
+                            and n.id in self.pointer_types), None)
+            garbage = _garbage_for(self.pointer_types.get(pointer))
+            node.keywords = [k for k in node.keywords if k.arg != "other"] + [ast.keyword("other", garbage)]
+            self.changed = True
+        elif _call(node, "tl.where") and len(node.args) == 3 and _reduction_range_mask(node.args[0]):
+            self.changed = True
+            return node.args[1]  # the guard elided: padding lanes reach the reduction
+        return node
+
+
+def _reduction_range_mask(node: ast.AST) -> bool:
+    mask = _range_mask(node)
+    return mask is not None and _REDUCTION_MASK.search(mask) is not None
+
+
 def triton_masked_load_garbage(source: str) -> str | None:
     if not _is_reduction_kernel(source):
         return None
 
+    pointer_types = {m["name"]: m["type"] for m in _SIGNATURE_POINTER.finditer(source)}
+
     def rewrite(statement: ast.stmt) -> ast.stmt | None:
-        if not isinstance(statement, ast.Assign):
-            return None
-        value = statement.value
-        if _call(value, "tl.load") and len(value.args) > 1:
-            mask = _range_mask(value.args[1])
-            if mask is None or not _REDUCTION_MASK.search(mask):
-                return None
-            value.keywords = [k for k in value.keywords if k.arg != "other"]
-            value.keywords.append(ast.keyword("other", ast.Constant(GARBAGE)))
-            return statement
-        if _call(value, "tl.where") and len(value.args) == 3:
-            mask = _range_mask(value.args[0])
-            if mask is None or not _REDUCTION_MASK.search(mask):
-                return None
-            statement.value = value.args[1]  # the guard elided: padding lanes reach the reduction
-            return statement
-        return None
+        transformer = _PaddingGarbage(pointer_types)
+        statement = transformer.visit(statement)
+        return statement if transformer.changed else None
 
     return _rewrite_lines(source, rewrite)
 
@@ -150,13 +177,20 @@ def triton_reduction_small_inner(source: str) -> str | None:
     var, extent = narrow
     keep = max(1, extent // 2)
 
+    class Narrowed(ast.NodeTransformer):
+        changed = False
+
+        def visit_Call(self, node: ast.Call) -> ast.AST:
+            self.generic_visit(node)
+            if _call(node, "tl.where") and len(node.args) == 3 and _range_mask(node.args[0]):
+                node.args[0] = ast.parse(f"({ast.unparse(node.args[0])}) & ({var} < {keep})", mode="eval").body
+                self.changed = True
+            return node
+
     def rewrite(statement: ast.stmt) -> ast.stmt | None:
-        if not (isinstance(statement, ast.Assign) and _call(statement.value, "tl.where")
-                and len(statement.value.args) == 3 and _range_mask(statement.value.args[0])):
-            return None
-        kept = ast.parse(f"({ast.unparse(statement.value.args[0])}) & ({var} < {keep})", mode="eval").body
-        statement.value.args[0] = kept
-        return statement
+        transformer = Narrowed()
+        statement = transformer.visit(statement)
+        return statement if transformer.changed else None
 
     return _rewrite_lines(source, rewrite)
 
@@ -169,11 +203,20 @@ _CPP_LANE_GUARD = re.compile(r"^\s*if\(C10_(?:UN)?LIKELY\((?P<var>x\d+) >= ")
 _CPP_COUNT = re.compile(r"^\s*static_cast<int64_t>\((?P<n>\d+)L?\)\s*$")
 
 _CPP_GARBAGE_HELPERS = f"""
-// harness emulation: what masked-off lanes hold when nothing fills them (triton-ascend PR #714)
+// harness emulation: what masked-off lanes hold when nothing fills them (triton-ascend PR #714):
+// NaN in floating vectors, {GARBAGE} in integer ones
 template <typename T>
 inline T harness_padding_garbage(const T& v, int64_t n) {{
-  if constexpr (std::is_constructible_v<T, float>) {{ return T::set(T({GARBAGE}.0f), v, n); }}
-  else {{ return v; }}
+  if constexpr (std::is_constructible_v<T, float>) {{
+    using Scalar = typename T::value_type;
+    if constexpr (std::numeric_limits<Scalar>::has_quiet_NaN) {{
+      return T::set(T(std::numeric_limits<Scalar>::quiet_NaN()), v, n);
+    }} else {{
+      return T::set(T(static_cast<Scalar>({GARBAGE})), v, n);
+    }}
+  }} else {{
+    return v;
+  }}
 }}
 template <typename T>
 inline int64_t harness_all_lanes(const T& v, int64_t n) {{

@@ -102,8 +102,11 @@ class Session:
     """One side of a comparison (eager, compiled, float64), prepared once and run any number of times."""
 
     def __init__(self, fn: Callable[..., Any], inputs: Inputs, mode: str, device: Device, seed: int,
-                 wrap: Wrap = lambda f: f, float64: bool = False):
+                 wrap: Wrap = lambda f: f, float64: bool = False,
+                 prepare: Callable[[list[Any], dict[str, Any]], None] | None = None):
         self.inputs, self.mode, self.device, self.seed, self.float64 = inputs, mode, device, seed, float64
+        # Called with each run's own input copies before the program sees them (a dynamic run marks dims).
+        self.prepare = prepare
         if float64 and hasattr(fn, "for_float64"):  # a program that fixes dtypes in its arguments (OpInfo's)
             fn = fn.for_float64()
         self.module = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else None
@@ -123,11 +126,20 @@ class Session:
             self._restore_module()
         self._runs += 1
         run_inputs = self.inputs.float64() if self.float64 else self.inputs.copy()
+        if self.prepare is not None:
+            self.prepare(run_inputs.args, run_inputs.kwargs)
         with _default_dtype(torch.float64 if self.float64 else None):
             results = _MODES[self.mode](self, run_inputs)
         self.device.synchronize()
         _record_state(results, run_inputs, self.inputs, self.module, self._pristine, self.mode)
         return results
+
+    def at(self, inputs: Inputs) -> "Session":
+        """The same prepared program (compiled once, its module shared) run on other inputs: a dynamic run's
+        second size. Its first run starts from the module's state before any run, as every run does."""
+        other = copy.copy(self)
+        other.inputs, other._runs = inputs, max(self._runs, 1)
+        return other
 
     def _restore_module(self) -> None:
         with torch.no_grad():

@@ -149,6 +149,9 @@ RUN_OPTIONS: tuple[Option, ...] = (
            "them off and say whether that passes (a cache entry made for another program)", flag=True),
     Option("bisect", "localize divergences: name the kernel, stage or drift behind a failure (on-failure, the "
            "default), or also probe passing runs (always)", choices=_bisect_modes, bare="on-failure"),
+    Option("dynamic", "dynamic shapes: compile each case once with symbolic sizes (its declared dynamic dims, or "
+           "the leading dim of every input of rank 2 or more), run it at its size and at one more (not a multiple "
+           "of 8), judge both, and report a recompilation", flag=True, pytest_name="harness-dynamic"),
     Option("extract", "with --bisect: write a verified repro of each kernel it names into this directory "
            "(a kernel-level repro.py, a case module, a plain script)", metavar="DIR", pytest_name="harness-extract"),
 )
@@ -208,7 +211,7 @@ def run_config_from(values: Mapping[str, Any]):
         inject=values.get("inject"), strict_eager=bool(values.get("strict_eager")),
         # Extraction starts from the kernel localization names: --extract implies --bisect.
         bisect=values.get("bisect") or ("on-failure" if values.get("extract") else None),
-        fresh_compile=bool(values.get("fresh_compile")),
+        fresh_compile=bool(values.get("fresh_compile")), dynamic=bool(values.get("dynamic")),
         extract_dir=os.path.abspath(values["extract"]) if values.get("extract") else None,
         case_paths=tuple(os.path.abspath(p) if os.path.exists(p) else p for p in values.get("case_path") or ()),
     )

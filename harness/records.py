@@ -86,6 +86,8 @@ class Symptom(_Named):
     # The compiled result changes from run to run while eager's does not (a race, a read of memory never
     # written, stores that land at random): a compiler bug, not nondeterminism of the program.
     RUN_TO_RUN = "run-to-run"
+    # A dynamic run compiled again at its second size: the dynamic kernels did not run there.
+    RECOMPILED = "recompiled"
     # An injection (emulation or fault) was asked for and changed no kernel launch: the run says nothing of it.
     INJECTION_MISSED = "injection-missed"
     # The device loaded another compiler backend than the run asked for (torch_npu's fallback for an unknown
@@ -575,6 +577,13 @@ class CaseResult:
     # A divergence was run again (no recompilation): True when it came back, False when the second
     # run passed (the status is then nondeterministic); None when nothing diverged.
     reproduced: bool | None = None
+    # A dynamic run (`--dynamic`): True; the shapes of the tensor inputs at each size (the declared one, then
+    # the second); the sizes, counted from 1, whose results failed; whether Dynamo compiled again at the second
+    # size (a dynamic dim specialised: the second size did not run the dynamic kernels).
+    dynamic: bool | None = None
+    dynamic_sizes: list[list[list[int]]] | None = None
+    failed_sizes: list[int] | None = None
+    recompiled: bool | None = None
     # The runs of the compiled program, counted from 1, whose result diverged: run 1 gives the verdict, run 2
     # retries it (no recompilation; with --bisect, localization's first run), and a first-launch check adds
     # runs 3 and 4 (loaded afresh, then run again). None when nothing diverged.
@@ -591,7 +600,7 @@ class CaseResult:
 
     @property
     def run_id(self) -> str:
-        return f"{self.case}[{self.dtype}-{self.mode}]"
+        return f"{self.case}[{self.dtype}-{self.mode}{'-dynamic' if self.dynamic else ''}]"
 
     def summary(self) -> str:
         """The console block: one head line, then what a reader must see (failures, the answer, notes)."""

@@ -121,6 +121,11 @@ class Case:
     tolerances: Mapping[torch.dtype, Tolerance] = field(default_factory=dict)
     compile_options: Mapping[str, Any] = field(default_factory=dict)
     dynamic: bool | None = False
+    # A dynamic run (`--dynamic`, harness/dynamic_shapes.py): the input dims that vary, by input position or
+    # keyword (None: the leading dim of every input of rank 2 or more); `always_dynamic` runs the case so
+    # without being asked (the OpInfo sweep's dynamic axis).
+    dynamic_dims: Mapping[int | str, tuple[int, ...]] | None = None
+    always_dynamic: bool = False
     issue: str | None = None
     known_failures: tuple[KnownFailure, ...] = ()
     # "full": the real shapes (GPU/NPU nightly); "ci": a variant two CPU cores afford.

@@ -39,6 +39,8 @@ class RunConfig:
     case_paths: tuple[str, ...] = ()
     # `--extract DIR`: write a verified repro of each localized kernel here (changes no verdict: not in identity).
     extract_dir: str | None = None
+    # `--dynamic`: compile once with symbolic sizes, run at two sizes (harness/dynamic_shapes.py).
+    dynamic: bool = False
 
     def __post_init__(self) -> None:
         if self.bisect is True:
@@ -56,7 +58,12 @@ class RunConfig:
                 "compile_mode": self.compile_mode,
                 "compile_options": {k: repr(v) for k, v in sorted(self.compile_options.items())},
                 "reference": self.reference, "inject": self.inject,
-                "strict_eager": self.strict_eager, "fresh_compile": self.fresh_compile, "torch": torch.__version__}
+                "strict_eager": self.strict_eager, "fresh_compile": self.fresh_compile, "torch": torch.__version__,
+                # Only when set: records of static runs keep the identity they always had.
+                **({"dynamic": True} if self.dynamic else {})}
+
+    def runs_dynamic(self, case: Case) -> bool:
+        return self.dynamic or case.always_dynamic
 
     def command_for(self, case: str, dtype: str, mode: str, shipped: bool = False) -> str:
         """The command that runs this one case again. A `shipped` case run beside `--case-path` cases needs
@@ -82,6 +89,8 @@ class RunConfig:
             parts.append("--strict-eager")
         if self.fresh_compile:
             parts.append("--fresh-compile")
+        if self.dynamic:
+            parts.append("--dynamic")
         return " ".join(parts)
 
 
@@ -120,7 +129,7 @@ def new_record(case: Case, dtype: torch.dtype, mode: str, config: RunConfig) -> 
         case=case.name, device=config.device, backend=config.backend, dtype=dtype_name(dtype), mode=mode,
         status=R.PASS, tags=list(case.tags), issue=case.issue, size=case.size, culprit=case.culprit,
         npu_backend=Npu.asked_backend(config) if isinstance(device, Npu) else None, surrogate=device.surrogate(),
-        emulation=config.inject,
+        emulation=config.inject, dynamic=True if config.runs_dynamic(case) else None,
         command=device.command_prefix() + config.command_for(case.name, dtype_name(dtype), mode, is_shipped(case)),
         run_identity=config.identity(),
     )

@@ -23,6 +23,7 @@ from .compare import Verdict, differs_only_where_undefined, missing_result
 from .devices import BackendMismatch, Device, get_device
 from .emulation import NARROWED_DTYPES, make_handler, parse_injection
 from .execution import Inputs, OutputNotComparable, Results, Session, materialize_inputs, module_state
+from .dynamic_shapes import DynamicPlan
 from .inputs import seed_for
 from .layout import clone_exact, is_non_overlapping, overlaps_beyond_broadcast
 from .registry import Case, Program
@@ -65,8 +66,13 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig,
         record.compile_config = torch_state.config_set()
         try:
             observed = _Observation.make(case, dtype, mode, config, device, record)
-            compiled = _compiled_run(observed, config, record)
-            _conclude(observed, compiled, config, record)
+            if config.runs_dynamic(case):
+                observed, compiled, sizes = _dynamic_run(observed, config, device, record)
+                _conclude(observed, compiled, config, record)
+                _conclude_sizes(sizes, record)
+            else:
+                compiled = _compiled_run(observed, config, record)
+                _conclude(observed, compiled, config, record)
             if config.extract_dir and record.status == R.FAIL:
                 captured = _captured_launch(observed, compiled, config, record)
         except CaseFailure as failure:
@@ -77,6 +83,8 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig,
                 record.status, record.stage = R.SKIP, failure.stage
                 cause = failure.cause
                 record.reason = f"eager raises on these inputs ({type(cause).__name__}: {R.exception_line(cause)})"
+            elif isinstance(failure.cause, NoSecondSize):
+                record.status, record.stage, record.reason = R.SKIP, failure.stage, f"dynamic: {failure.cause}"
             elif case.generated and isinstance(failure.cause, NothingCompiled):
                 record.status, record.stage = R.SKIP, failure.stage
                 breaks = "; ".join(record.graph_break_reasons[:3]) or "no graph break reported"
@@ -155,17 +163,21 @@ class _Observation:
     record: R.CaseResult
     references: Results | None = None  # float64 results, made on first need
     nondeterministic: list[str] = field(default_factory=list)
+    # A dynamic run's plan: which input dims every compiled session marks dynamic.
+    dynamic: DynamicPlan | None = None
 
     @classmethod
     def make(cls, case: Case, dtype: torch.dtype, mode: str, config: RunConfig, device: Device,
-             record: R.CaseResult) -> "_Observation":
+             record: R.CaseResult, program: Program | None = None) -> "_Observation":
+        """The eager side of the case, built afresh; or of `program` (the case built at another size)."""
         seed = seed_for(case.name, dtype_name(dtype), mode)
         timings = record.timings
         with _stage(R.Stage.BUILD, timings):
-            torch.compiler.reset()
-            program = _as_program(case.build(dtype))
-            if isinstance(program.fn, torch.nn.Module):
-                program.fn.to(device.torch_device())
+            if program is None:
+                torch.compiler.reset()
+                program = _as_program(case.build(dtype))
+                if isinstance(program.fn, torch.nn.Module):
+                    program.fn.to(device.torch_device())
             inputs = materialize_inputs(program.inputs, program.kwargs, dtype, device, seed)
         with _stage(R.Stage.EAGER, timings):
             eager = Session(program.fn, inputs, mode, device, seed)
@@ -254,12 +266,15 @@ class _Observation:
         return Session(self.program.fn, inputs, self.mode, self.device, self.seed, float64=True).run()
 
     def compiler(self, backend: Any, **compile_kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        return lambda fn: torch.compile(fn, backend=backend, dynamic=self.case.dynamic, **compile_kwargs)
+        # A dynamic run marks its dims on every run's inputs: `dynamic=False` would tell Dynamo to specialise.
+        dynamic = self.case.dynamic if self.dynamic is None else (True if self.case.dynamic else None)
+        return lambda fn: torch.compile(fn, backend=backend, dynamic=dynamic, **compile_kwargs)
 
     def compiled_session(self, backend: Any, **compile_kwargs: Any) -> Session:
         """The program on the same inputs, compiled with `backend` (compiled on its first run)."""
         return Session(self.program.fn, self.inputs, self.mode, self.device, self.seed,
-                       wrap=self.compiler(backend, **compile_kwargs))
+                       wrap=self.compiler(backend, **compile_kwargs),
+                       prepare=self.dynamic.mark if self.dynamic is not None else None)
 
 
 def compare_results(actual: Results, expected: Results, references: Results | None,
@@ -359,6 +374,76 @@ def _compiled_run(observed: _Observation, config: RunConfig, record: R.CaseResul
 
 class NothingCompiled(Exception):
     pass
+
+
+class NoSecondSize(Exception):
+    """A dynamic run cannot make the case's second size: no dim varies, or eager rejects it."""
+
+
+@dataclass
+class _Sizes:
+    """A dynamic run's two sizes: each one's comparisons, and whether the second compiled again."""
+
+    first: list[R.OutputComparison]
+    second: list[R.OutputComparison]
+    recompiled: bool
+
+
+def _dynamic_run(observed: _Observation, config: RunConfig, device: Device,
+                 record: R.CaseResult) -> tuple[_Observation, _Compiled, _Sizes]:
+    """Compile once at the declared size with the plan's dims marked, run the same compiled program at the
+    second size; the size whose results fail first (or the first) is the one concluded and localized."""
+    from .dynamic_shapes import plan_for, shapes
+    from .inductor_compat import dynamo_graph_counts
+
+    program = observed.program
+    plan = plan_for(program.inputs, program.kwargs, observed.case.dynamic_dims)
+    if isinstance(plan, str):
+        raise CaseFailure(R.Stage.BUILD, NoSecondSize(plan))
+    observed.dynamic = plan
+    compiled = _compiled_run(observed, config, record)
+    graphs = dynamo_graph_counts()["graphs"]
+    args, kwargs = plan.second(program.inputs, program.kwargs)
+    try:
+        second = _Observation.make(observed.case, _dtype_of(record), observed.mode, config, device, record,
+                                   program=dataclasses.replace(program, inputs=args, kwargs=kwargs))
+    except CaseFailure as failure:
+        raise CaseFailure(R.Stage.EAGER, NoSecondSize(
+            f"eager rejects the second size ({type(failure.cause).__name__}: {R.exception_line(failure.cause)}): "
+            "the sizes that vary together are not all the ones marked; declare the case's dynamic_dims")) from None
+    second.dynamic, second.verdict = plan, observed.verdict
+    handler_factory = compiled.handler_factory
+    with _stage("second_size", record.timings, wrap=False), _launches_through(handler_factory()):
+        session = compiled.session.at(second.inputs)
+        results = session.run()
+    second_compiled = _Compiled(session, results, second.judge(results), handler_factory,
+                                cache_hits=compiled.cache_hits)
+    record.dynamic_sizes = [shapes(observed.inputs.args, observed.inputs.kwargs),
+                            shapes(second.inputs.args, second.inputs.kwargs)]
+    sizes = _Sizes(compiled.comparisons, second_compiled.comparisons,
+                   recompiled=dynamo_graph_counts()["graphs"] > graphs)
+    if all(c.passed for c in compiled.comparisons) and not all(c.passed for c in second_compiled.comparisons):
+        return second, second_compiled, sizes
+    return observed, compiled, sizes
+
+
+def _dtype_of(record: R.CaseResult) -> torch.dtype:
+    return getattr(torch, record.dtype)
+
+
+def _conclude_sizes(sizes: _Sizes, record: R.CaseResult) -> None:
+    """Both sizes in the record: the second's results named `<name>@size2`, which sizes failed, and a
+    recompilation, a failure of its own when the values pass (the second size ran no dynamic kernel)."""
+    record.outputs = sizes.first + [dataclasses.replace(c, name=f"{c.name}@size2") for c in sizes.second]
+    record.failed_sizes = [n for n, comparisons in ((1, sizes.first), (2, sizes.second))
+                           if not all(c.passed for c in comparisons)]
+    record.recompiled = sizes.recompiled
+    if sizes.recompiled:
+        said = ("the second size compiled again (a dynamic dim was specialised, by a guard on its size or the "
+                "compiler's choice): its results come from a graph of that size, not from the dynamic one")
+        record.diagnosis = f"{record.diagnosis}; {said}" if record.diagnosis else said
+        if record.status == R.PASS:
+            record.status, record.stage, record.symptom = R.FAIL, R.Stage.COMPILE, R.Symptom.RECOMPILED
 
 
 class InjectionMissed(Exception):

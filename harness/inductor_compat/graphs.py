@@ -318,8 +318,10 @@ def _buffer_fact(name: str, buffer: Any, order: dict[str, int], values: dict[str
         size, dtype = _static(list(buffer.get_size())), buffer.get_dtype()
     except Exception:  # MultiOutputLayout and friends have no single size
         return BufferFact(name, None, storage, origins, "holds several outputs (a multi-output kernel)", view)
-    if size is None:
-        return BufferFact(name, None, storage, origins, "has a symbolic size", view)
+    if size is None:  # a dynamic graph: sizes are expressions in the graph's size symbols, matched as such
+        size = _dims(list(buffer.get_size()))
+        if size is None:
+            return BufferFact(name, None, storage, origins, "has a size that is no expression of its symbols", view)
     origin_node = getattr(buffer, "origin_node", None)
     candidates = origins or ([origin_node.name] if origin_node is not None and origin_node.name in order else [])
     if not mutation and lowering_known:
@@ -330,7 +332,7 @@ def _buffer_fact(name: str, buffer: Any, order: dict[str, int], values: dict[str
             lowered_op = origin_node if origin_node is not None else ((nodes or {}).get(origins[-1]) if origins else None)
             inputs = lowered_op.all_input_nodes if lowered_op is not None else []
             copied = [n.name for n in inputs if (unrealized or {}).get(n.name) is loop
-                      and hasattr(values.get(n.name), "shape") and list(values[n.name].shape) == size
+                      and hasattr(values.get(n.name), "shape") and _dims(values[n.name].shape) == size
                       and values[n.name].dtype == dtype]
             if len(copied) == 1:
                 return BufferFact(name, copied[0], storage, origins, None, view)
@@ -339,12 +341,12 @@ def _buffer_fact(name: str, buffer: Any, order: dict[str, int], values: dict[str
         node, reshaped = produced_by  # the lowering said so: no guessing from origins
         value = values.get(node)
         if hasattr(value, "shape") and value.dtype == dtype and (
-                list(value.shape) == size or (reshaped and value.numel() == _numel(size))):
-            return BufferFact(name, node, storage, origins, None, view, reshaped=list(value.shape) != size)
+                _dims(value.shape) == size or (reshaped and all(isinstance(d, int) for d in size) and value.numel() == _numel(size))):
+            return BufferFact(name, node, storage, origins, None, view, reshaped=_dims(value.shape) != size)
         candidates = [node]
     for candidate in reversed(candidates):
         value = values.get(candidate)
-        if hasattr(value, "shape") and list(value.shape) == size and value.dtype == dtype:
+        if hasattr(value, "shape") and _dims(value.shape) == size and value.dtype == dtype:
             if partial and part_view is None:
                 return BufferFact(name, None, storage, origins, f"mutates a part of {storage} at a symbolic place", view)
             return BufferFact(name, candidate, storage, origins, None, view, part_of=storage if partial else None,
@@ -469,6 +471,24 @@ def _numel(size: list[int]) -> int:
     for dim in size:
         numel *= dim
     return numel
+
+
+def _dims(sizes: Any) -> list[Any] | None:
+    """Sizes as ints where static and sympy expressions where symbolic (an FX value's SymInts and a buffer's
+    sizes share the graph's ShapeEnv symbols), so that shapes of a dynamic graph compare as expressions."""
+    import sympy
+    import torch
+
+    found = []
+    for size in sizes:
+        expr = size.node.expr if isinstance(size, torch.SymInt) else size
+        if isinstance(expr, int) or isinstance(expr, sympy.Integer):
+            found.append(int(expr))
+        elif isinstance(expr, sympy.Expr):
+            found.append(sympy.expand(expr))
+        else:
+            return None
+    return found
 
 
 def _static(value: Any) -> Any:

@@ -17,9 +17,10 @@ graph serve a new size, reductions split differently. A dynamic run:
 - judges each size against eager at that size, and reports a recompilation
   (Dynamo compiled a graph at the second size) as `recompiled`.
 
-Only inputs given as `TensorSpec`s are resized (a tensor given as it is keeps
-its shape); a strided spec keeps its layout, its strides recomputed for the
-new sizes (`resized`).
+A `TensorSpec` input is made afresh at the second size, its layout kept and
+its strides recomputed for the new sizes (`resized`); a tensor given as it is
+(an OpInfo sample) has its values repeated along the resized dims
+(`resized_tensor`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from .inputs import TensorSpec
-from .layout import contiguous_stride
+from .layout import contiguous_stride, extent
 
 VECTOR = 8  # a second size is never a multiple of this (nor, so, of 16)
 
@@ -61,33 +62,77 @@ class DynamicPlan:
                 torch._dynamo.maybe_mark_dynamic(value, list(dims))
 
     def second(self, items: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
-        """The program's inputs at the second size: each spec's marked dims resized."""
+        """The program's inputs at the second size: each spec's or tensor's marked dims resized."""
         def one(key: int | str, item: Any) -> Any:
-            if not isinstance(item, TensorSpec) or key not in self.marks:
+            shape = _shape(item)
+            if shape is None or key not in self.marks:
                 return item
-            return resized(item, {d: self.sizes[item.size[d]] for d in self.marks[key]})
+            new_sizes = {d: self.sizes[shape[d]] for d in self.marks[key]}
+            return resized(item, new_sizes) if isinstance(item, TensorSpec) else resized_tensor(item, new_sizes)
 
         return [one(i, item) for i, item in enumerate(items)], {k: one(k, v) for k, v in kwargs.items()}
 
 
+def _shape(item: Any) -> tuple[int, ...] | None:
+    if isinstance(item, TensorSpec):
+        return tuple(item.size)
+    if isinstance(item, torch.Tensor) and item.layout == torch.strided:
+        return tuple(item.shape)
+    return None
+
+
 def plan_for(items: Sequence[Any], kwargs: Mapping[str, Any],
              declared: Mapping[int | str, Sequence[int]] | None) -> DynamicPlan | str:
-    """The plan for a program's inputs; a string says why none can vary."""
-    specs = {**{i: item for i, item in enumerate(items)}, **dict(kwargs)}
-    specs = {key: spec for key, spec in specs.items() if isinstance(spec, TensorSpec)}
+    """The plan for a program's inputs (specs and tensors); a string says why none can vary."""
+    shapes = {**{i: _shape(item) for i, item in enumerate(items)}, **{k: _shape(v) for k, v in kwargs.items()}}
+    shapes = {key: shape for key, shape in shapes.items() if shape is not None}
     if declared is not None:
-        unknown = [key for key in declared if key not in specs]
+        unknown = [key for key in declared if key not in shapes]
         if unknown:
-            return f"dynamic_dims names inputs {unknown} that are not TensorSpecs of the case"
-        chosen = {spec.size[d] for key, dims in declared.items() for d in dims for spec in [specs[key]]}
+            return f"dynamic_dims names inputs {unknown} that are not tensors of the case"
+        chosen = {shapes[key][d] for key, dims in declared.items() for d in dims}
     else:
-        chosen = {spec.size[0] for spec in specs.values() if len(spec.size) >= 2}
+        chosen = {shape[0] for shape in shapes.values() if len(shape) >= 2}
     varying = {size for size in chosen if size >= 2}
     if not varying:
         return ("no input dim can vary: the default varies the leading dim of every input of rank 2 or more "
                 "(sizes 0 and 1 are always specialised); declare the case's dynamic_dims")
-    marks = {key: tuple(d for d, size in enumerate(spec.size) if size in varying) for key, spec in specs.items()}
+    marks = {key: tuple(d for d, size in enumerate(shape) if size in varying) for key, shape in shapes.items()}
     return DynamicPlan({key: dims for key, dims in marks.items() if dims}, {s: second_size(s) for s in varying})
+
+
+def resized_tensor(t: torch.Tensor, new_sizes: Mapping[int, int]) -> torch.Tensor:
+    """A tensor given as it is (an OpInfo sample) at the second size: its values repeated along the resized
+    dims (row i of the new size holds row i mod the old size: the values stay in the sample's domain, an index
+    stays an index), laid out as `t` is (`resized`'s strides), with `t`'s requires_grad."""
+    values = t.detach()
+    for d, n in new_sizes.items():
+        values = values.index_select(d, torch.arange(n, device=t.device) % t.shape[d])
+    size = tuple(values.shape)
+    stride = _restrided(tuple(t.shape), tuple(t.stride()), size)
+    storage = torch.zeros(t.storage_offset() + extent(size, stride), dtype=t.dtype, device=t.device)
+    view = storage.as_strided(size, stride, t.storage_offset())
+    with torch.no_grad():
+        if _overlaps(size, stride):  # the storage holds the values in order, as far as the view reaches
+            flat = values.reshape(-1)
+            reach = storage.numel() - t.storage_offset()
+            storage[t.storage_offset():] = flat.repeat(-(-reach // max(flat.numel(), 1)))[:reach]
+        else:
+            view.copy_(values)
+    return view.requires_grad_(t.requires_grad)
+
+
+def _overlaps(size: Sequence[int], stride: Sequence[int]) -> bool:
+    """Whether two elements share an address (a stride-0 dim too: no copy can write such a view)."""
+    dims = sorted((s, n) for n, s in zip(size, stride) if n > 1)
+    reach = 1
+    for s, n in dims:
+        if s == 0:
+            return True
+        if s < reach:
+            return True
+        reach = s * n
+    return False
 
 
 def resized(spec: TensorSpec, new_sizes: Mapping[int, int]) -> TensorSpec:

@@ -225,13 +225,17 @@ class CaseFile(pytest.File):
         for error in errors:
             # A failing test rather than a collection error: pytest would stop the whole session.
             yield LoadErrorItem.from_parent(self, name="load-error", message=str(error))
+        dynamic = bool(self.config.getoption("dynamic"))
         for case in cases:
+            # A dynamic run says so in its id (`-k dynamic`), as its record's run id does.
+            tags = (*case.tags, "dynamic") if (dynamic or case.always_dynamic) and "dynamic" not in case.tags \
+                else case.tags
             for dtype in case.dtypes:
                 for mode in case.modes:
-                    name = f"{case.name}[{dtype_name(dtype)}-{mode}-{'-'.join(case.tags)}]"
+                    name = f"{case.name}[{dtype_name(dtype)}-{mode}-{'-'.join(tags)}]"
                     item = CaseItem.from_parent(self, name=name, case=case, dtype=dtype, mode=mode)
                     item.add_marker(pytest.mark.harness_case)
-                    for tag in case.tags:
+                    for tag in tags:
                         item.extra_keyword_matches.add(tag)
                     if case.size == "full":
                         item.add_marker(pytest.mark.full)

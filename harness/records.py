@@ -617,6 +617,8 @@ class CaseResult:
         lines = [o.summary() for o in self.outputs if not o.passed][:5]
         lines += [f"note: {o.name}: {o.note}" for o in self.outputs if o.passed and o.note][:3]
         failing = is_failing(self.status)
+        if self.dynamic_sizes and (failing or self.recompiled):
+            lines.append(self.sizes_line())
         if self.first_divergent_kernel is not None:
             lines.append(self.first_divergent_kernel.line())
             if failing:
@@ -629,6 +631,15 @@ class CaseResult:
             lines.append(f"diagnosis: {self.diagnosis}")
         lines += [f"warning: {one_line(w)}" for w in self.warnings]
         return "\n    ".join([head, *lines])
+
+    def sizes_line(self) -> str:
+        """A dynamic run's sizes, which failed, and a recompilation: "sizes: 1 (16, 64) -> 2 (17, 64) FAILED"."""
+        parts = []
+        for number, shapes in enumerate(self.dynamic_sizes or (), start=1):
+            failed = " FAILED" if number in (self.failed_sizes or ()) else ""
+            parts.append(f"{number} {', '.join(str(tuple(s)) for s in shapes)}{failed}")
+        recompiled = " (recompiled at size 2)" if self.recompiled else ""
+        return f"dynamic sizes: {' -> '.join(parts)}{recompiled}"
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -69,22 +69,22 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig,
             if config.runs_dynamic(case):
                 observed, compiled, sizes = _dynamic_run(observed, config, device, record)
                 _conclude(observed, compiled, config, record)
-                _conclude_sizes(sizes, record)
+                _conclude_sizes(sizes, record, observed.case)
             else:
                 compiled = _compiled_run(observed, config, record)
                 _conclude(observed, compiled, config, record)
             if config.extract_dir and record.status == R.FAIL:
                 captured = _captured_launch(observed, compiled, config, record)
         except CaseFailure as failure:
-            if case.generated and isinstance(failure.cause, NoEagerReference):
+            if isinstance(failure.cause, NoSecondSize):
+                record.status, record.stage, record.reason = R.SKIP, failure.stage, f"dynamic: {failure.cause}"
+            elif case.generated and isinstance(failure.cause, NoEagerReference):
                 record.status, record.stage, record.reason = R.SKIP, failure.stage, str(failure.cause)
             elif case.generated and failure.stage == R.Stage.EAGER:
                 # No eager result, no reference: the inputs are not a test of the compiler.
                 record.status, record.stage = R.SKIP, failure.stage
                 cause = failure.cause
                 record.reason = f"eager raises on these inputs ({type(cause).__name__}: {R.exception_line(cause)})"
-            elif isinstance(failure.cause, NoSecondSize):
-                record.status, record.stage, record.reason = R.SKIP, failure.stage, f"dynamic: {failure.cause}"
             elif case.generated and isinstance(failure.cause, NothingCompiled):
                 record.status, record.stage = R.SKIP, failure.stage
                 breaks = "; ".join(record.graph_break_reasons[:3]) or "no graph break reported"
@@ -431,9 +431,10 @@ def _dtype_of(record: R.CaseResult) -> torch.dtype:
     return getattr(torch, record.dtype)
 
 
-def _conclude_sizes(sizes: _Sizes, record: R.CaseResult) -> None:
+def _conclude_sizes(sizes: _Sizes, record: R.CaseResult, case: Case) -> None:
     """Both sizes in the record: the second's results named `<name>@size2`, which sizes failed, and a
-    recompilation, a failure of its own when the values pass (the second size ran no dynamic kernel)."""
+    recompilation: when the values pass, a failure of its own (the second size ran no dynamic kernel), or for
+    a generated sample, a skip (no test of dynamic kernels, as a sample Dynamo compiles nothing of)."""
     record.outputs = sizes.first + [dataclasses.replace(c, name=f"{c.name}@size2") for c in sizes.second]
     record.failed_sizes = [n for n, comparisons in ((1, sizes.first), (2, sizes.second))
                            if not all(c.passed for c in comparisons)]
@@ -442,7 +443,9 @@ def _conclude_sizes(sizes: _Sizes, record: R.CaseResult) -> None:
         said = ("the second size compiled again (a dynamic dim was specialised, by a guard on its size or the "
                 "compiler's choice): its results come from a graph of that size, not from the dynamic one")
         record.diagnosis = f"{record.diagnosis}; {said}" if record.diagnosis else said
-        if record.status == R.PASS:
+        if record.status == R.PASS and case.generated:
+            record.status, record.stage, record.reason = R.SKIP, R.Stage.COMPILE, f"dynamic: {said}"
+        elif record.status == R.PASS:
             record.status, record.stage, record.symptom = R.FAIL, R.Stage.COMPILE, R.Symptom.RECOMPILED
 
 

@@ -5,7 +5,11 @@ known on it. Each case is one op variant, one dtype, one OpInfo sample and one
 layout (`catalog` names them), built on the CPU from seeded samples and laid
 out with the harness's layout constructors (`layouts`). Cases of the `ci`
 sample (about 200 runs, one case per op) have size `ci` and tag `ci`; the rest
-of the sweep has size `full`.
+of the sweep has size `full`. The dynamic axis: a case named `...-dynamic`,
+tagged `dynamic`, runs its sample dynamically (`harness/dynamic_shapes.py`) when
+the sample allows a second size (an input of rank 2 or more whose leading dim
+is 2 or more): every contiguous case of the sweep, and one ci case in
+`DYNAMIC_CI_EVERY`.
 
 Importing this package does not import op_db: that happens when the registry
 loads the source (`harness/source_selection.py` says when) and the catalogue
@@ -14,6 +18,8 @@ is not on disk yet (`remembered`), or when a case is built.
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import functools
 import importlib.util
 from dataclasses import dataclass
@@ -28,6 +34,8 @@ from . import remembered
 from .layouts import LAYOUTS, REGISTRY as LAYOUT_REGISTRY
 
 SOURCE = "opinfo"
+DYNAMIC = "-dynamic"  # the name suffix of a case of the dynamic axis
+DYNAMIC_CI_EVERY = 4
 TAGS = ("opinfo", "ci")
 INSTALL = "pip install -e '.[opinfo]'"
 
@@ -76,13 +84,40 @@ def _generate(failures: tuple, include_full: bool) -> Iterable[Case]:
     # Remembered on disk once made (`remembered`): a selection then imports no op_db.
     for facts in remembered.ci_sample():
         yield make_case(facts, failures, ci=True)
+        if facts.entry.name in _dynamic_ci_names():
+            yield make_case(facts, failures, ci=True, dynamic=True)
     if include_full:
         for facts in remembered.full_catalogue():
             if facts.entry.name not in remembered.ci_names():
                 yield make_case(facts, failures, ci=False)
+            if facts.entry.layout == "contiguous" and allows_second_size(facts) and \
+                    facts.entry.name not in _dynamic_ci_names():
+                yield make_case(facts, failures, ci=False, dynamic=True)
+
+
+def allows_second_size(facts: remembered.Facts) -> bool:
+    """Whether the sample has an input a dynamic run can resize: rank 2 or more, leading dim 2 or more."""
+    try:
+        shapes = ast.literal_eval(f"[{facts.shapes}]")
+    except (ValueError, SyntaxError):  # "no tensor"
+        return False
+    return any(isinstance(s, tuple) and len(s) >= 2 and s[0] >= 2 for s in shapes)
+
+
+@functools.cache
+def _dynamic_ci_names() -> frozenset[str]:
+    """The ci cases that also run dynamically: one in DYNAMIC_CI_EVERY, of those whose sample allows it."""
+    return frozenset(f.entry.name for i, f in enumerate(remembered.ci_sample())
+                     if i % DYNAMIC_CI_EVERY == 0 and allows_second_size(f))
 
 
 def _lookup(failures: tuple, name: str) -> Case | None:
+    if name.endswith(DYNAMIC):
+        base = name.removesuffix(DYNAMIC)
+        facts = remembered.find(base) or (remembered.facts_of(e) if (e := C.lookup(base)) else None)
+        if facts is None or not allows_second_size(facts):
+            return None
+        return make_case(facts, failures, ci=base in _dynamic_ci_names(), dynamic=True)
     facts = remembered.find(name)
     if facts is None:
         entry = C.lookup(name)
@@ -98,27 +133,35 @@ def _skipped() -> list[tuple[str, str]]:
     return [(s.what, s.reason) for s in skips]
 
 
-def make_case(facts: remembered.Facts, declared: tuple, ci: bool) -> Case:
-    """The case of one catalogue entry; `declared` is (known failures, tolerances) as the case module gave them."""
+def make_case(facts: remembered.Facts, declared: tuple, ci: bool, dynamic: bool = False) -> Case:
+    """The case of one catalogue entry (`dynamic`: of its dynamic axis); `declared` is (known failures,
+    tolerances) as the case module gave them."""
     failures, tolerances = declared
     entry, key = facts.entry, facts.op_key
     mine = [f for f in failures if f.op == key and (f.layouts is None or entry.layout in f.layouts)
             and (f.samples is None or entry.index in f.samples)]
     rounding = [t for t in tolerances if t.op == key and t.dtype == entry.dtype]
     tags = ["opinfo", facts.op_name] + ([key] if key != facts.op_name else []) + [entry.layout] + (["ci"] if ci else [])
+    known = tuple(f.failure for f in mine)
+    if dynamic:
+        tags.append("dynamic")
+        # Declared on static runs: at a second size a failure may or may not show.
+        known = tuple(dataclasses.replace(k, strict=False) for k in known)
     return Case(
-        name=entry.name,
+        name=entry.name + (DYNAMIC if dynamic else ""),
+        always_dynamic=dynamic,
         build=functools.partial(build, entry),
         tags=tuple(tags),
         dtypes=(entry.dtype,),
         modes=entry.modes,
         size="ci" if ci else "full",
         issue=mine[0].issue if mine else None,
-        known_failures=tuple(f.failure for f in mine),
+        known_failures=known,
         tolerances={t.dtype: t.tolerance for t in rounding},
         generated=True,
         description=(f"OpInfo {key} sample {entry.index} ({C.dtype_name(entry.dtype)}; inputs {facts.shapes}), "
                      f"{entry.layout}: {LAYOUT_REGISTRY[entry.layout].summary}"
+                     + ("; dynamic: run at its size and at one more" if dynamic else "")
                      + "".join(f"; tolerance {t.tolerance.rtol:g}/{t.tolerance.atol:g}: {t.reason}" for t in rounding)),
         source=CASE_SOURCE_ORIGIN + SOURCE,
     )

@@ -1,0 +1,157 @@
+"""Dynamic runs (harness/dynamic_shapes.py): one compile with symbolic sizes, judged at two sizes.
+
+Known answers for the plan (which dims vary, the second size, resized layouts); runs of real programs that
+pass at both sizes without recompiling; emulations that fail at both sizes and are localized; and a fault
+that only the second size meets, which the record names.
+"""
+
+import pytest
+import torch
+
+from harness import emulation
+from harness import records as R
+from harness.dynamic_shapes import plan_for, resized, resized_tensor, second_size
+from harness.emulation import Injection
+from harness.inputs import TensorSpec, contiguous, gapped, permuted, strided
+from harness.records import InjectionStats
+from harness.registry import Case, Program, load_registry
+from harness.runner import RunConfig, run_case
+
+DYNAMIC = RunConfig(dynamic=True)
+
+
+@pytest.mark.parametrize("size, second", [(16, 17), (7, 9), (15, 17), (31, 33), (47, 49), (2, 3), (100, 101)])
+def test_the_second_size_is_one_more_and_no_multiple_of_8_or_16(size, second):
+    assert second_size(size) == second
+
+
+def test_by_default_the_leading_dim_of_inputs_of_rank_two_or_more_varies_with_every_dim_of_its_size():
+    plan = plan_for([contiguous((16, 64)), contiguous((64, 16)), contiguous((64,)), 3.0], {}, None)
+    # 16 and 64 lead rank-2 inputs: every dim of those sizes varies (a matmul's inner size stays one size).
+    assert dict(plan.sizes) == {16: 17, 64: 65}
+    assert dict(plan.marks) == {0: (0, 1), 1: (0, 1), 2: (0,)}
+
+
+def test_declared_dims_replace_the_default():
+    plan = plan_for([contiguous((16, 64)), contiguous((64,))], {}, {1: (0,)})
+    assert dict(plan.sizes) == {64: 65} and dict(plan.marks) == {0: (1,), 1: (0,)}
+
+
+def test_no_varying_dim_says_why():
+    assert "no input dim can vary" in plan_for([contiguous((64,)), contiguous((1, 8))], {}, None)
+
+
+def test_a_tensor_given_as_it_is_repeats_its_values_in_its_own_layout():
+    t = torch.arange(6.0).reshape(3, 2).t()  # (2, 3), stride (1, 2)
+    grown = resized_tensor(t.requires_grad_(), {1: 5})
+    assert grown.tolist() == [[0.0, 2.0, 4.0, 0.0, 2.0], [1.0, 3.0, 5.0, 1.0, 3.0]]
+    assert grown.stride() == (1, 2) and grown.requires_grad and grown.is_leaf
+
+
+def test_resized_layouts_keep_their_order_gaps_and_broadcasts():
+    assert resized(contiguous((16, 64)), {0: 17}).resolved_stride == (64, 1)
+    # A transpose of a (64, 16) buffer: dim 0 is innermost in memory.
+    moved = resized(permuted((64, 16), (1, 0)), {0: 17})
+    assert (moved.size, moved.stride) == ((17, 64), (1, 17))
+    # Every other column of a (48, 128) buffer: the step of 2 stays.
+    step = resized(gapped((48, 64), step=2), {0: 49})
+    assert (step.size, step.stride) == ((49, 64), (128, 2))
+    # A stride-0 dim stays broadcast; an overlapping view keeps its strides, its storage grown to fit.
+    assert resized(TensorSpec((4, 8), stride=(0, 1)), {0: 5}).stride == (0, 1)
+    overlap = resized(strided((6, 4), (2, 1), storage_numel=14), {0: 7})
+    assert overlap.stride == (2, 1) and overlap.storage_numel == 16
+
+
+def test_a_correct_model_passes_at_both_sizes_without_recompiling():
+    record = run_case(load_registry().cases["relu_mlp"], torch.float32, "training", DYNAMIC)
+    assert (record.status, record.dynamic, record.recompiled, record.failed_sizes) == (R.PASS, True, False, [])
+    assert record.dynamic_sizes == [[[16, 64]], [[17, 64]]]
+    assert record.run_id == "relu_mlp[float32-training-dynamic]"
+    assert {o.name for o in record.outputs} >= {"out0", "out0@size2", "grad_in0@size2"}
+
+
+@pytest.mark.parametrize("name, dtype", [("seed_index_as_strided_view", torch.int64),
+                                         ("layout_input_overlapping", torch.int64),
+                                         ("layout_input_gapped_slice", torch.float64)])
+def test_the_launch_boundary_downcast_fails_both_sizes_and_is_localized(name, dtype):
+    record = run_case(load_registry().cases[name], dtype, "inference",
+                      RunConfig(dynamic=True, inject="boundary-downcast", bisect=True))
+    assert (record.status, record.failed_sizes, record.recompiled) == (R.FAIL, [1, 2], False), record.summary()
+    assert record.first_divergent_kernel.answer == R.Answer.KERNEL, record.first_divergent_kernel.line()
+
+
+class WrongAtAnotherSize:
+    """Adds 1 to what a generated kernel writes when its arguments' shapes are not those of its first launch:
+    a dynamic kernel right at the size it was compiled for and wrong at any other."""
+
+    first_shapes: dict[int, list] = {}  # by kernel, across the handlers of one run (one per run of it)
+
+    def __init__(self, selector):
+        self.stats = InjectionStats(hits=[])
+
+    def __call__(self, launch):
+        result = launch.run()
+        if launch.kernel.kind == "extern":
+            return result
+        shapes = [tuple(t.shape) for _, t in launch.tensor_args()]
+        seen = self.first_shapes.setdefault(id(launch.kernel), shapes)
+        if shapes != seen:
+            self.stats.hits.append(f"{launch.index}:{launch.kernel.name}")
+            for _, written in launch.written():
+                written.add_(1)
+        return result
+
+    def missed(self):
+        return None  # at the first size it hits nothing, by design
+
+
+@pytest.fixture
+def wrong_at_another_size(monkeypatch):
+    monkeypatch.setitem(emulation.INJECTIONS, "test-wrong-at-another-size", Injection(
+        "test-wrong-at-another-size", "a dynamic kernel wrong at any size but its first", WrongAtAnotherSize))
+    return "test-wrong-at-another-size"
+
+
+SCALE = Case(name="dynamic_scale_rows", build=lambda d: Program(lambda x: (x * 3 + 1).sum(-1), [contiguous((16, 64))]))
+
+
+def test_a_kernel_wrong_only_at_the_second_size_fails_and_names_that_size(wrong_at_another_size):
+    record = run_case(SCALE, torch.float32, "inference", RunConfig(dynamic=True, inject=wrong_at_another_size,
+                                                                   bisect=True))
+    assert (record.status, record.failed_sizes) == (R.FAIL, [2]), record.summary()
+    failing = [o.name for o in record.outputs if not o.passed]
+    assert failing == ["out0@size2"]
+    found = record.first_divergent_kernel
+    assert found.answer == R.Answer.KERNEL and found.isolated.startswith("kernel is wrong"), found.line()
+
+
+def test_a_specialised_dim_recompiles_and_is_reported():
+    def branches_on_size(x):
+        return x * 2 if x.shape[0] % 2 == 0 else x * 3  # a guard on the size: each parity its own graph
+
+    case = Case(name="dynamic_branch_on_size", build=lambda d: Program(branches_on_size, [contiguous((16, 8))]))
+    record = run_case(case, torch.float32, "inference", DYNAMIC)
+    assert (record.status, record.symptom, record.recompiled) == (R.FAIL, R.Symptom.RECOMPILED, True), \
+        record.summary()
+    assert "compiled again" in record.diagnosis
+
+
+def test_a_case_whose_second_size_eager_rejects_is_skipped_with_the_reason():
+    mismatched = Case(name="dynamic_fixed_width", build=lambda d: Program(
+        lambda x: x.reshape(16, 8, 1) * 2, [contiguous((16, 8))]))  # a size baked into the program
+    record = run_case(mismatched, torch.float32, "inference", DYNAMIC)
+    assert record.status == R.SKIP and "eager rejects the second size" in record.reason, record.summary()
+
+
+def test_the_report_and_the_console_show_the_sizes_and_which_failed():
+    from harness.records import CaseResult
+    from harness.report import render_html
+
+    record = CaseResult(case="scaled", device="cpu", backend="inductor", dtype="float32", mode="inference",
+                        status=R.FAIL, dynamic=True, dynamic_sizes=[[[16, 64]], [[17, 64]]], failed_sizes=[2],
+                        recompiled=False, duration_s=1.0)
+    assert record.run_id == "scaled[float32-inference-dynamic]"
+    assert "dynamic sizes: 1 (16, 64) -> 2 (17, 64) FAILED" in record.summary()
+    html = render_html([record], {})
+    assert '(16, 64) → <b class="failed">(17, 64)</b>' in html
+    assert "scaled[float32-inference-dynamic]" in html

@@ -692,8 +692,8 @@ def test_a_wrong_kernel_the_outputs_absorb_is_passed_over_for_the_next():
     assert (found.answer, found.launch_index, found.launches) == (R.Answer.KERNEL, 2, 3)
     assert found.name == "extern_kernels.mm"
     assert found.problems == ["inference 0 launch 0 extern_kernels.mm differs on exact inputs, but making its outputs "
-                              "eager changes no failing output beyond tolerance (a numerical difference the outputs "
-                              "absorb; its other launches are not tried)"]
+                              "eager changes no failing output beyond tolerance (the outputs absorb its difference, "
+                              "or later kernels spoil the same elements; its other launches are not tried)"]
     # The probe run (stops at launch 0); launch 0 made eager, which moves no output; the probe run again from
     # launch 0 (launch 2 is the same kernel: not a candidate, but the next difference); the search from
     # launch 2, not from the immaterial launch 0: 2 passes, 1 fails and describes launch 2.

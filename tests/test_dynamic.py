@@ -155,3 +155,17 @@ def test_the_report_and_the_console_show_the_sizes_and_which_failed():
     html = render_html([record], {})
     assert '(16, 64) → <b class="failed">(17, 64)</b>' in html
     assert "scaled[float32-inference-dynamic]" in html
+
+
+def test_the_opinfo_sweep_has_a_dynamic_axis_in_its_ci_sample():
+    pytest.importorskip("expecttest")
+    registry = load_registry()
+    dynamic = registry.select(tags=("opinfo",), keyword="dynamic")
+    assert dynamic and all(c.always_dynamic and c.name.endswith("-dynamic") and "ci" in c.tags for c in dynamic)
+    static = registry.cases[dynamic[0].name.removesuffix("-dynamic")]
+    assert not static.always_dynamic
+    record = run_case(registry.cases["opinfo-neg-bfloat16-s0-overlapping-dynamic"], torch.bfloat16, "inference",
+                      RunConfig())  # no --dynamic: the case asks for it
+    assert (record.status, record.dynamic, record.recompiled) == (R.PASS, True, False), record.summary()
+    (first,), (second,) = record.dynamic_sizes  # every dim of the leading dim's size varies with it
+    assert second == [n + 1 if n == first[0] else n for n in first], record.dynamic_sizes

@@ -61,3 +61,13 @@ def test_pytest_has_the_harness_options_and_collects_the_shipped_cases(installed
     assert "--case-path" in helped.stdout and "--inject" in helped.stdout and "--device" in helped.stdout
     collected = run(installed, "python", "-m", "pytest", "--collect-only", "-q", "--harness-shipped-cases", "-k", "seed")
     assert "seed_index_as_strided_view[int64-inference" in collected.stdout, collected.stdout[-2000:]
+
+
+def test_every_subpackage_of_the_harness_is_in_the_wheel(installed):
+    venv, elsewhere = installed
+    wanted = sorted("harness." + p.parent.relative_to(REPO / "harness").as_posix().replace("/", ".")
+                    for p in (REPO / "harness").glob("*/__init__.py"))
+    probe = subprocess.run([str(venv / "bin" / "python"), "-c", "import importlib, sys\n"
+                            "for name in sys.argv[1:]: importlib.import_module(name)\n", *wanted],
+                           cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    assert probe.returncode == 0, probe.stderr.strip().splitlines()[-1:]

@@ -57,6 +57,22 @@ def test_k_longformer_selects_by_name_and_ids_carry_mode_and_tags(project):
     assert collected(result) == ["mycases/private.py::longformer_tiny[float32-training-model]"]
 
 
+def test_harness_dynamic_makes_every_run_dynamic_and_k_dynamic_selects_them(project):
+    result = project.runpytest("--case-path", "mycases", "mycases", "--collect-only", "-q", "--harness-dynamic",
+                               "-k", "longformer and dynamic and training")
+    assert collected(result) == ["mycases/private.py::longformer_tiny[float32-training-model-dynamic]"]
+    plain = project.runpytest("--case-path", "mycases", "mycases", "--collect-only", "-q", "-k", "dynamic")
+    assert collected(plain) == []
+
+
+def test_a_dynamic_run_under_pytest_records_both_sizes(project):
+    result = project.runpytest_subprocess("--case-path", "mycases", "mycases", "--harness-dynamic", "--harness-json", "out.json",
+                               "-k", "longformer_tiny and inference")
+    result.assert_outcomes(passed=1)
+    (record,) = json.loads((project.path / "out.json").read_text())["records"]
+    assert (record["dynamic"], record["dynamic_sizes"], record["recompiled"]) == (True, [[[2, 4]], [[3, 4]]], False)
+
+
 def test_outcomes_and_merged_results_under_xdist(project):
     pytest.importorskip("xdist")
     result = project.runpytest_subprocess("--case-path", "mycases", "mycases", "--backend", "eager", "-n", "2",

@@ -1,9 +1,9 @@
 """What a dynamic run costs against a static run of the same case.
 
-    python benchmarks/bench_dynamic.py [--device cpu|cuda] [--json out.json]
+    python benchmarks/bench_dynamic.py [--device cpu|cuda] [--repeats N] [--json out.json]
 
 For each case, in one process: the static run and the dynamic run (`--dynamic`: one compile with symbolic
-sizes, eager and compiled at a second size too), each three times, alternating; cold (Inductor's and AOT
+sizes, eager and compiled at a second size too), each `--repeats` times (3), alternating; cold (Inductor's and AOT
 autograd's caches off, so every run compiles, as a new program does) and warm (caches on, after one run of
 each). The medians are kept; reported per case: both times and their ratio, and whether the dynamic run
 passed without recompiling.
@@ -36,14 +36,14 @@ TARGET_RATIO = 1.3
 REPEATS = 3
 
 
-def measure(case, dtype, mode, configs, cold: bool) -> dict[str, tuple[float, object]]:
+def measure(case, dtype, mode, configs, cold: bool, repeats: int) -> dict[str, tuple[float, object]]:
     """Median seconds and the last record per configuration, the configurations' runs alternating."""
     from harness.inductor_compat import compile_caches_off
     from harness.runner import run_case
 
     times: dict[str, list[float]] = {name: [] for name in configs}
     records: dict[str, object] = {}
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         for name, config in configs.items():
             with compile_caches_off() if cold else contextlib.nullcontext():
                 started = time.perf_counter()
@@ -55,6 +55,7 @@ def measure(case, dtype, mode, configs, cold: bool) -> dict[str, tuple[float, ob
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=REPEATS)
     parser.add_argument("--json", dest="json_path")
     args = parser.parse_args()
 
@@ -72,7 +73,7 @@ def main() -> int:
         for config in configs.values():  # the first compile of each (imports, ISA checks) is no one's cost
             run_case(case, dtype, mode, config)
         for cold in (True, False):
-            found = measure(case, dtype, mode, configs, cold)
+            found = measure(case, dtype, mode, configs, cold, args.repeats)
             (static, _), (dynamic, record) = found["static"], found["dynamic"]
             row = {"case": name, "dtype": dtype_name, "mode": mode, "caches": "off" if cold else "warm",
                    "static_s": round(static, 3), "dynamic_s": round(dynamic, 3), "ratio": round(dynamic / static, 3),

@@ -7,10 +7,10 @@ graph serve a new size, reductions split differently. A dynamic run:
 
 - marks the varying dims of the inputs (`torch._dynamo.maybe_mark_dynamic`, on
   every run's copies): the case's `dynamic_dims`, or by default the leading
-  dim of every input of rank 2 or more. A size is a value: every dim of an
-  input of the same size varies with it (a matmul's inner size stays one
-  size for both operands). Sizes 0 and 1, which Dynamo always specialises,
-  never vary;
+  dim of every input of rank 2 or more; when eager rejects the second size so
+  made, also every other dim of the same size (a matmul's inner size that
+  equals the batch must change with it). Sizes 0 and 1, which Dynamo always
+  specialises, never vary;
 - compiles at the declared size, and runs the same compiled program at a
   second size, one more than the first and not a multiple of 8 (nor so of
   16): a tail for every vector width and block size;
@@ -81,24 +81,31 @@ def _shape(item: Any) -> tuple[int, ...] | None:
     return None
 
 
-def plan_for(items: Sequence[Any], kwargs: Mapping[str, Any],
-             declared: Mapping[int | str, Sequence[int]] | None) -> DynamicPlan | str:
-    """The plan for a program's inputs (specs and tensors); a string says why none can vary."""
+def plans_for(items: Sequence[Any], kwargs: Mapping[str, Any],
+              declared: Mapping[int | str, Sequence[int]] | None) -> list[DynamicPlan] | str:
+    """The plans to try for a program's inputs (specs and tensors), in order; a string says why none can vary.
+
+    The first varies the chosen dims alone (the case's `dynamic_dims`, or the leading dim of every input of
+    rank 2 or more); the second also every other dim of a chosen size (a matmul's shared size, which must
+    change with the batch it equals). The runner takes the first whose second size eager accepts."""
     shapes = {**{i: _shape(item) for i, item in enumerate(items)}, **{k: _shape(v) for k, v in kwargs.items()}}
     shapes = {key: shape for key, shape in shapes.items() if shape is not None}
     if declared is not None:
         unknown = [key for key in declared if key not in shapes]
         if unknown:
             return f"dynamic_dims names inputs {unknown} that are not tensors of the case"
-        chosen = {shapes[key][d] for key, dims in declared.items() for d in dims}
+        chosen = {key: tuple(d for d in dims if shapes[key][d] >= 2) for key, dims in declared.items()}
     else:
-        chosen = {shape[0] for shape in shapes.values() if len(shape) >= 2}
-    varying = {size for size in chosen if size >= 2}
-    if not varying:
+        chosen = {key: (0,) for key, shape in shapes.items() if len(shape) >= 2 and shape[0] >= 2}
+    chosen = {key: dims for key, dims in chosen.items() if dims}
+    if not chosen:
         return ("no input dim can vary: the default varies the leading dim of every input of rank 2 or more "
                 "(sizes 0 and 1 are always specialised); declare the case's dynamic_dims")
-    marks = {key: tuple(d for d, size in enumerate(shape) if size in varying) for key, shape in shapes.items()}
-    return DynamicPlan({key: dims for key, dims in marks.items() if dims}, {s: second_size(s) for s in varying})
+    varying = {shapes[key][d] for key, dims in chosen.items() for d in dims}
+    sizes = {size: second_size(size) for size in varying}
+    every = {key: tuple(d for d, size in enumerate(shape) if size in varying) for key, shape in shapes.items()}
+    plans = [DynamicPlan(chosen, sizes), DynamicPlan({key: dims for key, dims in every.items() if dims}, sizes)]
+    return plans if plans[1].marks != plans[0].marks else plans[:1]
 
 
 def resized_tensor(t: torch.Tensor, new_sizes: Mapping[int, int]) -> torch.Tensor:

@@ -391,27 +391,33 @@ class _Sizes:
 
 def _dynamic_run(observed: _Observation, config: RunConfig, device: Device,
                  record: R.CaseResult) -> tuple[_Observation, _Compiled, _Sizes]:
-    """Compile once at the declared size with the plan's dims marked, run the same compiled program at the
-    second size; the size whose results fail first (or the first) is the one concluded and localized."""
-    from .dynamic_shapes import plan_for, shapes
+    """Eager at the second size first (the first plan it accepts: which dims vary), then one compile at the
+    declared size with those dims marked, and the same compiled program run at the second size. The size
+    whose results fail first (or the first) is the one concluded and localized."""
+    from .dynamic_shapes import plans_for, shapes
     from .inductor_compat import dynamo_graph_counts
 
     program = observed.program
-    plan = plan_for(program.inputs, program.kwargs, observed.case.dynamic_dims)
-    if isinstance(plan, str):
-        raise CaseFailure(R.Stage.BUILD, NoSecondSize(plan))
-    observed.dynamic = plan
+    plans = plans_for(program.inputs, program.kwargs, observed.case.dynamic_dims)
+    if isinstance(plans, str):
+        raise CaseFailure(R.Stage.BUILD, NoSecondSize(plans))
+    second, rejected = None, None
+    for plan in plans:
+        args, kwargs = plan.second(program.inputs, program.kwargs)
+        try:
+            second = _Observation.make(observed.case, _dtype_of(record), observed.mode, config, device, record,
+                                       program=dataclasses.replace(program, inputs=args, kwargs=kwargs))
+            break
+        except CaseFailure as failure:
+            rejected = failure.cause
+    if second is None:
+        raise CaseFailure(R.Stage.EAGER, NoSecondSize(
+            f"eager rejects the second size ({type(rejected).__name__}: {R.exception_line(rejected)}), varying the "
+            "chosen dims alone or with every dim of their sizes; declare the case's dynamic_dims")) from None
+    observed.dynamic = second.dynamic = plan
     compiled = _compiled_run(observed, config, record)
     graphs = dynamo_graph_counts()["graphs"]
-    args, kwargs = plan.second(program.inputs, program.kwargs)
-    try:
-        second = _Observation.make(observed.case, _dtype_of(record), observed.mode, config, device, record,
-                                   program=dataclasses.replace(program, inputs=args, kwargs=kwargs))
-    except CaseFailure as failure:
-        raise CaseFailure(R.Stage.EAGER, NoSecondSize(
-            f"eager rejects the second size ({type(failure.cause).__name__}: {R.exception_line(failure.cause)}): "
-            "the sizes that vary together are not all the ones marked; declare the case's dynamic_dims")) from None
-    second.dynamic, second.verdict = plan, observed.verdict
+    second.verdict = observed.verdict
     handler_factory = compiled.handler_factory
     with _stage("second_size", record.timings, wrap=False), _launches_through(handler_factory()):
         session = compiled.session.at(second.inputs)

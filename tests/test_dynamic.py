@@ -10,7 +10,7 @@ import torch
 
 from harness import emulation
 from harness import records as R
-from harness.dynamic_shapes import plan_for, resized, resized_tensor, second_size
+from harness.dynamic_shapes import plans_for, resized, resized_tensor, second_size
 from harness.emulation import Injection
 from harness.inputs import TensorSpec, contiguous, gapped, permuted, strided
 from harness.records import InjectionStats
@@ -25,20 +25,35 @@ def test_the_second_size_is_one_more_and_no_multiple_of_8_or_16(size, second):
     assert second_size(size) == second
 
 
-def test_by_default_the_leading_dim_of_inputs_of_rank_two_or_more_varies_with_every_dim_of_its_size():
-    plan = plan_for([contiguous((16, 64)), contiguous((64, 16)), contiguous((64,)), 3.0], {}, None)
-    # 16 and 64 lead rank-2 inputs: every dim of those sizes varies (a matmul's inner size stays one size).
-    assert dict(plan.sizes) == {16: 17, 64: 65}
-    assert dict(plan.marks) == {0: (0, 1), 1: (0, 1), 2: (0,)}
+def test_by_default_the_leading_dims_vary_then_every_dim_of_their_sizes():
+    alone, every = plans_for([contiguous((16, 64)), contiguous((64, 16)), contiguous((64,)), 3.0], {}, None)
+    # 16 and 64 lead the rank-2 inputs. First they vary alone; then every dim of those sizes with them (a
+    # matmul's inner size that equals a batch).
+    assert dict(alone.sizes) == dict(every.sizes) == {16: 17, 64: 65}
+    assert dict(alone.marks) == {0: (0,), 1: (0,)}
+    assert dict(every.marks) == {0: (0, 1), 1: (0, 1), 2: (0,)}
 
 
 def test_declared_dims_replace_the_default():
-    plan = plan_for([contiguous((16, 64)), contiguous((64,))], {}, {1: (0,)})
-    assert dict(plan.sizes) == {64: 65} and dict(plan.marks) == {0: (1,), 1: (0,)}
+    alone, every = plans_for([contiguous((16, 64)), contiguous((64,))], {}, {1: (0,)})
+    assert dict(alone.sizes) == {64: 65} and dict(alone.marks) == {1: (0,)}
+    assert dict(every.marks) == {0: (1,), 1: (0,)}
 
 
 def test_no_varying_dim_says_why():
-    assert "no input dim can vary" in plan_for([contiguous((64,)), contiguous((1, 8))], {}, None)
+    assert "no input dim can vary" in plans_for([contiguous((64,)), contiguous((1, 8))], {}, None)
+
+
+def test_a_conv_varies_its_batch_alone_and_a_matmul_its_shared_size_too():
+    conv = Case(name="dynamic_conv", build=lambda d: Program(
+        torch.nn.Conv2d(8, 4, 3), [contiguous((8, 8, 12, 12))]))  # batch 8 equals the channels
+    record = run_case(conv, torch.float32, "inference", DYNAMIC)
+    assert (record.status, record.dynamic_sizes) == (R.PASS, [[[8, 8, 12, 12]], [[9, 8, 12, 12]]]), record.summary()
+    matmul = Case(name="dynamic_matmul", build=lambda d: Program(
+        torch.matmul, [contiguous((16, 32)), contiguous((32, 8))]))  # 32 leads the second and ends the first
+    record = run_case(matmul, torch.float32, "inference", DYNAMIC)
+    assert (record.status, record.dynamic_sizes) == (R.PASS, [[[16, 32], [32, 8]], [[17, 33], [33, 8]]]), \
+        record.summary()
 
 
 def test_a_tensor_given_as_it_is_repeats_its_values_in_its_own_layout():
@@ -167,5 +182,5 @@ def test_the_opinfo_sweep_has_a_dynamic_axis_in_its_ci_sample():
     record = run_case(registry.cases["opinfo-neg-bfloat16-s0-overlapping-dynamic"], torch.bfloat16, "inference",
                       RunConfig())  # no --dynamic: the case asks for it
     assert (record.status, record.dynamic, record.recompiled) == (R.PASS, True, False), record.summary()
-    (first,), (second,) = record.dynamic_sizes  # every dim of the leading dim's size varies with it
-    assert second == [n + 1 if n == first[0] else n for n in first], record.dynamic_sizes
+    (first,), (second,) = record.dynamic_sizes  # the leading dim alone: eager accepts that
+    assert second == [first[0] + 1, *first[1:]], record.dynamic_sizes

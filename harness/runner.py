@@ -169,7 +169,9 @@ class _Observation:
     @classmethod
     def make(cls, case: Case, dtype: torch.dtype, mode: str, config: RunConfig, device: Device,
              record: R.CaseResult, program: Program | None = None) -> "_Observation":
-        """The eager side of the case, built afresh; or of `program` (the case built at another size)."""
+        """The eager side of the case, built afresh; or of `program` (the case built at another size: the
+        program's eager result was found repeatable at its own size, so eager runs once there)."""
+        repeat = program is None
         seed = seed_for(case.name, dtype_name(dtype), mode)
         timings = record.timings
         with _stage(R.Stage.BUILD, timings):
@@ -194,6 +196,8 @@ class _Observation:
         verdict = Verdict(case.tolerances, case.cosine_fallback, config.strict_eager or case.strict_eager,
                           use_reference=policy != "none")
         observed = cls(case, mode, device, seed, program, inputs, expected, policy, verdict, timings, record)
+        if not repeat:
+            return observed
         # As torchbench: a program whose eager result is not repeatable cannot be judged (eager_two_runs_differ).
         with _stage(R.Stage.EAGER, timings):
             again = eager.run()

@@ -184,3 +184,22 @@ def test_the_opinfo_sweep_has_a_dynamic_axis_in_its_ci_sample():
     assert (record.status, record.dynamic, record.recompiled) == (R.PASS, True, False), record.summary()
     (first,), (second,) = record.dynamic_sizes  # the leading dim alone: eager accepts that
     assert second == [first[0] + 1, *first[1:]], record.dynamic_sizes
+
+
+CORRECT = sorted(load_registry().select(tags=["correct"]), key=lambda c: c.name)
+
+
+@pytest.mark.parametrize("case", CORRECT, ids=lambda c: c.name)
+def test_a_correct_program_passes_at_two_sizes_without_recompiling(case):
+    """The correct corpus, one run a case (training when it has one, its narrowest float dtype). A program
+    that bakes a size in (a reshape to fixed sizes, an as_strided view) is skipped, saying why."""
+    mode = "training" if "training" in case.modes else case.modes[0]
+    floats = [d for d in case.dtypes if d.is_floating_point]
+    dtype = min(floats, key=lambda d: torch.finfo(d).bits) if floats else case.dtypes[0]
+    record = run_case(case, dtype, mode, DYNAMIC)
+    if record.status == R.SKIP:
+        assert record.reason.startswith("dynamic: "), record.summary()
+        return
+    assert (record.status, record.recompiled, record.failed_sizes) == (R.PASS, False, []), record.summary()
+    first, second = record.dynamic_sizes
+    assert first != second

@@ -811,9 +811,19 @@ def _probe_run_once(observed: _Observation, compiled: _Compiled, config: RunConf
         kwargs = _compile_kwargs(config, record.compile_options)
         compiled.session = observed.compiled_session(config.backend, **kwargs)
         probe.restart()
-        with _rewriting_for(probe.inner), capture_graphs(probe.observe_graph, cold=True) as lowered, \
-                intercept_launches(probe.on_launch):
-            results = compiled.session.run()
+        if compiled.first_launch:  # the probe judges first launches: they are the probed run's
+            with _rewriting_for(probe.inner), capture_graphs(probe.observe_graph, cold=True) as lowered, \
+                    intercept_launches(probe.on_launch):
+                results = compiled.session.run()
+        else:
+            # Loaded anew, the kernels launch for the first time: in a run of their own, not in the probed
+            # run, which stands for a second run of the program (a bug of first launches must not come back
+            # there, as it would not in a plain retry).
+            with _rewriting_for(probe.inner), capture_graphs(cold=True) as lowered, \
+                    _launches_through(compiled.handler_factory()):
+                compiled.session.run()
+            with capture_graphs(probe.observe_graph), intercept_launches(probe.on_launch):
+                results = compiled.session.run()
         adopted = adopt_facts(capture, lowered)
         probe.problems.append(f"{len(capture.missing)} compiled graph(s) came from a cache entry without lowering "
                               f"facts: lowered again with caches off (facts kept for {adopted} of them)")

@@ -89,3 +89,4 @@ def test_a_divergence_that_does_not_come_back_after_a_fresh_load_is_a_run_to_run
 def test_a_correct_program_pays_nothing_for_the_check():
     record = run_case(load_registry().cases["relu_mlp"], torch.float32, "training", RunConfig(bisect=True))
     assert record.status == R.PASS and "first_launch" not in record.timings
+

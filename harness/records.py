@@ -575,7 +575,7 @@ class CaseResult:
     extraction: Extraction | None = None
     command: str | None = None
     # A divergence was run again (no recompilation): True when it came back, False when the second
-    # run passed (the status is then nondeterministic); None when nothing diverged.
+    # run passed (the run then fails with symptom run-to-run, or first-launch); None when nothing diverged.
     reproduced: bool | None = None
     # A dynamic run (`--dynamic`): True; the shapes of the tensor inputs at each size (the declared one, then
     # the second); the sizes, counted from 1, whose results failed; whether Dynamo compiled again at the second
@@ -633,7 +633,7 @@ class CaseResult:
         return "\n    ".join([head, *lines])
 
     def sizes_line(self) -> str:
-        """A dynamic run's sizes, which failed, and a recompilation: "sizes: 1 (16, 64) -> 2 (17, 64) FAILED"."""
+        """A dynamic run's sizes, which failed, and a recompilation: "dynamic sizes: 1 (16, 64) -> 2 (17, 64) FAILED"."""
         parts = []
         for number, shapes in enumerate(self.dynamic_sizes or (), start=1):
             failed = " FAILED" if number in (self.failed_sizes or ()) else ""

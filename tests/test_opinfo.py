@@ -115,12 +115,22 @@ def registry():
 
 @pytest.fixture(scope="module")
 def ci_cases(registry):
-    return registry.select(tags=["opinfo"])
+    """The static cases of the ci sample (the dynamic axis has its own test)."""
+    return [c for c in registry.select(tags=["opinfo"]) if not c.always_dynamic]
 
 
 @pytest.fixture(scope="module")
 def full_cases(registry):
-    return [c for c in registry.select(tags=["opinfo"], include_full=True)]
+    return [c for c in registry.select(tags=["opinfo"], include_full=True) if not c.always_dynamic]
+
+
+def test_the_dynamic_axis_repeats_static_cases_under_a_suffix(registry, ci_cases):
+    dynamic = [c for c in registry.select(tags=["opinfo"]) if c.always_dynamic]
+    static = {c.name: c for c in ci_cases}
+    assert 10 <= _runs(dynamic) <= 40
+    for case in dynamic:
+        twin = static[case.name.removesuffix("-dynamic")]
+        assert case.tags == (*twin.tags, "dynamic") and (case.dtypes, case.modes) == (twin.dtypes, twin.modes)
 
 
 def _runs(cases):
@@ -520,7 +530,9 @@ def test_pytest_collects_the_ci_sample_and_not_for_other_selections():
         return [line for line in done.stdout.splitlines() if "::" in line]
 
     items = collect()
-    assert 190 <= len(items) <= 210 and all("opinfo-" in line for line in items)
+    static = [line for line in items if "dynamic" not in line]
+    assert 190 <= len(static) <= 210 and all("opinfo-" in line for line in items)
+    assert 10 <= len(items) - len(static) <= 40  # the dynamic axis's share of the ci sample
     assert collect("-k", "seed") == []
 
 

@@ -7,9 +7,9 @@ Inductor reaches this path with 0-d CPU tensors used by a device program (graph 
 `GraphLowering.is_unspec_arg` unwraps; a learning rate, a step count, a scale):
 
 - Triton (CUDA): the wrapper passes `argN.item()`, a Python float. Inductor's
-  `signature_of` (torch/_inductor/codegen/triton_utils.py, torch 2.6 to 2.13)
-  declares such float16/bfloat16 scalars as fp32, which dodges the bug;
-  torch_npu's Triton codegen calls the same function. A backend that keeps
+  `signature_of` (torch/_inductor/codegen/triton_utils.py, read in torch
+  2.13) declares such float16/bfloat16 scalars as fp32, which dodges the bug;
+  torch_npu's Triton codegen (2.14.0) calls the same function. A backend that keeps
   their own type meets it. The emulation changes the value where the launch
   passes it.
 - C++ (CPU): the 0-d tensor is passed by pointer and read as a scalar

@@ -1,4 +1,4 @@
-"""Stores that never land: the written memory keeps what it held before the launch.
+"""Stores that never land: the elements they should have written show what was there instead.
 
 - `first-launch-dropped-stores` (triton-ascend #2292): on a kernel's first
   launch after compilation, the programs with `pid >= group_tail` write
@@ -164,9 +164,12 @@ class MaskedStoreLost(_StaleStores):
         # are not seeded.
         self.generator = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)
         self.masked_store_kernels = 0
+        self._masked: dict[int, bool] = {}  # kernel -> whether its source has a masked store (read once)
 
     def applies(self, launch: Launch) -> bool:
-        masked = has_masked_store(launch.kernel)
+        masked = self._masked.get(id(launch.kernel))
+        if masked is None:
+            masked = self._masked[id(launch.kernel)] = has_masked_store(launch.kernel)
         self.masked_store_kernels += masked and not launch.replay
         return masked
 

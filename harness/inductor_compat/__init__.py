@@ -26,7 +26,10 @@ What is relied on, and why there is no public API for it:
   graph's input names, and each buffer's FX origins (`origin_node`,
   `origins`); `capture_graphs` records them for every graph compiled while it
   is active (FX graph and AOT autograd caches off, since a cache hit skips
-  lowering; the generated code is the same).
+  lowering; the generated code is the same). In a dynamic graph a buffer's
+  sizes are sympy expressions in the ShapeEnv's symbols, and an FX value's
+  shape holds SymInts of the same symbols: they are compared as expressions
+  (`graphs._dims`; torch 2.13 on CPU, 2.11 on CUDA).
 - `torch_npu_backend.py`: torch_npu's Inductor backend registry (torch_npu
   2.7.1 to 2.14.0, read in its wheels): a backend loaded as a compile would
   load it, before the config is saved, and which backend did load.

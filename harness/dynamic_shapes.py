@@ -32,7 +32,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from .inputs import TensorSpec
-from .layout import contiguous_stride, extent
+from .layout import contiguous_stride, extent, is_non_overlapping
 
 VECTOR = 8  # a second size is never a multiple of this (nor, so, of 16)
 
@@ -120,26 +120,13 @@ def resized_tensor(t: torch.Tensor, new_sizes: Mapping[int, int]) -> torch.Tenso
     storage = torch.zeros(t.storage_offset() + extent(size, stride), dtype=t.dtype, device=t.device)
     view = storage.as_strided(size, stride, t.storage_offset())
     with torch.no_grad():
-        if _overlaps(size, stride):  # the storage holds the values in order, as far as the view reaches
+        if not is_non_overlapping(view):  # the storage holds the values in order, as far as the view reaches
             flat = values.reshape(-1)
             reach = storage.numel() - t.storage_offset()
             storage[t.storage_offset():] = flat.repeat(-(-reach // max(flat.numel(), 1)))[:reach]
         else:
             view.copy_(values)
     return view.requires_grad_(t.requires_grad)
-
-
-def _overlaps(size: Sequence[int], stride: Sequence[int]) -> bool:
-    """Whether two elements share an address (a stride-0 dim too: no copy can write such a view)."""
-    dims = sorted((s, n) for n, s in zip(size, stride) if n > 1)
-    reach = 1
-    for s, n in dims:
-        if s == 0:
-            return True
-        if s < reach:
-            return True
-        reach = s * n
-    return False
 
 
 def resized(spec: TensorSpec, new_sizes: Mapping[int, int]) -> TensorSpec:

@@ -67,7 +67,7 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig,
         try:
             observed = _Observation.make(case, dtype, mode, config, device, record)
             if config.runs_dynamic(case):
-                observed, compiled, sizes = _dynamic_run(observed, config, device, record)
+                observed, compiled, sizes = _dynamic_run(observed, dtype, config, device, record)
                 _conclude(observed, compiled, config, record)
                 _conclude_sizes(sizes, record, observed.case)
             else:
@@ -393,7 +393,7 @@ class _Sizes:
     recompiled: bool
 
 
-def _dynamic_run(observed: _Observation, config: RunConfig, device: Device,
+def _dynamic_run(observed: _Observation, dtype: torch.dtype, config: RunConfig, device: Device,
                  record: R.CaseResult) -> tuple[_Observation, _Compiled, _Sizes]:
     """Eager at the second size first (the first plan it accepts: which dims vary), then one compile at the
     declared size with those dims marked, and the same compiled program run at the second size. The size
@@ -409,7 +409,7 @@ def _dynamic_run(observed: _Observation, config: RunConfig, device: Device,
     for plan in plans:
         args, kwargs = plan.second(program.inputs, program.kwargs)
         try:
-            second = _Observation.make(observed.case, _dtype_of(record), observed.mode, config, device, record,
+            second = _Observation.make(observed.case, dtype, observed.mode, config, device, record,
                                        program=dataclasses.replace(program, inputs=args, kwargs=kwargs))
             break
         except CaseFailure as failure:
@@ -435,10 +435,6 @@ def _dynamic_run(observed: _Observation, config: RunConfig, device: Device,
     if all(c.passed for c in compiled.comparisons) and not all(c.passed for c in second_compiled.comparisons):
         return second, second_compiled, sizes
     return observed, compiled, sizes
-
-
-def _dtype_of(record: R.CaseResult) -> torch.dtype:
-    return getattr(torch, record.dtype)
 
 
 def _conclude_sizes(sizes: _Sizes, record: R.CaseResult, case: Case) -> None:

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from ..inductor_compat import ROLE_INOUT, Launch
+from ..layout import is_non_overlapping
 from ..records import InjectionStats
 
 LOSS_PROBABILITY = 1 / 64
@@ -78,8 +79,8 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _writable(t: torch.Tensor) -> bool:
-    """Outputs whose elements have one address each (a broadcast output cannot be written element by element)."""
-    return t.numel() > 0 and 0 not in [s for s, n in zip(t.stride(), t.shape) if n > 1]
+    """Outputs whose elements have one address each: what `copy_` can write back."""
+    return t.numel() > 0 and is_non_overlapping(t)
 
 
 class _StaleStores:

@@ -77,6 +77,8 @@ def _call(node: ast.AST, name: str) -> bool:
 
 def _rewrite_lines(source: str, rewrite) -> str | None:
     """Apply `rewrite(statement) -> new statement | None` to each one-line statement; None if none changed."""
+    from .kernel_variants import _indent_of
+
     lines, changed = source.split("\n"), False
     for number, line in enumerate(lines):
         if "tl." not in line:
@@ -86,8 +88,7 @@ def _rewrite_lines(source: str, rewrite) -> str | None:
             continue
         new = rewrite(statement)
         if new is not None:
-            indent = line[: len(line) - len(line.lstrip())]
-            lines[number] = indent + ast.unparse(new)
+            lines[number] = _indent_of(line) + ast.unparse(new)
             changed = True
     return "\n".join(lines) if changed else None
 

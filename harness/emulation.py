@@ -230,6 +230,8 @@ class KernelFault:
         self.corruption = corruption
         self.selector = selector
         self.stats = InjectionStats(hits=[])
+        # Fallback calls reach it only for an `@aten:` selector; `stats.launches` counts the selector's kind.
+        self.handles_fallbacks = selector.startswith(FALLBACK_SELECTOR)
 
     def selects(self, launch: Launch) -> bool:
         return selects(self.selector, launch)
@@ -238,12 +240,13 @@ class KernelFault:
         return None if self.stats.hits else unselected(self.selector, self.stats.launches)
 
     def __call__(self, launch: Launch) -> Any:
+        counted = (launch.fallback is not None) == self.handles_fallbacks and not launch.replay
         if not self.selects(launch):
-            self.stats.launches += not launch.replay
+            self.stats.launches += counted
             return launch.run()
         if not launch.replay:
             self.stats.launches += 1
-            self.stats.hits.append(f"{launch.index}:{launch.kernel.name}")
+            self.stats.hits.append(f"{launch.selector}:{launch.kernel.name}")
         if self.corruption == "stride-collapse":
             return BoundaryDowncast(keep_layout=False, narrowing={})(launch)
         result = launch.run()
@@ -252,15 +255,75 @@ class KernelFault:
         return result
 
 
+# `@aten:N` / `@aten:GLOB` select fallback calls (ATen fallbacks, custom ops: `torch.ops.*` in the wrapper), numbered
+# apart from kernel launches; every other selector selects kernel launches only.
+FALLBACK_SELECTOR = "aten:"
+
+
+class DroppedViewOffset:
+    """The wrapper's glue hands a fallback call its written views at storage offset 0 (pytorch#198068, AOTInductor
+    under dynamic shapes: `sym_storage_offset` lowers to 0, so a custom op's mutable view of a larger buffer writes
+    at the buffer's start). Acts before the call, on the views the wrapper built: the probe sees them as the op does."""
+
+    handles_fallbacks = True
+
+    def __init__(self, selector: str | None):
+        self.selector = selector
+        self.stats = InjectionStats(hits=[])
+
+    def missed(self) -> str | None:
+        if self.stats.hits:
+            return None
+        if self.selector is not None:
+            return unselected(self.selector, self.stats.launches)
+        return (f"none of the {self.stats.launches} fallback calls writes a view at a storage offset other than 0 "
+                "(the dropped offset changes nothing there)")
+
+    def glue(self, launch: Launch) -> None:
+        if launch.fallback is None or launch.glued or launch.replay:
+            return
+        launch.glued = True
+        self.stats.launches += 1
+        if self.selector is not None and not selects(self.selector, launch):
+            return
+        for key, tensor in launch.written_args():
+            if isinstance(key, int) and key < len(launch.args) - launch.results and tensor.storage_offset() \
+                    and not launch.local_names(tensor):
+                launch.args[key] = tensor.as_strided(tensor.shape, tensor.stride(), 0)
+                self.stats.hits.append(f"{launch.selector}:{launch.kernel.name}:{launch.param_name(key)}")
+
+    def __call__(self, launch: Launch) -> Any:
+        self.glue(launch)
+        return launch.run()
+
+
 def selects(selector: str, launch: Launch) -> bool:
-    """`@SELECTOR`: a launch index counted from 0, or a kernel-name glob."""
+    """`@SELECTOR`: a launch index counted from 0, or a kernel-name glob; `@aten:N` the N-th fallback call (from 0),
+    `@aten:GLOB` fallback calls whose op (`aten.sort.stable`, `mylib.op.default`) matches the glob."""
+    if selector.startswith(FALLBACK_SELECTOR):
+        if launch.fallback is None:
+            return False
+        wanted = selector.removeprefix(FALLBACK_SELECTOR)
+        if wanted.isdigit():
+            return launch.fallback == int(wanted)
+        return fnmatch.fnmatchcase(launch.kernel.name.removeprefix("torch.ops."), wanted)
+    if launch.fallback is not None:
+        return False
     if selector.isdigit():
         return launch.index == int(selector)
     return fnmatch.fnmatchcase(launch.kernel.name, selector)
 
 
 def unselected(selector: str, launches: int) -> str:
-    """Why `@SELECTOR` selected none of a run's `launches` kernel launches."""
+    """Why `@SELECTOR` selected none of a run's `launches` launches (kernel launches, or fallback calls)."""
+    if selector.startswith(FALLBACK_SELECTOR):
+        wanted = selector.removeprefix(FALLBACK_SELECTOR)
+        if wanted.isdigit():
+            why = f"there is no fallback call {wanted}: fallback calls count from 0" + (
+                f" to {launches - 1}" if launches else "")
+        else:
+            why = f"no fallback op called is named like {wanted!r}"
+        return f"@{selector} selected none of the {launches} fallback calls ({why})"
     if selector.isdigit():
         why = f"there is no launch {selector}: launches count from 0" + (f" to {launches - 1}" if launches else "")
     else:
@@ -293,17 +356,26 @@ INJECTIONS: dict[str, Injection] = {
         "the proposed fix: int64/float64 args narrowed into buffers that keep size, stride and offset",
         lambda _: BoundaryDowncast(keep_layout=True), narrows=True),
     **{f"fault-{c}": _fault(c) for c in (*CORRUPTIONS, "stride-collapse")},
+    "glue-offset-dropped": Injection(
+        "glue-offset-dropped",
+        "emulates the wrapper handing a fallback or custom op its written views at storage offset 0",
+        DroppedViewOffset, takes_selector=True, source="pytorch#198068 (AOTInductor, dynamic shapes)"),
 }
 
 
 def parse_injection(text: str) -> tuple[Injection, str | None]:
-    """`NAME` or `NAME@SELECTOR` (a launch index counted from 0, or a kernel-name glob)."""
+    """`NAME` or `NAME@SELECTOR` (a launch index counted from 0, a kernel-name glob, or `aten:N` / `aten:GLOB`)."""
     name, _, selector = text.partition("@")
     injection = injection_named(name)
     if injection.needs_selector and not selector:
-        raise ValueError(f"{name} needs a kernel: {name}@LAUNCH_INDEX or {name}@NAME_GLOB")
+        raise ValueError(f"{name} needs a kernel: {name}@LAUNCH_INDEX, {name}@NAME_GLOB, or a fallback call: "
+                         f"{name}@aten:N or {name}@aten:OP_GLOB")
     if selector and not (injection.needs_selector or injection.takes_selector):
         raise ValueError(f"{name} applies to every launch and takes no @selector")
+    if selector and selector.startswith(FALLBACK_SELECTOR) and not (
+            (name.startswith("fault-") and name != "fault-stride-collapse") or name == "glue-offset-dropped"):
+        raise ValueError(f"{name} acts on generated kernels: @{selector} selects fallback calls, which only the "
+                         "fault-* corruptions (not stride-collapse) take")
     return injection, selector or None
 
 

@@ -280,6 +280,8 @@ class LaunchEntry:
     name: str
     compared: int = 0
     unmapped: int = 0
+    # A fallback call (`torch.ops.*` in the wrapper): its number, `aten:N`; `index` is then the next kernel's.
+    fallback: int | None = None
 
 
 @dataclass
@@ -296,8 +298,10 @@ class BufferDivergence:
     numel: int
     max_abs: float
     isolated: str | None = None
-    # The isolation verdict's kind: "wrong", "aliasing", "drift" or "not-isolated".
+    # The isolation verdict's kind: "wrong", "aliasing", "glue", "drift" or "not-isolated".
     kind: str | None = None
+    # Where the launch is a fallback call: its number (`aten:N`).
+    fallback_index: int | None = None
 
 
 @dataclass
@@ -316,8 +320,11 @@ class Localization:
     graph: str | None = None
     launch_index: int | None = None
     launches: int = 0
+    # The answer names a fallback call (an ATen fallback or custom op the wrapper calls): its number among the run's
+    # fallback calls, `aten:N` (launch_index, which counts kernel launches, is then None).
+    fallback_index: int | None = None
     name: str | None = None
-    kind: str | None = None  # "cpp", "triton", "extern"
+    kind: str | None = None  # "cpp", "triton", "extern", "fallback"
     source: str = ""
     buffers: list[str] = field(default_factory=list)
     buffer: str | None = None
@@ -370,7 +377,7 @@ class Localization:
         if failing and self.answer == Answer.NONE:
             raise AssertionError("a failing run needs a localization answer")
         # One run, one story: a stage answer names no kernel, a kernel answer's stage is Inductor's.
-        wrong_kernel_seen = self.visible_at is not None and self.visible_at.kind in ("wrong", "aliasing")
+        wrong_kernel_seen = self.visible_at is not None and self.visible_at.kind in ("wrong", "aliasing", "glue")
         if self.answer == Answer.STAGE and (self.name is not None or self.stage in (None, "inductor")
                                             or wrong_kernel_seen):
             raise AssertionError(f"a stage answer names a kernel ({self.name}) or no stage before the kernels "
@@ -412,6 +419,8 @@ class Localization:
         """The answer in one console line."""
         where = (f"{self.graph} launch {self.launch_index}/{self.launches} {self.name}"
                  if self.launch_index is not None else "")
+        if self.fallback_index is not None:
+            where = f"{self.graph} fallback aten:{self.fallback_index} {self.name}"
         nodes = f" (nodes: {', '.join(self.nodes)})" if self.nodes else ""
         if self.answer == Answer.KERNEL:
             bad = f" bad={self.metrics.bad}/{self.metrics.numel}" if self.metrics else ""
@@ -421,7 +430,8 @@ class Localization:
             seen = ""
             if self.visible_at is not None:
                 v = self.visible_at
-                seen = f"; visible from {v.graph} launch {v.launch_index} {v.name} (bad={v.bad}/{v.numel})"
+                at = f"fallback aten:{v.fallback_index}" if v.fallback_index is not None else f"launch {v.launch_index}"
+                seen = f"; visible from {v.graph} {at} {v.name} (bad={v.bad}/{v.numel})"
             return f"drift: {where} writing {self.buffer}{nodes}: {self.reason}{seen}"
         if self.answer == Answer.STAGE:
             return f"stage: {self.reason} [{self.compiles} compile{'' if self.compiles == 1 else 's'}]"

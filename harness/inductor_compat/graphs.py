@@ -71,6 +71,13 @@ class BufferFact:
     part_view: tuple[list[int], list[int], int] | None = None
     # For a buffer holding STATE_BEFORE_IN_PLACE: the buffers of the same lowering that update it in place.
     completed_by: list[str] = field(default_factory=list)
+    # What a fallback call (an ATen fallback or custom op: `FallbackKernel`) made: the fallback's buffer, for each
+    # tensor it returned (`MultiOutput`, with its index path in what the op returned) and each argument it writes
+    # in place (`MutationOutput`, whose value is its target's state right after the op, "X@op").
+    made_by: str | None = None
+    result_path: tuple[int, ...] | None = None
+    # A fallback call's own buffer: the post-grad FX node it calls its op for (whose arguments its call stands for).
+    op_node: str | None = None
 
 
 @dataclass
@@ -126,6 +133,15 @@ class GraphInfo:
         """Buffers computed by calls of an extern or fallback kernel name (several calls share a name)."""
         return [b for name, buffers in self.kernels if name == kernel_name for b in buffers]
 
+    def fallback_call(self, kernel_name: str, ordinal: int) -> list[str] | None:
+        """The buffers the `ordinal`-th call (from 0, in the wrapper's order) of a fallback op makes: its own, the
+        tensors it returns and the arguments it writes. None when codegen named no such call."""
+        calls = [buffers for name, buffers in self.kernels if name == kernel_name]
+        if ordinal >= len(calls):
+            return None
+        own = calls[ordinal]
+        return own + [b.name for b in self.buffers.values() if b.made_by in own and b.name not in own]
+
     def mutations_of(self, storage: str) -> list[str]:
         """Buffers that write `storage` other than its own, in graph order of their values."""
         found = [b for b in self.buffers.values() if b.storage == storage and b.name != storage and b.view is None]
@@ -179,6 +195,7 @@ def _graph_info(lowering: Any, module: Any, kernels: list[tuple[str, list[str]]]
             fact.size = _static(list(lowering.name_to_buffer[name].get_size()))
         except Exception:  # a multi-output buffer has no single size
             fact.size = None
+    _fallback_facts(lowering.name_to_buffer, buffers, nodes)
     for fact in buffers.values():
         if fact.part_of is not None:  # the storage's own value: its buffer's node, or the graph input itself
             owner = buffers.get(fact.storage)
@@ -188,6 +205,69 @@ def _graph_info(lowering: Any, module: Any, kernels: list[tuple[str, list[str]]]
     kind = "backward" if lowering.is_backward else "inference" if lowering.is_inference else "forward"
     return GraphInfo(getattr(module, "__file__", ""), kind, getattr(lowering, "graph_id", None), gm,
                      list(lowering.graph_input_names), buffers, kernels, order)
+
+
+def _fallback_facts(lowered: dict[str, Any], buffers: dict[str, BufferFact], nodes: dict[str, Any]) -> None:
+    """What each fallback call's buffers hold: the tensors it returns (`MultiOutput`), the arguments it writes
+    (`MutationOutput`), and the copies lowering made of its inputs (a view realized for the op)."""
+    from torch._inductor import ir
+
+    for name, buffer in lowered.items():
+        fact = buffers[name]
+        if isinstance(buffer, ir.MultiOutput) and buffer.inputs and hasattr(buffer.inputs[0], "get_name"):
+            fact.made_by = buffer.inputs[0].get_name()
+            fact.result_path = tuple(int(index) for _, index in buffer.indices)
+        elif isinstance(buffer, ir.MutationOutput) and buffer.mutation_names:
+            fact.made_by = buffer.mutating_node.get_name()
+            target = buffer.mutation_names[0]
+            owner = buffers.get(target)
+            fact.storage = owner.storage if owner is not None else target
+            op_node = _fx_node_of(buffer.mutating_node, nodes)
+            # The op writes its argument, or a view of it (a custom op's mutable slice of a larger buffer): the
+            # buffer then holds its base's state after the op.
+            written = [_view_base(n) for n in written_nodes(op_node)] if op_node is not None else []
+            mine = {n.name for n in written if n.name == target or (owner is not None and n.name in owner.origins)}
+            if len(mine) == 1:
+                fact.value_node, fact.unmapped_reason = f"{mine.pop()}{AFTER}{op_node.name}", None
+            if owner is not None and owner.unmapped_reason == STATE_BEFORE_IN_PLACE:
+                owner.completed_by.append(name)
+    for name, buffer in lowered.items():
+        if not isinstance(buffer, ir.FallbackKernel):
+            continue
+        op_node = _fx_node_of(buffer, nodes)
+        if op_node is None:
+            continue
+        buffers[name].op_node = op_node.name
+        import torch
+        import torch.utils._pytree as pytree
+
+        fx_tensors = [n for n in pytree.tree_leaves((op_node.args, op_node.kwargs))
+                      if hasattr(n, "meta") and isinstance(n.meta.get("val"), torch.Tensor)]
+        inputs = list(getattr(buffer, "inputs", ()))
+        if len(inputs) != len(fx_tensors):
+            continue
+        for given, fx_arg in zip(inputs, fx_tensors):
+            copy = buffers.get(given.get_name()) if isinstance(given, ir.Buffer) else None
+            value = fx_arg.meta["val"]
+            if copy is not None and copy.value_node is None and copy.unmapped_reason and \
+                    copy.unmapped_reason.startswith("holds an intermediate made inside a lowering") and \
+                    copy.size is not None and _dims(value.shape) == copy.size and given.get_dtype() == value.dtype:
+                copy.value_node, copy.unmapped_reason = fx_arg.name, None
+
+
+def _view_base(node: Any) -> Any:
+    """The node a chain of FX view ops (`slice`, `as_strided`, ...) starts from."""
+    while node.op == "call_function" and getattr(node.target, "is_view", False) and node.args \
+            and hasattr(node.args[0], "op"):
+        node = node.args[0]
+    return node
+
+
+def _fx_node_of(fallback: Any, nodes: dict[str, Any]) -> Any:
+    """The post-grad FX node a fallback kernel calls its op for."""
+    op = getattr(fallback, "op_overload", None)
+    found = [nodes[o.name] for o in getattr(fallback, "origins", ()) if o.name in nodes and nodes[o.name].target is op]
+    return found[0] if len(found) == 1 else None
 
 
 def _accumulates(buffer: Any) -> bool:

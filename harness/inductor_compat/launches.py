@@ -7,6 +7,7 @@ import contextlib
 import re
 import sys
 import threading
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -14,6 +15,10 @@ from ..layout import span
 from .kernel_variants import attach_variants
 
 ROLE_IN, ROLE_OUT, ROLE_INOUT, ROLE_SCALAR = "in", "out", "inout", "scalar"
+# Kinds of launch: generated kernels ("cpp", "triton"), library calls (`extern_kernels.<op>`, "extern"), and every
+# other op the wrapper calls (`torch.ops.<namespace>.<op>.<overload>`: ATen fallbacks, custom ops; on the NPU the
+# fallbacks are CANN operators), "fallback". Fallbacks are numbered apart (`Launch.fallback`, selector `aten:N`).
+KIND_EXTERN, KIND_FALLBACK = "extern", "fallback"
 
 
 @dataclass
@@ -32,6 +37,8 @@ class KernelInfo:
     accumulates: bool = False
     # Launches since the wrapper module defining it was loaded (each load makes its kernels afresh).
     launched: int = 0
+    # A fallback's op (`torch._ops.OpOverload`), whose schema gives its arguments' roles.
+    op: Any = None
 
     def role(self, position: int) -> str:
         if position >= len(self.arg_names):
@@ -62,13 +69,60 @@ class Launch:
     replay: bool = False  # a second run of this launch (bisection's isolation), not a new launch
     # The kernel's first launch since its wrapper module was loaded.
     first: bool = False
+    # A fallback's number among the fallback calls of the block (selector `aten:N`), None for kernels. A fallback's
+    # `index` is the number the next kernel launch gets: kernel numbers are those of a program without fallbacks.
+    fallback: int | None = None
+    # A fallback's arguments flattened (`args` holds the leaves: tensors inside lists too): each leaf's label
+    # (`self`, `indices[1]`) and role, from the op's schema. After it ran, the tensors it returned (that alias no
+    # argument) are appended to `args` as role "out", labelled `result[i]`: `results` says how many.
+    labels: list[str] | None = None
+    roles: list[str] | None = None
+    results: int = 0
+    # An emulation of the wrapper's glue rebuilt its views (`glue(launch)`, once, before anything reads them).
+    glued: bool = False
+
+    @property
+    def key(self) -> int | str:
+        """What names this launch among a run's launches: its kernel index, or `aten:N` for a fallback."""
+        return self.index if self.fallback is None else f"aten:{self.fallback}"
+
+    @property
+    def selector(self) -> str:
+        return f"aten:{self.fallback}" if self.fallback is not None else str(self.index)
 
     def run(self, args: list[Any] | None = None, kwargs: dict[str, Any] | None = None) -> Any:
-        return self.invoke(*(self.args if args is None else args), **(self.kwargs if kwargs is None else kwargs))
+        result = self.invoke(*(self.args if args is None else args), **(self.kwargs if kwargs is None else kwargs))
+        if self.fallback is not None and not self.replay and not self.results:
+            self._take_results(result)
+        return result
+
+    def _take_results(self, result: Any) -> None:
+        """A fallback's returned tensors become written arguments of its launch (those aliasing an argument, as an
+        in-place op's `self`, already are)."""
+        inputs = {id(a) for a in self.args}
+        for path, tensor in returned_tensors(result):
+            if id(tensor) in inputs or any(_shares_storage(tensor, a) for a in self.args):
+                continue
+            self.args.append(tensor)
+            self.labels.append("result" + "".join(f"[{i}]" for i in path))
+            self.roles.append(ROLE_OUT)
+            self.results += 1
+
+    def result_path(self, tensor: Any) -> tuple[int, ...] | None:
+        """Where a returned tensor of this fallback sits in what it returned (`()` for a lone tensor)."""
+        if self.fallback is None:
+            return None
+        for position in range(len(self.args) - self.results, len(self.args)):
+            if self.args[position] is tensor:
+                label = self.labels[position]
+                return tuple(int(i) for i in re.findall(r"\[(\d+)\]", label))
+        return None
 
     def role(self, position: int | str) -> str:
         """The role of a positional or keyword argument; extern kernels write only their `out=`."""
-        if self.kernel.kind == "extern":
+        if self.roles is not None:
+            return self.roles[position] if isinstance(position, int) and position < len(self.roles) else ROLE_SCALAR
+        if self.kernel.kind == KIND_EXTERN:
             return ROLE_OUT if position == "out" else ROLE_IN
         return self.kernel.role(position) if isinstance(position, int) else ROLE_SCALAR
 
@@ -86,6 +140,8 @@ class Launch:
         return [(key, value) for key, value in self.tensor_args() if self.role(key) in (ROLE_OUT, ROLE_INOUT)]
 
     def param_name(self, key: int | str) -> str:
+        if self.labels is not None and isinstance(key, int) and key < len(self.labels):
+            return self.labels[key]
         return key if isinstance(key, str) else self.kernel.arg_name(key)
 
     def local_name(self, tensor: Any) -> str | None:
@@ -130,6 +186,7 @@ class _State:
 
     handler: LaunchHandler | None = None
     launches: int = 0
+    fallbacks: int = 0
     # Called as observer(module_path, args, call) for each run of a wrapper's `call`; must return call(args).
     graph_observer: Callable[[str, list, Callable[[list], Any]], Any] | None = None
 
@@ -156,12 +213,13 @@ def intercept_launches(handler: LaunchHandler) -> Iterator[None]:
     """Route every generated-kernel launch of programs run inside this block through `handler`.
 
     Launch indices count from 0 at the block's start, over every compiled graph
-    (forward, backward, pieces between graph breaks) in launch order.
+    (forward, backward, pieces between graph breaks) in launch order; fallback
+    calls (`torch.ops.*` in the wrapper) are counted apart, from 0 too.
     """
     if _state.handler is not None:
         raise RuntimeError("kernel launch interception does not nest")
     _install()
-    _state.handler, _state.launches = handler, 0
+    _state.handler, _state.launches, _state.fallbacks = handler, 0, 0
     try:
         yield
     finally:
@@ -239,6 +297,12 @@ def _wrap_module(module: Any) -> None:
     MODULE_ACCUMULATES[path] = _accumulates(source, infos)
     if "extern_kernels" in vars(module):
         module.extern_kernels = _ExternKernelsProxy(module.extern_kernels, path)
+    # Fallbacks and custom ops: `torch.ops.<namespace>.<op>.<overload>(...)`, and `aten.<op>.<overload>(...)`.
+    fallbacks = _FallbackOps(path)
+    if isinstance(vars(module).get("torch"), types.ModuleType):
+        module.torch = _TorchProxy(module.torch, fallbacks)
+    if "aten" in vars(module):
+        module.aten = fallbacks.namespace("aten")
     if callable(getattr(module, "call", None)):
         module.call = _CallProxy(module.call, path)
     module.__harness_wrapped__ = True
@@ -292,6 +356,220 @@ def _module_source(module: Any) -> str:
             return handle.read()
     except OSError:
         return ""
+
+
+def _dispatch_fallback(info: KernelInfo, args: tuple, kwargs: dict) -> Any:
+    """A fallback call: a launch with its arguments flattened (lists of tensors too) and roles from the schema."""
+    handler = _state.handler
+    info.launched += 1
+    if handler is None:
+        return info.op(*args, **kwargs)
+    if not handles_fallbacks(handler):  # numbered all the same: `aten:N` means one call whoever watches
+        _state.fallbacks += 1
+        return info.op(*args, **kwargs)
+    leaves, labels, roles, rebuild = _flatten_call(info.op, args, kwargs)
+
+    def invoke(*given: Any) -> Any:
+        # A replay hands fresh tensors for the results too (after the arguments): they receive what it returns.
+        call_args, call_kwargs = rebuild(given[:len(leaves)])
+        result = info.op(*call_args, **call_kwargs)
+        targets = given[len(leaves):]
+        if targets:
+            for target, (_, value) in zip(targets, [r for r in returned_tensors(result)
+                                                    if not any(_shares_storage(r[1], a) for a in given[:len(leaves)])]):
+                target.copy_(value)
+        return result
+
+    # Two frames up is the wrapper's `call` (an op proxy's __call__ -> _dispatch_fallback).
+    launch = Launch(info, _state.launches, leaves, {}, invoke, sys._getframe(2).f_locals, first=info.launched == 1,
+                    fallback=_state.fallbacks, labels=labels, roles=roles)
+    _state.fallbacks += 1
+    try:
+        return handler(launch)
+    finally:
+        launch.caller_locals = {}
+
+
+def handles_fallbacks(handler: Any) -> bool:
+    """Whether a launch handler takes fallback launches (marked `handles_fallbacks = True`); the others (most
+    injections, which act on generated kernels) never see them."""
+    return bool(getattr(handler, "handles_fallbacks", False))
+
+
+def _flatten_call(op: Any, args: tuple, kwargs: dict) -> tuple[list, list[str], list[str], Callable]:
+    """The call's leaves (a list argument's elements each one), their labels and roles, and how to rebuild it."""
+    schema = getattr(op, "_schema", None)
+    params = {a.name: a for a in schema.arguments} if schema is not None else {}
+    names = [a.name for a in schema.arguments] if schema is not None else []
+    leaves: list[Any] = []
+    labels: list[str] = []
+    roles: list[str] = []
+    shape: list[tuple[str | int, int | None]] = []  # (position or keyword, list length or None)
+
+    def add(key: str | int, value: Any) -> None:
+        name = key if isinstance(key, str) else (names[key] if key < len(names) else f"arg{key}")
+        alias = getattr(params.get(name), "alias_info", None)
+        written = alias is not None and alias.is_write
+        role = (ROLE_OUT if name.startswith("out") else ROLE_INOUT) if written else ROLE_IN
+        if isinstance(value, (list, tuple)):
+            shape.append((key, len(value)))
+            for i, item in enumerate(value):
+                leaves.append(item)
+                labels.append(f"{name}[{i}]")
+                roles.append(role if hasattr(item, "untyped_storage") else ROLE_SCALAR)
+        else:
+            shape.append((key, None))
+            leaves.append(value)
+            labels.append(name)
+            roles.append(role if hasattr(value, "untyped_storage") else ROLE_SCALAR)
+
+    for position, value in enumerate(args):
+        add(position, value)
+    for name, value in kwargs.items():
+        add(name, value)
+    kinds = [type(v) if isinstance(v, (list, tuple)) else None for v in [*args, *kwargs.values()]]
+
+    def rebuild(given: tuple) -> tuple[list, dict]:
+        call_args, call_kwargs, at = [], {}, 0
+        for (key, length), kind in zip(shape, kinds):
+            if length is None:
+                value, at = given[at], at + 1
+            else:
+                value, at = kind(given[at:at + length]), at + length
+            if isinstance(key, int):
+                call_args.append(value)
+            else:
+                call_kwargs[key] = value
+        return call_args, call_kwargs
+
+    return leaves, labels, roles, rebuild
+
+
+def returned_tensors(result: Any, path: tuple[int, ...] = ()) -> list[tuple[tuple[int, ...], Any]]:
+    """(index path, tensor) of every tensor in what an op returned (nested tuples and lists)."""
+    if hasattr(result, "untyped_storage"):
+        return [(path, result)]
+    if isinstance(result, (list, tuple)):
+        return [found for i, item in enumerate(result) for found in returned_tensors(item, path + (i,))]
+    return []
+
+
+def _shares_storage(tensor: Any, other: Any) -> bool:
+    if not (hasattr(tensor, "untyped_storage") and hasattr(other, "untyped_storage")):
+        return False
+    try:
+        pointer = tensor.untyped_storage().data_ptr()
+        return pointer != 0 and pointer == other.untyped_storage().data_ptr()
+    except RuntimeError:  # a tensor without storage (sparse, a tensor subclass)
+        return False
+
+
+def is_fallback_launch(op: Any) -> bool:
+    """Whether a call of this op in the wrapper is a launch: it computes tensors (returns one that is not a view of
+    an argument) or writes one. Views, asserts and the wrapper's own allocation ops are glue."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return True  # an op packet called without an overload: judged by what it returns
+    if str(op).startswith(_GLUE_OPS):
+        return False
+    writes = any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+    computes = any(r.alias_info is None and "Tensor" in str(r.type) for r in schema.returns)
+    return writes or computes
+
+
+# The wrapper's memory-planning ops: they allocate or resize storage, never compute.
+_GLUE_OPS = ("inductor._alloc_from_pool", "inductor.resize_storage_bytes_", "aten.set_.", "aten._assert",
+             "aten.sym_", "aten.empty", "aten.resize_")
+
+
+class _FallbackOps:
+    """`torch.ops` as one wrapper module sees it: each op overload a launch of kind "fallback"."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._namespaces: dict[str, _OpNamespaceProxy] = {}
+        self._infos: dict[str, KernelInfo] = {}
+
+    def namespace(self, name: str) -> "_OpNamespaceProxy":
+        found = self._namespaces.get(name)
+        if found is None:
+            import torch
+
+            found = self._namespaces[name] = _OpNamespaceProxy(getattr(torch.ops, name), self)
+        return found
+
+    def info(self, op: Any) -> KernelInfo:
+        name = f"torch.ops.{op}"  # as the wrapper writes it, and as codegen names it to provenance tracing
+        found = self._infos.get(name)
+        if found is None:
+            found = self._infos[name] = KernelInfo(name, KIND_FALLBACK, [], module_path=self.path, accumulates=True,
+                                                   op=op)
+        return found
+
+
+class _TorchProxy:
+    """The wrapper module's `torch`, with `torch.ops` observed; everything else is torch's own."""
+
+    def __init__(self, torch_module: types.ModuleType, fallbacks: _FallbackOps):
+        self.__dict__["_torch"], self.__dict__["_ops"] = torch_module, _OpsProxy(fallbacks)
+
+    def __getattr__(self, name: str) -> Any:
+        return self._ops if name == "ops" else getattr(self._torch, name)
+
+
+class _OpsProxy:
+    def __init__(self, fallbacks: _FallbackOps):
+        self._fallbacks = fallbacks
+
+    def __getattr__(self, name: str) -> Any:
+        return self._fallbacks.namespace(name)
+
+
+class _OpNamespaceProxy:
+    def __init__(self, namespace: Any, fallbacks: _FallbackOps):
+        self._namespace, self._fallbacks = namespace, fallbacks
+        self._packets: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        found = self._packets.get(name)
+        if found is None:
+            target = getattr(self._namespace, name)
+            found = self._packets[name] = _OpPacketProxy(target, self._fallbacks) if callable(target) else target
+        return found
+
+
+class _OpPacketProxy:
+    def __init__(self, packet: Any, fallbacks: _FallbackOps):
+        self._packet, self._fallbacks = packet, fallbacks
+        self._overloads: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        found = self._overloads.get(name)
+        if found is None:
+            target = getattr(self._packet, name)
+            is_overload = hasattr(target, "_schema") and callable(target)
+            found = self._overloads[name] = _OpProxy(target, self._fallbacks) if is_overload else target
+        return found
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _state.handler is None:
+            return self._packet(*args, **kwargs)
+        return _dispatch_fallback(self._fallbacks.info(self._packet), args, kwargs)
+
+
+class _OpProxy:
+    def __init__(self, op: Any, fallbacks: _FallbackOps):
+        self._op, self._fallbacks = op, fallbacks
+        self._launch = is_fallback_launch(op)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._op, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._launch or _state.handler is None:
+            self._fallbacks.info(self._op).launched += self._launch
+            return self._op(*args, **kwargs)
+        return _dispatch_fallback(self._fallbacks.info(self._op), args, kwargs)
 
 
 def _dispatch(info: KernelInfo, invoke: Callable[..., Any], args: tuple, kwargs: dict) -> Any:

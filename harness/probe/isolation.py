@@ -40,6 +40,8 @@ from .values import GraphValues
 WRONG, ALIASING, DRIFT, NOT_ISOLATED = "wrong", "aliasing", "drift", "not-isolated"
 # The buffer's layout cannot hold its node's value: elements that eager keeps apart share memory (probe.py).
 LAYOUT = "layout"
+# A fallback call was handed a view that holds the wrong memory while the buffer it views is right (glue.py).
+GLUE = "glue"
 
 
 @dataclass

@@ -41,7 +41,7 @@ from typing import Callable
 
 from .. import records as R
 from ..compare import Verdict
-from .isolation import ALIASING, DRIFT, NOT_ISOLATED, WRONG
+from .isolation import ALIASING, DRIFT, GLUE, NOT_ISOLATED, WRONG
 from ..execution import Results
 from .passes import find_pass
 from .probe import Divergence, KernelProbe
@@ -153,27 +153,28 @@ def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Lo
     last = found.launches - 1
     immaterial: set[str] = set()
     for _ in range(MAX_CANDIDATES):
-        wrong = next((d for d in probe.divergences if d.isolation.kind in (WRONG, ALIASING)), None)
+        wrong = next((d for d in probe.divergences if d.isolation.kind in (WRONG, ALIASING, GLUE)), None)
         if wrong is None:
             break
         # Does its difference matter? Make its outputs alone eager and see whether the outputs move. (A run
         # that also compared the launches after it would find the next candidate too, but it would step the
         # eager graph to the end even when this one is the answer, the common case.)
-        results = program.rerun(_probe(program, verdict, substitute=frozenset({wrong.launch_index})))
+        results = program.rerun(_probe(program, verdict, substitute=frozenset({wrong.key})))
         if program.moved(results):
             _name(found, wrong, R.Answer.KERNEL, stage="inductor")
             found.reason = ("making its outputs eager makes every output pass" if program.passes(results) else
                             "making its outputs eager changes a failing output beyond tolerance; later kernels "
                             "add more differences")
             return found
-        found.problems.append(f"{wrong.graph} launch {wrong.launch_index} {wrong.kernel['name']} differs on exact "
+        found.problems.append(f"{wrong.graph} {_launch_words(wrong)} {wrong.kernel['name']} differs on exact "
                               "inputs, but making its outputs eager changes no failing output beyond tolerance "
                               "(the outputs absorb its difference, or later kernels spoil the same elements; its "
                               "other launches are not tried)")
         # The same kernel launched again (the next layer) differs the same way: not a candidate either.
         immaterial.add(wrong.kernel["name"])
-        probe = _probe(program, verdict, stop_at_wrong=True, compare_after=wrong.launch_index,
-                       immaterial=frozenset(immaterial))
+        # (A fallback's index is the next kernel's: compared again from there, itself too, as immaterial.)
+        after = wrong.launch_index if wrong.fallback is None else wrong.launch_index - 1
+        probe = _probe(program, verdict, stop_at_wrong=True, compare_after=after, immaterial=frozenset(immaterial))
         program.rerun(probe)
         # The search starts at the next difference, preferably from another kernel (the immaterial one's next
         # launches differ the same way). Starting at the immaterial launch instead would cost a whole search
@@ -189,7 +190,7 @@ def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Lo
     # post-grad graph, so that graph (what AOT autograd and the decompositions made) is right where it
     # matters. A stage answer now would contradict that run.
     described = search.described(culprit)
-    if described is not None and described.isolation.kind in (WRONG, ALIASING):
+    if described is not None and described.isolation.kind in (WRONG, ALIASING, GLUE):
         _name(found, described, R.Answer.KERNEL, stage="inductor")
         found.reason = _causal(culprit)
         return found
@@ -208,7 +209,8 @@ class _Substitution:
 
     def passes(self, m: int, describe_next: bool = False) -> bool:
         following = frozenset({m + 1}) if describe_next and m + 1 <= self.last else frozenset()
-        probe = _probe(self.program, self.verdict, substitute=frozenset(range(m + 1)), describe=following)
+        probe = _probe(self.program, self.verdict, substitute=frozenset(range(m + 1)), substitute_fallbacks_before=m,
+                       describe=following)
         passed = self.program.run(probe)
         for index in following:
             self._described[index] = probe.described.get(index)
@@ -341,13 +343,19 @@ def _drift(found: R.Localization, culprit: int, described: Divergence | None, fi
             found.isolated = ("on eager values of its inputs its output stays within the verdict policy "
                               f"(bad={metrics.bad}/{metrics.numel}, max_abs={metrics.max_abs:.3g})")
     else:  # its outputs could not be compared (unmapped): named from the launch log
-        entry = next((e for e in found.kernels if e.index == culprit), None)
+        entry = next((e for e in found.kernels if e.index == culprit and e.fallback is None), None)
         found.launch_index, found.name = culprit, entry.name if entry else None
         found.graph = entry.graph if entry else None
         found.isolated = "not isolated: none of its outputs has an eager twin"
         why = "its outputs cannot be compared with eager"
     found.reason = f"the first kernel whose difference from eager the outputs do not absorb ({_causal(culprit)}); {why}"
     return found
+
+
+def _launch_words(divergence: Divergence) -> str:
+    if divergence.fallback is not None:
+        return f"fallback aten:{divergence.fallback}"
+    return f"launch {divergence.launch_index}"
 
 
 def _causal(culprit: int) -> str:
@@ -361,11 +369,11 @@ def _mark_immaterial(program: CompiledProgram, verdict: Verdict, divergences: li
     """A kernel that differs on exact inputs yet moves no output when made eager: say so (one run per kernel)."""
     judged: dict[str, bool] = {}
     for divergence, entry in zip(divergences, absorbed):
-        if entry.kind not in (WRONG, ALIASING):
+        if entry.kind not in (WRONG, ALIASING, GLUE):
             continue
         name = divergence.kernel["name"]
         if name not in judged and len(judged) < MAX_CANDIDATES:
-            results = program.rerun(_probe(program, verdict, substitute=frozenset({divergence.launch_index})))
+            results = program.rerun(_probe(program, verdict, substitute=frozenset({divergence.key})))
             judged[name] = not program.moved(results)
         if judged.get(name):
             entry.kind = IMMATERIAL
@@ -376,7 +384,7 @@ def _mark_immaterial(program: CompiledProgram, verdict: Verdict, divergences: li
 def _absorbed(divergence: Divergence) -> R.BufferDivergence:
     """A passing run's difference, worded as information: the outputs absorb it."""
     entry = divergence.as_buffer_divergence()
-    if divergence.isolation.kind in (WRONG, ALIASING):
+    if divergence.isolation.kind in (WRONG, ALIASING, GLUE):
         entry.isolated = "differs from eager beyond the verdict policy even on exact inputs; the outputs absorb it"
     else:
         entry.isolated = "matches eager on exact inputs: a drift from upstream, absorbed by the outputs"
@@ -399,6 +407,8 @@ def _name(found: R.Localization, divergence: Divergence, answer: R.Answer, stage
     kernel = divergence.kernel
     found.answer, found.diverged, found.stage = answer, True, stage
     found.graph, found.launch_index = divergence.graph, divergence.launch_index
+    if divergence.fallback is not None:  # kernel launches are counted apart from fallback calls
+        found.launch_index, found.fallback_index = None, divergence.fallback
     found.name, found.kind, found.source = kernel["name"], kernel["kind"], kernel["source"]
     found.buffers, found.buffer, found.nodes = kernel["buffers"], kernel["buffer"], kernel["nodes"]
     found.aten_ops, found.args, found.metrics = kernel["aten_ops"], kernel["args"], kernel["metrics"]
@@ -409,6 +419,7 @@ def _name(found: R.Localization, divergence: Divergence, answer: R.Answer, stage
         first = min(divergence.producers)
         producer = divergence.producers[first]
         found.launch_index, found.name, found.kind = first, producer["name"], producer["kind"]
+        found.fallback_index = None
         found.source, found.args, found.module_path = producer["source"], producer["args"], producer["module_path"]
         found.nodes = list(dict.fromkeys(producer["nodes"] + kernel["nodes"]))
         found.aten_ops = sorted(set(producer["aten_ops"]) | set(kernel["aten_ops"]))

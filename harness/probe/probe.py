@@ -23,8 +23,10 @@ from .. import records as R
 from ..compare import Verdict
 from ..execution import same_values
 from ..inductor_compat import ROLE_IN, ROLE_INOUT, STATE_BEFORE_IN_PLACE, GraphInfo, Launch
+from ..inductor_compat.launches import handles_fallbacks
 from ..layout import clone_exact, is_non_overlapping, is_non_overlapping_and_dense, span
-from .isolation import ALIASING, DRIFT, LAYOUT, WRONG, ExactInputs, Isolation, isolate, replay
+from .glue import check_glue
+from .isolation import ALIASING, DRIFT, GLUE, LAYOUT, WRONG, ExactInputs, Isolation, isolate, replay
 from .regions import Region, RegionMap, describe_reason, region_key
 from .values import GraphValues, storage_pointer
 
@@ -49,12 +51,19 @@ class Divergence:
     isolation: Isolation
     # Launches in `isolation.group` (producers of intermediates with no eager twin), described like `kernel`.
     producers: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # A fallback launch's number (`aten:N`); its `launch_index` is then the next kernel launch's.
+    fallback: int | None = None
+
+    @property
+    def key(self) -> int | str:
+        """The launch, as `Launch.key` names it (what a substitution or a description is asked for by)."""
+        return self.launch_index if self.fallback is None else f"aten:{self.fallback}"
 
     def as_buffer_divergence(self) -> R.BufferDivergence:
         metrics: R.OutputComparison = self.kernel["metrics"]
         return R.BufferDivergence(self.graph, self.launch_index, self.kernel["name"], self.kernel["buffer"],
                                   self.kernel["nodes"], metrics.bad, metrics.numel, metrics.max_abs, self.isolation.text,
-                                  self.isolation.kind)
+                                  self.isolation.kind, fallback_index=self.fallback)
 
 
 @dataclass
@@ -86,12 +95,14 @@ class KernelProbe:
     stop_at_wrong: bool = True
     # Compare only launches after this index (launches up to it were judged by an earlier run).
     compare_after: int = -1
-    # Substitution mode: these launches get their mapped outputs replaced by eager values.
-    substitute: frozenset[int] | None = None
+    # Substitution mode: these launches (by `Launch.key`) get their mapped outputs replaced by eager values, and so
+    # do the fallbacks called before kernel launch `substitute_fallbacks_before` + 1 (the search's "0..m").
+    substitute: frozenset[int | str] | None = None
+    substitute_fallbacks_before: int = -1
     # Kernels whose differences were shown not to matter: not isolated again (their other launches).
     immaterial: frozenset[str] = frozenset()
     # Substitution mode compares nothing, except the launches named here (described for the answer).
-    describe: frozenset[int] = frozenset()
+    describe: frozenset[int | str] = frozenset()
     # With stop_at_wrong: stop comparing after this many differences from upstream, too.
     upstream_limit: int = UPSTREAM_DIFFERENCES_COMPARED
     # The program diverges on its kernels' first launches only (each run loads it afresh): before each first
@@ -115,7 +126,7 @@ class KernelProbe:
     copy_inputs: bool = False
     # Called as capture(launch, graph call, graph label) just before launch `capture_at` runs (extraction).
     capture: Callable[[Launch, Any, str], None] | None = None
-    capture_at: int = -1
+    capture_at: int | str = -1
     # Graphs whose shared inputs changed without a launch announcing the write (see observe_graph).
     unannounced_writes: list[str] = field(default_factory=list)
     # Check written buffers' and graph outputs' layouts and dtypes against their nodes' eager values (a failing
@@ -131,7 +142,7 @@ class KernelProbe:
     _stopped: bool = False
     _upstream_seen: int = 0
     # With first_launches: launch index -> what its inputs held before it ran (`_exact_inputs`).
-    _inputs_before: dict[int, ExactInputs | None] = field(default_factory=dict)
+    _inputs_before: dict[int | str, ExactInputs | None] = field(default_factory=dict)
 
     @property
     def comparing(self) -> bool:
@@ -141,7 +152,7 @@ class KernelProbe:
         self.divergences.append(divergence)
         if not self.stop_at_wrong:
             return
-        if divergence.isolation.kind in (WRONG, ALIASING):
+        if divergence.isolation.kind in (WRONG, ALIASING, GLUE):
             self._stopped = True
         elif divergence.kernel["name"] not in self.immaterial:
             self._upstream_seen += 1
@@ -155,7 +166,9 @@ class KernelProbe:
     def _needs_values(self) -> bool:
         if self.substitute is None:
             return self.comparing
-        return any(i >= self.launches for i in self.substitute | self.describe)
+        # A fallback's key names no kernel count to be past: its values may be needed until the end.
+        return (self.substitute_fallbacks_before >= self.launches
+                or any(isinstance(i, str) or i >= self.launches for i in self.substitute | self.describe))
 
     # Graph observer: capture_graphs(probe.observe_graph)
     def observe_graph(self, info: GraphInfo, args: list, call: Callable[[list], Any]) -> Any:
@@ -190,31 +203,62 @@ class KernelProbe:
     # Launch handler: intercept_launches(probe.on_launch)
     def on_launch(self, launch: Launch) -> Any:
         call = self._current
+        if launch.fallback is not None and not launch.replay and self.inner is not None \
+                and hasattr(self.inner, "glue"):
+            self.inner.glue(launch)  # an emulation of the wrapper's glue builds the views the call is handed
         if call is not None and not launch.replay:
+            if launch.fallback is not None and self.comparing and self._judges(launch):
+                self._check_glue(launch, call)
             for _, tensor in launch.written_args():
                 call.values.before_write(tensor)
-            if self.first_launches and launch.first and self._judges(launch.index):
-                self._inputs_before[launch.index] = _exact_inputs(launch, call)
-            if self.capture is not None and launch.index == self.capture_at:
+            if self.first_launches and launch.first and self._judges(launch):
+                self._inputs_before[launch.key] = _exact_inputs(launch, call)
+            if self.capture is not None and launch.key == self.capture_at:
                 self.capture(launch, call, call.label)
         result = self._run(launch)
-        self.launches += 1
+        self.launches += launch.fallback is None  # fallbacks are numbered apart
         if call is not None and not launch.replay:
             self._after(launch, call)
         return result
 
-    def _judges(self, index: int) -> bool:
-        return (self.comparing and index > self.compare_after) or index in self.describe
+    on_launch.handles_fallbacks = True  # fallback calls are launches of their own (launches.handles_fallbacks)
+
+    def _judges(self, launch: Launch) -> bool:
+        # A fallback's index is the next kernel's: one called after kernel `compare_after` has an index past it.
+        return (self.comparing and launch.index > self.compare_after) or launch.key in self.describe
+
+    def _check_glue(self, launch: Launch, call: _GraphCall) -> None:
+        """Before a fallback call: a view the wrapper built for it that holds the wrong memory (see glue.py)."""
+        problem = check_glue(launch, call.regions._computed(launch), call.info, call.regions, call.values,
+                             self.verdict)
+        if problem is None:
+            return
+        tensor = launch.args[problem.key]
+        comparison = self.verdict.tensors(problem.label, tensor, problem.expected) \
+            if tensor.shape == problem.expected.shape else None
+        region = Region(None, node=problem.node)
+        described = _describe(launch, call.info, problem.key, problem.label, region, comparison)
+        self.compared += 1
+        self._diverged(Divergence(launch.index, call.label, described, Isolation(GLUE, problem.text),
+                                  fallback=launch.fallback))
+
+    def _substitutes(self, launch: Launch) -> bool:
+        if self.substitute is None:
+            return False
+        return launch.key in self.substitute or (launch.fallback is not None
+                                                 and launch.index <= self.substitute_fallbacks_before)
 
     def _run(self, launch: Launch) -> Any:
-        return self.inner(launch) if self.inner is not None else launch.run()
+        if self.inner is None or (launch.fallback is not None and not handles_fallbacks(self.inner)):
+            return launch.run()
+        return self.inner(launch)
 
     def _after(self, launch: Launch, call: _GraphCall) -> None:
         index = launch.index
-        entry = R.LaunchEntry(index, call.label, launch.kernel.name)
+        entry = R.LaunchEntry(index, call.label, launch.kernel.name, fallback=launch.fallback)
         self.log.append(entry)
-        judging = self._judges(index)
-        substituting = self.substitute is not None and index in self.substitute
+        judging = self._judges(launch)
+        substituting = self._substitutes(launch)
         mapped: list[tuple[torch.Tensor, Region]] = []
         unmapped = []
         for key, tensor in launch.written_args():
@@ -231,13 +275,22 @@ class KernelProbe:
                 if judging:
                     entry.compared += 1
                     self.compared += 1
-                    described = index in self.describe
+                    described = launch.key in self.describe
                     divergence = self._judge(launch, call, key, tensor, region, always=described)
                     if divergence is not None and described:
                         self._keep_described(divergence)
                     elif divergence is not None:
                         self._diverged(divergence)
             mapped.append((tensor, region))
+        if launch.fallback is not None:
+            # A fallback writing a view of a buffer (a custom op's mutable slice) leaves the whole buffer in the
+            # state after the op: what a substitution makes eager, and what later reads of the buffer resolve to.
+            for _, tensor in launch.written_args():
+                owner = None if launch.local_names(tensor) else launch.owning_buffer(tensor)
+                if owner is not None and not any(owner[1] is t for t, _ in mapped):
+                    region = call.regions.written(launch, owner[1])
+                    if region.mapped:
+                        mapped.append((owner[1], region))
         if unmapped and judging:
             self._recompute(launch, call, unmapped)
         for tensor, region in mapped:
@@ -246,7 +299,7 @@ class KernelProbe:
                 if value is not None:
                     tensor.copy_(value)
                     self.substituted += 1
-            call.regions.record_write(tensor, region, index)
+            call.regions.record_write(tensor, region, launch.key)
             for node in region.nodes():
                 call.values.used(node)
         call.values.offload_released()
@@ -259,7 +312,8 @@ class KernelProbe:
                 (layout := self._layout(call, tensor, region.node)) is not None:
             self.layouts.append(Divergence(launch.index, call.label, _describe(
                 launch, call.info, key, launch.local_name(tensor) or region.buffer or launch.param_name(key), region,
-                self.verdict.tensors(region.buffer or "", tensor, expected)), Isolation(LAYOUT, layout)))
+                self.verdict.tensors(region.buffer or "", tensor, expected)), Isolation(LAYOUT, layout),
+                fallback=launch.fallback))
         if expected is None or (not always and self.verdict.quick_match(tensor, expected)):
             return None
         # Summation noise is allowed where this buffer's own kernel sums, not where it only reads a sum.
@@ -275,10 +329,12 @@ class KernelProbe:
                                          "moved no output")
         else:
             isolation = isolate(launch, call.regions, call.values, verdict, self._run, call.lookup,
-                                self._inputs_before.get(launch.index))
+                                self._inputs_before.get(launch.key))
+            if launch.fallback is not None:
+                isolation = _as_fallback(isolation, launch)
         producers = {i: call.producers[i] for i in isolation.group if i in call.producers}
         return Divergence(launch.index, call.label, _describe(launch, call.info, key, name, region, comparison),
-                          isolation, producers)
+                          isolation, producers, fallback=launch.fallback)
 
     def _layout(self, call: _GraphCall, tensor: torch.Tensor, node: str | None) -> str | None:
         """What is wrong with a compiled buffer's layout, if its elements share memory where its node's eager value
@@ -325,6 +381,8 @@ class KernelProbe:
         again = replay(launch, call.regions, call.values, self._run, call.lookup)
         if again.error is not None:
             return
+        if launch.fallback is not None:  # the group of a replay names kernel launches only
+            return
         for (_, tensor), (_, _, fresh) in zip(launch.written_args(), again.outputs):
             if any(tensor is t for t in unmapped):
                 call.recomputed[region_key(tensor)] = (launch.index, fresh)
@@ -362,8 +420,9 @@ class KernelProbe:
         """Forget everything seen (a run that has to be made again), keeping the mode and the problems."""
         problems, copy = self.problems, self.copy_inputs if copy_inputs is None else copy_inputs
         fresh = KernelProbe(self.verdict, self.inner, self.stop_at_wrong, self.compare_after, self.substitute,
-                            self.immaterial, self.describe, self.upstream_limit, self.first_launches,
-                            capture=self.capture, capture_at=self.capture_at, check_layouts=self.check_layouts)
+                            self.substitute_fallbacks_before, self.immaterial, self.describe, self.upstream_limit,
+                            self.first_launches, capture=self.capture, capture_at=self.capture_at,
+                            check_layouts=self.check_layouts)
         self.__dict__.update(fresh.__dict__)
         self.problems, self.copy_inputs = problems, copy
 
@@ -440,8 +499,26 @@ def _eager_inputs(info: GraphInfo, args: list, copy_all: bool) -> tuple[list, se
     return inputs, shared
 
 
+def fallback_title(launch: Launch) -> str:
+    """How an answer names a fallback: an ATen op (on the NPU, a CANN operator), or a custom op."""
+    op = launch.kernel.name.removeprefix("torch.ops.")
+    if op.startswith("aten."):
+        return f"ATen fallback `{op}` (on the NPU: a CANN operator)"
+    return f"custom op `{op}`"
+
+
+def _as_fallback(isolation: Isolation, launch: Launch) -> Isolation:
+    """The isolation's sentence, said of the op a fallback calls rather than of a generated kernel."""
+    text = isolation.text
+    if isolation.kind == WRONG and text.startswith("kernel is wrong"):
+        text = f"{fallback_title(launch)} is wrong{text.removeprefix('kernel is wrong')}"
+    elif text.startswith("not isolated: the kernel"):
+        text = text.replace("the kernel", f"the op ({fallback_title(launch)})", 1)
+    return dataclasses.replace(isolation, text=text)
+
+
 def _kernel_accumulates(launch: Launch, info: GraphInfo, region: Region) -> bool:
-    if launch.kernel.kind == "extern":
+    if launch.kernel.kind in ("extern", "fallback"):
         return True
     computed = info.computed_by(launch.kernel.name)
     facts = [info.buffers[b] for b in computed or [region.buffer or ""] if b in info.buffers]

@@ -102,8 +102,11 @@ class RegionMap:
     _writes: dict[tuple, Region] = field(default_factory=dict)
     _written_storages: Counter = field(default_factory=Counter)
     _storage_writes: Counter = field(default_factory=Counter)
-    # (launch index, region key) -> what that launch's write holds, as first mapped.
+    # (launch key, region key) -> what that launch's write holds, as first mapped.
     _written_regions: dict[tuple, Region] = field(default_factory=dict)
+    # A fallback launch's number -> which call of its op in this graph it is (codegen names each call's buffers).
+    _fallback_ordinals: dict[int, int] = field(default_factory=dict)
+    _fallback_counts: Counter = field(default_factory=Counter)
 
     def local_of(self, launch: Launch, tensor: torch.Tensor) -> str | None:
         """The wrapper local this tensor is; of several (`buf1 = buf0`), one whose value is known."""
@@ -117,13 +120,16 @@ class RegionMap:
         does not fit the argument is unmapped, which computes that value; without, its nodes may be fetched
         first, all in one pass (`GraphValues.prefetch`)."""
         # Asked again by a replay of the launch: the same answer (mapping a write counts it, see _written_local).
-        key = (launch.index, region_key(tensor))
+        key = (launch.key, region_key(tensor))
         region = self._written_regions.get(key)
         if region is None:
             region = self._written_regions[key] = self._written(launch, tensor)
         return self._check(region, tensor) if check else region
 
     def _written(self, launch: Launch, tensor: torch.Tensor) -> Region:
+        path = launch.result_path(tensor)
+        if path is not None:
+            return self._returned(launch, path)
         local = self.local_of(launch, tensor)
         if local is not None:
             return self._written_local(launch, local, tensor)
@@ -253,7 +259,26 @@ class RegionMap:
             return Region(buffer, node=fact.value_node, layout=lambda value: value.reshape(shape) if shape else None)
         return Region(buffer, node=fact.value_node)
 
+    def _returned(self, launch: Launch, path: tuple[int, ...]) -> Region:
+        """What a tensor a fallback returned holds: the value of the buffer codegen made for that result."""
+        made = self._computed(launch)
+        if made is None:
+            return Region(None, reason=f"codegen named no buffers for this call of {launch.kernel.name}")
+        found = [b for b in made if self.info.buffers[b].result_path == path]
+        if not found and path == () and len(made) == 1:  # a fallback whose one result is its own buffer
+            found = made
+        if len(found) != 1:
+            return Region(None, reason=f"no buffer of {launch.kernel.name} holds its result{list(path)}")
+        return self._region_of(found[0])
+
     def _computed(self, launch: Launch) -> list[str] | None:
+        if launch.fallback is not None:
+            ordinal = self._fallback_ordinals.get(launch.fallback)
+            if ordinal is None:
+                ordinal = self._fallback_ordinals[launch.fallback] = self._fallback_counts[launch.kernel.name]
+                self._fallback_counts[launch.kernel.name] += 1
+            found = self.info.fallback_call(launch.kernel.name, ordinal)
+            return [b for b in found if b in self.info.buffers] if found is not None else None
         if launch.kernel.kind == "extern":
             found = self.info.extern_buffers(launch.kernel.name)
             return found or None

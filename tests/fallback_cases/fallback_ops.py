@@ -1,0 +1,92 @@
+"""Programs whose wrappers call ATen fallbacks and custom ops (`torch.ops.*`), for the fallback probe's tests.
+
+`fallback_custom_op_wrong_layout` is wrong by design: its custom op assumes a contiguous input and is tagged
+`flexible_layout`, so eager hands it a contiguous tensor and Inductor a transposed buffer. The others are correct
+programs; `fallback_view_write` fails only under the `glue-offset-dropped` emulation.
+"""
+
+import torch
+
+from harness import Program, case, contiguous
+
+NAMESPACE = "harness_fallback_test"
+
+
+def _defined(name: str) -> bool:
+    """Whether this process registered the op already (the module may be imported more than once)."""
+    try:
+        getattr(getattr(torch.ops, NAMESPACE), name).default
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
+if not _defined("double_it"):
+    @torch.library.custom_op(f"{NAMESPACE}::double_it", mutates_args=(), tags=(torch.Tag.flexible_layout,))
+    def double_it(x: torch.Tensor) -> torch.Tensor:
+        out = x * 2
+        if not x.is_contiguous():  # the op's bug: its non-contiguous path adds 1
+            out = out + 1
+        return out
+
+    double_it.register_fake(lambda x: torch.empty_like(x))
+
+if not _defined("bump_"):
+    @torch.library.custom_op(f"{NAMESPACE}::bump_", mutates_args=("x",))
+    def bump_(x: torch.Tensor) -> None:
+        x.add_(1)
+
+    bump_.register_fake(lambda x: None)
+
+if not _defined("fill_rows_"):
+    @torch.library.custom_op(f"{NAMESPACE}::fill_rows_", mutates_args=("out",))
+    def fill_rows_(out: torch.Tensor, src: torch.Tensor) -> None:
+        out.copy_(src * 3)
+
+    fill_rows_.register_fake(lambda out, src: None)
+
+OPS = getattr(torch.ops, NAMESPACE)
+
+
+def sort_cumsum(x):
+    y = torch.sort(x * 2, dim=-1).values  # aten.sort and aten.cumsum are ATen fallbacks on CPU and CUDA
+    return y.cumsum(0) + 1
+
+
+@case(tags=("fallback",), dtypes=(torch.float32,), modes=("inference", "training"))
+def fallback_sort_cumsum(dtype):
+    """Two ATen fallbacks between generated kernels."""
+    return Program(sort_cumsum, [contiguous((16, 8), requires_grad=True)])
+
+
+def custom_op_wrong_layout(x):
+    return OPS.double_it(x.t().contiguous()).cos().sum(0)
+
+
+@case(tags=("fallback",), dtypes=(torch.float32,), modes=("inference",))
+def fallback_custom_op_wrong_layout(dtype):
+    """A custom op wrong on the layout Inductor hands it (transposed) and right on eager's (contiguous)."""
+    return Program(custom_op_wrong_layout, [contiguous((16, 8))])
+
+
+def mutating_custom_op(x):
+    w = x.cos()
+    OPS.bump_(w)
+    return w * 3, torch.sort(w, dim=-1).values
+
+
+@case(tags=("fallback",), dtypes=(torch.float32,), modes=("inference", "training"))
+def fallback_mutating_custom_op(dtype):
+    """A custom op updating a buffer in place, then an ATen fallback reading it."""
+    return Program(mutating_custom_op, [contiguous((16, 8), requires_grad=True)])
+
+
+def view_write(x, y):
+    OPS.fill_rows_(x[2:6], y)  # the op writes a view of the input at storage offset 2 rows
+    return x.cos()
+
+
+@case(tags=("fallback",), dtypes=(torch.float32,), modes=("inference",), dynamic_dims={0: (1,), 1: (1,)})
+def fallback_view_write(dtype):
+    """A custom op writing a slice of a graph input (a mutable view of a larger buffer)."""
+    return Program(view_write, [contiguous((8, 16)), contiguous((4, 16))])

@@ -1,0 +1,136 @@
+"""ATen fallbacks and custom ops the wrapper calls (`torch.ops.*`) are launches of their own: probed, numbered
+apart from kernel launches (`@aten:N`), their views checked against eager before the call (the wrapper's glue).
+The programs are `tests/fallback_cases/fallback_ops.py`."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import records as R
+from harness.emulation import parse_injection
+from harness.inductor_compat.launches import KIND_FALLBACK, Launch, KernelInfo, _flatten_call, is_fallback_launch
+from harness.registry import load_registry
+from harness.runner import RunConfig, run_case
+
+CASE_DIR = str(Path(__file__).resolve().parent / "fallback_cases")
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return load_registry([CASE_DIR], include_default=False).cases
+
+
+def _run(cases, name, mode="inference", **config):
+    return run_case(cases[name], torch.float32, mode, RunConfig(**config))
+
+
+@pytest.mark.parametrize("selector", ["aten:0", "aten:*sort*"])
+def test_a_wrong_aten_fallback_is_named_wrong_on_eager_inputs(cases, selector):
+    record = _run(cases, "fallback_sort_cumsum", inject=f"fault-scale@{selector}", bisect=True)
+    assert record.status == R.FAIL, record.summary()
+    found = record.first_divergent_kernel
+    assert (found.answer, found.kind, found.name) == (R.Answer.KERNEL, KIND_FALLBACK, "torch.ops.aten.sort.stable")
+    assert (found.fallback_index, found.launch_index) == (0, None)
+    assert found.isolated.startswith("ATen fallback `aten.sort.stable` (on the NPU: a CANN operator) is wrong: on "
+                                     "eager values of its inputs it still diverges")
+    assert "fallback aten:0 torch.ops.aten.sort.stable" in found.line()
+    assert record.injection_stats.hits == ["aten:0:torch.ops.aten.sort.stable"]
+
+
+def test_kernel_launch_numbers_and_selectors_do_not_count_fallbacks(cases):
+    record = _run(cases, "fallback_sort_cumsum", bisect="always")
+    assert record.status == R.PASS
+    log = record.first_divergent_kernel.kernels
+    kernels = [e for e in log if e.fallback is None]
+    fallbacks = [e for e in log if e.fallback is not None]
+    assert [e.index for e in kernels] == list(range(len(kernels))) == list(range(record.first_divergent_kernel.launches))
+    assert [(e.fallback, e.name) for e in fallbacks] == [(0, "torch.ops.aten.sort.stable"),
+                                                        (1, "torch.ops.aten.cumsum.default")]
+    assert all(e.compared for e in fallbacks)
+    # `@1` is the second generated kernel, whatever fallbacks come between.
+    second = _run(cases, "fallback_sort_cumsum", inject="fault-scale@1", bisect=True)
+    assert (second.first_divergent_kernel.launch_index, second.first_divergent_kernel.name) == (1, kernels[1].name)
+    assert second.first_divergent_kernel.fallback_index is None
+
+
+def test_a_custom_op_wrong_on_the_layout_inductor_hands_it_is_named(cases):
+    record = _run(cases, "fallback_custom_op_wrong_layout", bisect=True)
+    assert record.status == R.FAIL, record.summary()
+    found = record.first_divergent_kernel
+    assert (found.answer, found.name) == (R.Answer.KERNEL, "torch.ops.harness_fallback_test.double_it.default")
+    assert found.isolated.startswith("custom op `harness_fallback_test.double_it.default` is wrong: on eager values")
+    (x, result) = found.args
+    assert (x.name, x.stride, result.name) == ("x", [1, 8], "result")  # transposed: eager's is contiguous
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_view_the_wrapper_builds_at_the_wrong_offset_names_the_call_the_argument_and_both_layouts(cases, dynamic):
+    record = _run(cases, "fallback_view_write", inject="glue-offset-dropped", bisect=True, dynamic=dynamic)
+    assert record.status == R.FAIL and record.emulation == "glue-offset-dropped", record.summary()
+    found = record.first_divergent_kernel
+    assert (found.answer, found.name, found.fallback_index) == (
+        R.Answer.KERNEL, "torch.ops.harness_fallback_test.fill_rows_.default", 0)
+    assert found.isolated.startswith("the wrapper's glue is wrong: it hands out to harness_fallback_test.fill_rows_."
+                                     "default as a view of ")
+    assert "with size (4, 16) stride (16, 1) storage offset 0, where eager's value of slice_tensor has size (4, 16) " \
+           "stride (16, 1) storage offset 32" in found.isolated
+    assert found.isolated.endswith("holds eager's values")
+    assert _run(cases, "fallback_view_write", dynamic=dynamic).status == R.PASS
+
+
+@pytest.mark.parametrize("name, mode", [("fallback_sort_cumsum", "inference"), ("fallback_sort_cumsum", "training"),
+                                        ("fallback_mutating_custom_op", "inference"),
+                                        ("fallback_mutating_custom_op", "training"),
+                                        ("fallback_view_write", "inference")])
+def test_correct_programs_with_fallbacks_blame_nothing(cases, name, mode):
+    record = _run(cases, name, mode, bisect="always")
+    assert record.status == R.PASS, record.summary()
+    found = record.first_divergent_kernel
+    assert (found.answer, found.diverged, found.absorbed) == (R.Answer.NONE, False, [])
+    assert any(e.fallback is not None and e.compared for e in found.kernels)
+
+
+def test_a_fallback_selector_that_selects_nothing_is_injection_missed(cases):
+    record = _run(cases, "fallback_sort_cumsum", inject="fault-scale@aten:7")
+    assert (record.status, record.symptom) == (R.ERROR, R.Symptom.INJECTION_MISSED)
+    assert "@aten:7 selected none of the 2 fallback calls (there is no fallback call 7: fallback calls count from 0 " \
+           "to 1)" in record.error.message
+
+
+@pytest.mark.parametrize("text", ["reduction-partial@aten:0", "fault-stride-collapse@aten:0"])
+def test_fallback_selectors_belong_to_the_corruptions_only(text):
+    with pytest.raises(ValueError, match="selects fallback calls"):
+        parse_injection(text)
+
+
+def test_a_fallback_call_is_flattened_by_its_schema():
+    op = torch.ops.aten.index_put_.default
+    values, index = torch.zeros(4), torch.tensor([1, 2])
+    leaves, labels, roles, rebuild = _flatten_call(op, (values, [index], torch.ones(2)), {"accumulate": True})
+    assert labels == ["self", "indices[0]", "values", "accumulate"]
+    assert roles == ["inout", "in", "in", "scalar"]
+    args, kwargs = rebuild(tuple(leaves))
+    assert args[1] == [index] and isinstance(args[1], list) and kwargs == {"accumulate": True}
+
+
+def test_views_asserts_and_allocations_are_glue_not_launches():
+    assert not is_fallback_launch(torch.ops.aten.view.dtype)
+    assert not is_fallback_launch(torch.ops.aten.as_strided.default)
+    assert not is_fallback_launch(torch.ops.aten._assert_async.msg)
+    assert is_fallback_launch(torch.ops.aten.sort.stable)
+    assert is_fallback_launch(torch.ops.aten.index_put_.default)
+
+
+def test_a_fallback_launch_takes_what_it_returned_as_written_arguments():
+    op = torch.ops.aten.sort.stable
+    x = torch.tensor([3.0, 1.0, 2.0])
+    leaves, labels, roles, rebuild = _flatten_call(op, (x,), {"stable": False, "dim": 0})
+    launch = Launch(KernelInfo("torch.ops.aten.sort.stable", KIND_FALLBACK, [], op=op), 0, leaves, {},
+                    lambda *given: op(*rebuild(given)[0], **rebuild(given)[1]), fallback=0, labels=labels,
+                    roles=roles)
+    values, indices = launch.run()
+    assert [(launch.param_name(k), launch.role(k)) for k, _ in launch.written_args()] == [
+        ("result[0]", "out"), ("result[1]", "out")]
+    assert launch.result_path(values) == (0,) and launch.result_path(indices) == (1,)
+    assert launch.key == "aten:0" and launch.selector == "aten:0"

@@ -719,6 +719,8 @@ def _captured_launch(observed: _Observation, compiled: _Compiled, config: RunCon
     found = record.first_divergent_kernel
     if found is None or found.answer not in (R.Answer.KERNEL, R.Answer.DRIFT) or found.launch_index is None:
         answer = "no localization" if found is None else f"the answer is {found.answer}, not a kernel"
+        if found is not None and found.fallback_index is not None:
+            answer = f"the answer is fallback call aten:{found.fallback_index}; fallback calls are not extracted yet"
         record.extracted = "not-extracted"
         record.warnings.append(f"--extract: nothing extracted ({answer}); extraction starts from a kernel")
         return None

@@ -243,10 +243,21 @@ def test_an_input_a_launch_writes_is_copied_at_that_launch(monkeypatch):
     assert not any(PROBED_AGAIN in p for p in clean_probe(WRITTEN_BY_KERNEL).problems)
 
 
-def test_a_write_nothing_announced_is_caught_and_probed_again_with_copies(monkeypatch):
+def test_an_aten_fallback_writing_an_input_is_a_launch_that_announces_its_write(monkeypatch):
     from harness.inductor_compat import GraphInfo
 
     monkeypatch.setattr(GraphInfo, "written_inputs", lambda self: set())  # as if the schema analysis missed it
+    kernel = clean_probe(WRITTEN_BY_ATEN)
+    assert not any(PROBED_AGAIN in p for p in kernel.problems)
+    assert [e.compared for e in kernel.kernels if e.fallback is not None] == [1]
+
+
+def test_a_write_nothing_announced_is_caught_and_probed_again_with_copies(monkeypatch):
+    from harness.inductor_compat import GraphInfo
+    from harness.probe.probe import KernelProbe
+
+    monkeypatch.setattr(GraphInfo, "written_inputs", lambda self: set())  # as if the schema analysis missed it
+    monkeypatch.setattr(KernelProbe.on_launch, "handles_fallbacks", False)  # and the fallback's launch unseen
     assert any(PROBED_AGAIN in p for p in clean_probe(WRITTEN_BY_ATEN).problems)
 
 

@@ -79,7 +79,33 @@ def test_a_view_the_wrapper_builds_at_the_wrong_offset_names_the_call_the_argume
     assert _run(cases, "fallback_view_write", dynamic=dynamic).status == R.PASS
 
 
+def test_extract_says_why_a_fallback_answer_is_not_extracted(cases, tmp_path):
+    record = _run(cases, "fallback_custom_op_wrong_layout", bisect=True, extract_dir=str(tmp_path))
+    assert record.extracted == "not-extracted"
+    assert any("fallback call aten:0; fallback calls are not extracted yet" in w for w in record.warnings)
+
+
+def test_a_wrong_linear_solve_is_named_by_its_op_glob(cases):
+    # _linalg_solve_ex is an ATen fallback on CPU and CUDA alike (aten.sort is a Triton kernel on CUDA).
+    record = _run(cases, "fallback_linalg_solve", inject="fault-scale@aten:*solve*", bisect=True)
+    found = record.first_divergent_kernel
+    assert (record.status, found.name, found.fallback_index) == (R.FAIL, "torch.ops.aten._linalg_solve_ex.default", 0)
+    assert found.isolated.startswith("ATen fallback `aten._linalg_solve_ex.default` (on the NPU: a CANN operator) "
+                                     "is wrong: on eager values of its inputs")
+
+
+def test_returns_that_hold_the_generators_state_are_not_compared():
+    from harness.probe.regions import _GENERATOR_STATE, _return_name
+
+    op = torch.ops.aten._scaled_dot_product_efficient_attention.default
+    launch = Launch(KernelInfo(f"torch.ops.{op}", KIND_FALLBACK, [], op=op), 0, [], {}, lambda: None, fallback=0)
+    names = [_return_name(launch, (i,)) for i in range(4)]
+    assert names == ["output", "log_sumexp", "philox_seed", "philox_offset"]
+    assert [any(word in name for word in _GENERATOR_STATE) for name in names] == [False, False, True, True]
+
+
 @pytest.mark.parametrize("name, mode", [("fallback_sort_cumsum", "inference"), ("fallback_sort_cumsum", "training"),
+                                        ("fallback_linalg_solve", "inference"), ("fallback_linalg_solve", "training"),
                                         ("fallback_mutating_custom_op", "inference"),
                                         ("fallback_mutating_custom_op", "training"),
                                         ("fallback_view_write", "inference")])

@@ -18,6 +18,11 @@ What is relied on, and why there is no public API for it:
 - Extern kernels (mm, bmm, convolution, ...) are called as
   `extern_kernels.<op>(..., out=bufN)` through the module global
   `extern_kernels`; a proxy for it observes them as launches of kind "extern".
+- Fallback calls (ATen fallbacks, custom ops) are written `torch.ops.<ns>.<op>.<overload>(...)` or
+  `aten.<op>.<overload>(...)` (`FallbackKernel` codegen); the module globals `torch` and `aten` are replaced by
+  proxies that observe those calls as launches of kind "fallback" (`launches._FallbackOps`). Codegen reports
+  each call's buffer to provenance tracing under that same name; `MultiOutput` and `MutationOutput` buffers say
+  which returned tensor and which written argument each one is (`graphs._fallback_facts`).
 - The wrapper's module-level `call(args)` runs one compiled graph. Wrapping it
   lets bisection run the post-grad graph eagerly on the same inputs first.
   Inside `call`, kernel arguments are locals named after Inductor's buffers

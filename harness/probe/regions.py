@@ -261,6 +261,11 @@ class RegionMap:
 
     def _returned(self, launch: Launch, path: tuple[int, ...]) -> Region:
         """What a tensor a fallback returned holds: the value of the buffer codegen made for that result."""
+        returned = _return_name(launch, path)
+        if any(word in returned for word in _GENERATOR_STATE):
+            # (SDPA kernels return their philox seed and offset whatever the dropout: never equal to eager's.)
+            return Region(None, reason=f"{launch.kernel.name} returns the random generator's state ({returned}), "
+                                       "not a value it computes")
         made = self._computed(launch)
         if made is None:
             return Region(None, reason=f"codegen named no buffers for this call of {launch.kernel.name}")
@@ -295,6 +300,17 @@ class RegionMap:
             return Region(region.buffer, reason=f"{region.buffer}: eager value of {region.node or region.input} "
                           f"has shape {tuple(value.shape)}, the argument {tuple(tensor.shape)}")
         return region
+
+
+# Names of an op's returns that hold the random generator's state rather than a computed value.
+_GENERATOR_STATE = ("philox", "rng_state", "seed")
+
+
+def _return_name(launch: Launch, path: tuple[int, ...]) -> str:
+    """The schema's name for what a fallback returned at `path` ("" when it has none)."""
+    returns = getattr(getattr(launch.kernel.op, "_schema", None), "returns", None) or []
+    position = path[0] if path else 0
+    return (returns[position].name or "") if position < len(returns) else ""
 
 
 def region_key(tensor: torch.Tensor) -> tuple:

@@ -90,3 +90,14 @@ def view_write(x, y):
 def fallback_view_write(dtype):
     """A custom op writing a slice of a graph input (a mutable view of a larger buffer)."""
     return Program(view_write, [contiguous((8, 16)), contiguous((4, 16))])
+
+
+def solve_then_scale(a, b):
+    system = a + 4 * torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)  # well conditioned
+    return torch.linalg.solve(system, b * 2).sum(dim=-1)
+
+
+@case(tags=("fallback",), dtypes=(torch.float32,), modes=("inference", "training"))
+def fallback_linalg_solve(dtype):
+    """A linear solve: an ATen fallback on every device (no Inductor lowering), between generated kernels."""
+    return Program(solve_then_scale, [contiguous((8, 8), requires_grad=True), contiguous((8, 4), requires_grad=True)])

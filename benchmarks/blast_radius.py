@@ -114,7 +114,9 @@ def analyse(baseline: list[CaseResult], injected: list[CaseResult], fixed: list[
             # Arguments of one launch in one storage: converted one by one, a write through one misses the others.
             "aliased_args": sum(s.aliased_args or 0 for s in stats),
             # Emulations that count what they touched (faults, rewritten kernels, triton-ascend's classes).
-            "hit_launches": sum(len(s.hits or ()) for s in stats),
+            "hit_launches": sum(1 for s in stats for h in s.hits or () if not h.startswith("aten:")),
+            # Fallback calls (ATen fallbacks, custom ops; hits named `aten:N:op`), counted apart from kernel launches.
+            "hit_fallbacks": sum(1 for s in stats for h in s.hits or () if h.startswith("aten:")),
             "diagnoses": dict(diagnoses), "first": runs[0].run_id,
             "first_symptom": _symptom(runs[0]),
         })

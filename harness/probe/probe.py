@@ -229,7 +229,7 @@ class KernelProbe:
 
     def _check_glue(self, launch: Launch, call: _GraphCall) -> None:
         """Before a fallback call: a view the wrapper built for it that holds the wrong memory (see glue.py)."""
-        problem = check_glue(launch, call.regions._computed(launch), call.info, call.regions, call.values,
+        problem = check_glue(launch, call.regions.made_by(launch), call.info, call.regions, call.values,
                              self.verdict)
         if problem is None:
             return

@@ -276,6 +276,10 @@ class RegionMap:
             return Region(None, reason=f"no buffer of {launch.kernel.name} holds its result{list(path)}")
         return self._region_of(found[0])
 
+    def made_by(self, launch: Launch) -> list[str] | None:
+        """The buffers a launch computes (a fallback call: its own, its results' and its written arguments')."""
+        return self._computed(launch)
+
     def _computed(self, launch: Launch) -> list[str] | None:
         if launch.fallback is not None:
             ordinal = self._fallback_ordinals.get(launch.fallback)

@@ -287,8 +287,7 @@ class DroppedViewOffset:
         if self.selector is not None and not selects(self.selector, launch):
             return
         for key, tensor in launch.written_args():
-            if isinstance(key, int) and key < len(launch.args) - launch.results and tensor.storage_offset() \
-                    and not launch.local_names(tensor):
+            if isinstance(key, int) and tensor.storage_offset() and not launch.local_names(tensor):
                 launch.args[key] = tensor.as_strided(tensor.shape, tensor.stride(), 0)
                 self.stats.hits.append(f"{launch.selector}:{launch.kernel.name}:{launch.param_name(key)}")
 

@@ -210,6 +210,8 @@ def _graph_info(lowering: Any, module: Any, kernels: list[tuple[str, list[str]]]
 def _fallback_facts(lowered: dict[str, Any], buffers: dict[str, BufferFact], nodes: dict[str, Any]) -> None:
     """What each fallback call's buffers hold: the tensors it returns (`MultiOutput`), the arguments it writes
     (`MutationOutput`), and the copies lowering made of its inputs (a view realized for the op)."""
+    import torch
+    import torch.utils._pytree as pytree
     from torch._inductor import ir
 
     for name, buffer in lowered.items():
@@ -238,9 +240,6 @@ def _fallback_facts(lowered: dict[str, Any], buffers: dict[str, BufferFact], nod
         if op_node is None:
             continue
         buffers[name].op_node = op_node.name
-        import torch
-        import torch.utils._pytree as pytree
-
         fx_tensors = [n for n in pytree.tree_leaves((op_node.args, op_node.kwargs))
                       if hasattr(n, "meta") and isinstance(n.meta.get("val"), torch.Tensor)]
         inputs = list(getattr(buffer, "inputs", ()))

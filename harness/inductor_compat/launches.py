@@ -99,10 +99,7 @@ class Launch:
     def _take_results(self, result: Any) -> None:
         """A fallback's returned tensors become written arguments of its launch (those aliasing an argument, as an
         in-place op's `self`, already are)."""
-        inputs = {id(a) for a in self.args}
-        for path, tensor in returned_tensors(result):
-            if id(tensor) in inputs or any(_shares_storage(tensor, a) for a in self.args):
-                continue
+        for path, tensor in fresh_results(result, self.args):
             self.args.append(tensor)
             self.labels.append("result" + "".join(f"[{i}]" for i in path))
             self.roles.append(ROLE_OUT)
@@ -373,11 +370,8 @@ def _dispatch_fallback(info: KernelInfo, args: tuple, kwargs: dict) -> Any:
         # A replay hands fresh tensors for the results too (after the arguments): they receive what it returns.
         call_args, call_kwargs = rebuild(given[:len(leaves)])
         result = info.op(*call_args, **call_kwargs)
-        targets = given[len(leaves):]
-        if targets:
-            for target, (_, value) in zip(targets, [r for r in returned_tensors(result)
-                                                    if not any(_shares_storage(r[1], a) for a in given[:len(leaves)])]):
-                target.copy_(value)
+        for target, (_, value) in zip(given[len(leaves):], fresh_results(result, given[:len(leaves)])):
+            target.copy_(value)
         return result
 
     # Two frames up is the wrapper's `call` (an op proxy's __call__ -> _dispatch_fallback).
@@ -454,6 +448,12 @@ def returned_tensors(result: Any, path: tuple[int, ...] = ()) -> list[tuple[tupl
     return []
 
 
+def fresh_results(result: Any, args: Any) -> list[tuple[tuple[int, ...], Any]]:
+    """The tensors an op returned that share no storage with its arguments (an in-place op's `self` does)."""
+    return [(path, tensor) for path, tensor in returned_tensors(result)
+            if not any(tensor is a or _shares_storage(tensor, a) for a in args)]
+
+
 def _shares_storage(tensor: Any, other: Any) -> bool:
     if not (hasattr(tensor, "untyped_storage") and hasattr(other, "untyped_storage")):
         return False
@@ -525,51 +525,58 @@ class _OpsProxy:
         return self._fallbacks.namespace(name)
 
 
-class _OpNamespaceProxy:
-    def __init__(self, namespace: Any, fallbacks: _FallbackOps):
-        self._namespace, self._fallbacks = namespace, fallbacks
-        self._packets: dict[str, Any] = {}
+class _CachedAttributes:
+    """A proxy of `target` whose attributes are looked up once, each wrapped by `_wrap`."""
+
+    def __init__(self, target: Any, fallbacks: _FallbackOps):
+        self._target, self._fallbacks = target, fallbacks
+        self._found: dict[str, Any] = {}
 
     def __getattr__(self, name: str) -> Any:
-        found = self._packets.get(name)
+        found = self._found.get(name)
         if found is None:
-            target = getattr(self._namespace, name)
-            found = self._packets[name] = _OpPacketProxy(target, self._fallbacks) if callable(target) else target
+            found = self._found[name] = self._wrap(getattr(self._target, name))
         return found
 
+    def _wrap(self, value: Any) -> Any:
+        raise NotImplementedError
 
-class _OpPacketProxy:
+
+class _OpNamespaceProxy(_CachedAttributes):
+    """`torch.ops.<namespace>`: its ops' packets."""
+
+    def _wrap(self, value: Any) -> Any:
+        return _OpPacketProxy(value, self._fallbacks) if callable(value) else value
+
+
+class _OpPacketProxy(_CachedAttributes):
+    """`torch.ops.<namespace>.<op>`: its overloads; called itself (no overload named), a launch too."""
+
     def __init__(self, packet: Any, fallbacks: _FallbackOps):
-        self._packet, self._fallbacks = packet, fallbacks
-        self._overloads: dict[str, Any] = {}
+        super().__init__(packet, fallbacks)
+        self._info = fallbacks.info(packet)
 
-    def __getattr__(self, name: str) -> Any:
-        found = self._overloads.get(name)
-        if found is None:
-            target = getattr(self._packet, name)
-            is_overload = hasattr(target, "_schema") and callable(target)
-            found = self._overloads[name] = _OpProxy(target, self._fallbacks) if is_overload else target
-        return found
+    def _wrap(self, value: Any) -> Any:
+        return _OpProxy(value, self._fallbacks) if hasattr(value, "_schema") and callable(value) else value
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if _state.handler is None:
-            return self._packet(*args, **kwargs)
-        return _dispatch_fallback(self._fallbacks.info(self._packet), args, kwargs)
+        return _dispatch_fallback(self._info, args, kwargs)
 
 
 class _OpProxy:
+    """One op overload: a launch when it computes or writes tensors (`is_fallback_launch`), else called as is."""
+
     def __init__(self, op: Any, fallbacks: _FallbackOps):
-        self._op, self._fallbacks = op, fallbacks
-        self._launch = is_fallback_launch(op)
+        self._op = op
+        self._info = fallbacks.info(op) if is_fallback_launch(op) else None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._op, name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not self._launch or _state.handler is None:
-            self._fallbacks.info(self._op).launched += self._launch
+        if self._info is None:
             return self._op(*args, **kwargs)
-        return _dispatch_fallback(self._fallbacks.info(self._op), args, kwargs)
+        return _dispatch_fallback(self._info, args, kwargs)
 
 
 def _dispatch(info: KernelInfo, invoke: Callable[..., Any], args: tuple, kwargs: dict) -> Any:

@@ -38,8 +38,8 @@ def check_glue(launch: Launch, buffers: list[str] | None, info: GraphInfo, regio
         return None
     bound = _bound(op_node, [a.name for a in schema.arguments])
     for key, tensor in launch.tensor_args():
-        if not isinstance(key, int) or key >= len(launch.args) - launch.results or launch.local_names(tensor):
-            continue  # results are not handed in; a wrapper local itself is no view the glue built
+        if not isinstance(key, int) or launch.local_names(tensor):
+            continue  # a wrapper local itself is no view the glue built (and before the call there are no results)
         label = launch.param_name(key)
         node = _argument_node(bound, label)
         owner = launch.owning_buffer(tensor)

@@ -258,11 +258,24 @@ class Npu(Device):
         return found
 
     def command_prefix(self) -> str:
-        # A torch_npu found through PYTHONPATH (a source checkout, a surrogate) is found so by the command too.
+        # A torch_npu found through PYTHONPATH (a source checkout, a surrogate) is found so by the command too,
+        # with a Triton found the same way, and the variables a stand-in says chose its mode (`ENVIRONMENT`).
         module = sys.modules.get("torch_npu")
         if module is None or "torch_npu" in _package_versions() or not getattr(module, "__file__", None):
             return ""
-        return f"PYTHONPATH={shlex.quote(os.path.dirname(os.path.dirname(os.path.abspath(module.__file__))))} "
+        paths = [_package_root(module)]
+        triton = sys.modules.get("triton")
+        if triton is not None and getattr(triton, "__file__", None) and \
+                _package_root(triton) in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+            paths.append(_package_root(triton))
+        settings = [f"PYTHONPATH={shlex.quote(os.pathsep.join(paths))}"]
+        settings += [f"{name}={shlex.quote(str(value))}" for name, value in getattr(module, "ENVIRONMENT", {}).items()]
+        return " ".join(settings) + " "
+
+
+def _package_root(module: Any) -> str:
+    """The folder a package was imported from (what PYTHONPATH named)."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(module.__file__)))
 
 
 DEVICES: dict[str, type[Device]] = {"cpu": Cpu, "cuda": Cuda, "npu": Npu}

@@ -21,14 +21,21 @@ variant next to the original, and launch it instead:
 
 `@LAUNCH_INDEX` or `@KERNEL_NAME_GLOB` restricts either to the chosen launches.
 `.stats` says what the emulation touched: `launches` seen, `hits` (launches
-that ran a variant, as "index:kernel") and `rewritten_kernels`.
+whose variant wrote something other than the kernel as compiled writes, as
+"index:kernel") and `rewritten_kernels`. A variant is judged against the
+kernel itself, on the same arguments: a rewrite whose lanes never reach an
+output (a single chunk, a padding lane masked again later) is no hit, and a
+run with no hit is `injection-missed`, never a pass that looks like evidence.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from .inductor_compat import Launch
+from .layout import is_non_overlapping
 from .records import InjectionStats
 from .inductor_compat.kernel_variants import RECOGNISED, variant
 
@@ -49,6 +56,7 @@ class RewrittenKernels:
         self.rewriters = (rewriter,)
         self.stats = InjectionStats(hits=[], rewritten_kernels=[])
         self._selected = 0  # launches the selector selected, variant or not
+        self._unchanged: list[str] = []  # launches whose variant wrote what the kernel writes
 
     def selects(self, launch: Launch) -> bool:
         from .emulation import selects
@@ -64,6 +72,12 @@ class RewrittenKernels:
 
         if self.selector is not None and not self._selected:
             return unselected(self.selector, self.stats.launches)
+        if self._unchanged:
+            shown = ", ".join(self._unchanged[:3]) + (", ..." if len(self._unchanged) > 3 else "")
+            return (f"{self.rewriter} rewrote {len(self._unchanged)} kernel launch"
+                    f"{'' if len(self._unchanged) == 1 else 'es'} ({shown}), but each variant wrote exactly what "
+                    "the kernel as compiled writes: the lanes it spoils never reach an output (one chunk, or "
+                    "lanes masked again before the store)")
         return (f"{self.rewriter} rewrote none of the {self.stats.launches} kernel launches: it recognises "
                 f"{RECOGNISED[self.rewriter]}")
 
@@ -75,8 +89,31 @@ class RewrittenKernels:
         found = variant(launch.kernel, self.rewriter)
         if found is None:
             return launch.run()
-        if not launch.replay:
-            self.stats.hits.append(f"{launch.index}:{launch.kernel.name}")
-            if launch.kernel.name not in self.stats.rewritten_kernels:
-                self.stats.rewritten_kernels.append(launch.kernel.name)
-        return found.invoke(*launch.args, **launch.kwargs)
+        if launch.replay:
+            return found.invoke(*launch.args, **launch.kwargs)
+        written = [t for _, t in launch.written_args()]
+        if not written or not all(t.numel() and is_non_overlapping(t) for t in written):
+            changed = True  # nothing to set back and compare: counted as the variant's launch
+            result = found.invoke(*launch.args, **launch.kwargs)
+        else:
+            before = [t.detach().clone() for t in written]
+            launch.run()  # the kernel as compiled, on the same arguments: what the variant is judged against
+            expected = [t.detach().clone() for t in written]
+            for t, old in zip(written, before):
+                t.copy_(old)
+            result = found.invoke(*launch.args, **launch.kwargs)
+            changed = any(not _same_bits(t, e) for t, e in zip(written, expected))
+        label = f"{launch.index}:{launch.kernel.name}"
+        if not changed:
+            self._unchanged.append(label)
+            return result
+        self.stats.hits.append(label)
+        if launch.kernel.name not in self.stats.rewritten_kernels:
+            self.stats.rewritten_kernels.append(launch.kernel.name)
+        return result
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.is_floating_point() or a.is_complex():
+        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+    return bool((a == b).all())

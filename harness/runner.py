@@ -336,6 +336,10 @@ class _Compiled:
     results: Results
     comparisons: list[R.OutputComparison]
     handler_factory: Callable[[], Any]
+    # The program compiled again as it was first (when a probe must lower it afresh): the session its graphs
+    # are compiled and lowered through on a first run, and the session to run as this one. For a dynamic
+    # run's second size these differ: compiled at the first size, run at the second.
+    compile_again: Callable[[], tuple[Session, Session]]
     # A probe run saw a graph input change with no launch writing it: later probe runs copy every input.
     copy_graph_inputs: bool = False
     # Graphs the compile took from Inductor's or AOT autograd's cache.
@@ -373,7 +377,13 @@ def _compiled_run(observed: _Observation, config: RunConfig, record: R.CaseResul
         if (missed := getattr(handler, "missed", lambda: None)()) is not None:
             raise CaseFailure(R.Stage.COMPILE, InjectionMissed(f"{config.inject}: {missed}"),
                               R.Symptom.INJECTION_MISSED)
-    return _Compiled(session, results, observed.judge(results), handler_factory, cache_hits=compile_cache_hits())
+
+    def compile_again() -> tuple[Session, Session]:
+        again = observed.compiled_session(config.backend, **kwargs)
+        return again, again
+
+    return _Compiled(session, results, observed.judge(results), handler_factory, compile_again,
+                     cache_hits=compile_cache_hits())
 
 
 class NothingCompiled(Exception):
@@ -426,8 +436,13 @@ def _dynamic_run(observed: _Observation, dtype: torch.dtype, config: RunConfig, 
     with _stage("second_size", record.timings, wrap=False), _launches_through(handler_factory()):
         session = compiled.session.at(second.inputs)
         results = session.run()
+
+    def compile_again_at_the_second_size() -> tuple[Session, Session]:
+        at_first, _ = compiled.compile_again()
+        return at_first, at_first.at(second.inputs)
+
     second_compiled = _Compiled(session, results, second.judge(results), handler_factory,
-                                cache_hits=compiled.cache_hits)
+                                compile_again_at_the_second_size, cache_hits=compiled.cache_hits)
     record.dynamic_sizes = [shapes(observed.inputs.args, observed.inputs.kwargs),
                             shapes(second.inputs.args, second.inputs.kwargs)]
     sizes = _Sizes(compiled.comparisons, second_compiled.comparisons,
@@ -806,10 +821,10 @@ def _probe_run_once(observed: _Observation, compiled: _Compiled, config: RunConf
         # A cache entry made without lowering facts: lower every graph again, caches off, probe that,
         # and leave the facts beside the cached entries for the next run.
         torch.compiler.reset()
-        kwargs = _compile_kwargs(config, record.compile_options)
-        compiled.session = observed.compiled_session(config.backend, **kwargs)
+        lowering, compiled.session = compiled.compile_again()
         probe.restart()
-        if compiled.first_launch:  # the probe judges first launches: they are the probed run's
+        # The probe judges first launches: they are the probed run's (unless it is lowered at another size).
+        if compiled.first_launch and lowering is compiled.session:
             with _rewriting_for(probe.inner), capture_graphs(probe.observe_graph, cold=True) as lowered, \
                     intercept_launches(probe.on_launch):
                 results = compiled.session.run()
@@ -817,9 +832,10 @@ def _probe_run_once(observed: _Observation, compiled: _Compiled, config: RunConf
             # Loaded anew, the kernels launch for the first time: in a run of their own, not in the probed
             # run, which stands for a second run of the program (a bug of first launches must not come back
             # there, as it would not in a plain retry).
+            # (A dynamic run's second size is lowered at the first, where it was compiled.)
             with _rewriting_for(probe.inner), capture_graphs(cold=True) as lowered, \
                     _launches_through(compiled.handler_factory()):
-                compiled.session.run()
+                lowering.run()
             with capture_graphs(probe.observe_graph), intercept_launches(probe.on_launch):
                 results = compiled.session.run()
         adopted = adopt_facts(capture, lowered)

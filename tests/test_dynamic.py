@@ -140,6 +140,24 @@ def test_a_kernel_wrong_only_at_the_second_size_fails_and_names_that_size(wrong_
     assert found.answer == R.Answer.KERNEL and found.isolated.startswith("kernel is wrong"), found.line()
 
 
+def test_a_second_size_lowered_afresh_is_compiled_at_the_first_size(monkeypatch, wrong_at_another_size):
+    """Graphs from a cache entry without lowering facts are lowered again, caches off, for the probe. The
+    program probed at the second size is the one compiled at the first: lowered at the second, the kernel
+    would be right there."""
+    from harness.inductor_compat import graphs
+
+    monkeypatch.setattr(graphs, "_save_sidecar", lambda info: None)
+    monkeypatch.setattr(graphs, "_load_sidecar", lambda path: None)
+    assert run_case(SCALE, torch.float32, "inference", RunConfig(dynamic=True)).status == R.PASS  # cached, no facts
+    monkeypatch.setattr(graphs, "_GRAPHS", {})
+    record = run_case(SCALE, torch.float32, "inference", RunConfig(dynamic=True, inject=wrong_at_another_size,
+                                                                   bisect=True))
+    assert (record.status, record.failed_sizes) == (R.FAIL, [2]), record.summary()
+    found = record.first_divergent_kernel
+    assert any("lowered again with caches off" in p for p in found.problems), found.problems
+    assert found.answer == R.Answer.KERNEL and found.isolated.startswith("kernel is wrong"), found.line()
+
+
 def test_a_specialised_dim_recompiles_and_is_reported():
     def branches_on_size(x):
         return x * 2 if x.shape[0] % 2 == 0 else x * 3  # a guard on the size: each parity its own graph
@@ -186,7 +204,13 @@ def test_the_opinfo_sweep_has_a_dynamic_axis_in_its_ci_sample():
     assert second == [first[0] + 1, *first[1:]], record.dynamic_sizes
 
 
-CORRECT = sorted(load_registry().select(tags=["correct"]), key=lambda c: c.name)
+# Accumulates through index_put(accumulate=True) in bfloat16: the C++ kernel's atomic adds round in bfloat16, in
+# an order that changes from run to run, and at the second size about one run in four fails. Until the verdict
+# on low-precision atomic accumulation is decided (issue 44), its outcome here is not asserted.
+ORDER_DEPENDENT = {"correct_index_put_2d_fresh": "bfloat16 atomic adds whose rounding depends on their order"}
+CORRECT = [pytest.param(case, marks=pytest.mark.xfail(strict=False, reason=ORDER_DEPENDENT[case.name]))
+           if case.name in ORDER_DEPENDENT else case
+           for case in sorted(load_registry().select(tags=["correct"]), key=lambda c: c.name)]
 
 
 @pytest.mark.parametrize("case", CORRECT, ids=lambda c: c.name)

@@ -2,7 +2,9 @@
 compiler registry as torch_npu 2.14.0 ships it). Nothing here is an NPU result, and every record says so.
 
 Each test runs the harness in a process of its own with the surrogate on PYTHONPATH: once registered, the
-device stays for the life of the process.
+device stays for the life of the process. The surrogate's two modes: C++ kernels (the default), and Triton
+kernels run by triton-ascend's interpreter (`NPU_SURROGATE_CODEGEN=triton`, the tests at the end), as the NPU
+runs Triton.
 """
 
 import json
@@ -15,12 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness.bug_classes import LAUNCH_CLASSES, REWRITE_CLASSES
 from harness.registry import load_registry
 from harness.runner import RunConfig, run_case
 
 ROOT = Path(__file__).resolve().parent.parent
 SURROGATE_DIR = ROOT / "tests" / "npu_surrogate"
 LABEL = "surrogate NPU (CPU-backed), not an NPU result"
+TRITON_LABEL = "surrogate NPU (CPU-backed, Triton kernels run by triton-ascend's interpreter), not an NPU result"
 SEED_FIGURES = (2260992, 2359296, 589824, 589823)  # bad, numel, max_abs, out_max: the upstream report's
 
 
@@ -30,6 +34,7 @@ def surrogate(tmp_path_factory):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(SURROGATE_DIR), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     env.pop("NPU_SURROGATE_BACKENDS", None)
+    env.pop("NPU_SURROGATE_CODEGEN", None)  # the C++ mode (the Triton mode has its own fixture below)
     built = subprocess.run([sys.executable, "-c", "import torch, torch_npu; print(torch.ones(2, device='npu').sum())"],
                            env=env, capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr[-3000:]
@@ -190,3 +195,125 @@ def test_extraction_on_the_surrogate_writes_repros_that_run_there(surrogate, tmp
     (output,) = again["outputs"]
     assert (output["bad"], output["numel"], output["max_abs"], output["actual_max"]) == SEED_FIGURES
     assert again["surrogate"] == LABEL
+
+
+# The Triton mode: Inductor's Triton kernels for "npu", run by triton-ascend 3.2.0's interpreter.
+
+@pytest.fixture(scope="session")
+def triton_surrogate(surrogate):
+    """The surrogate's environment in its Triton mode, triton-ascend installed in a folder of its own (once)."""
+    installed = subprocess.run([sys.executable, str(SURROGATE_DIR / "install_triton.py")], capture_output=True,
+                               text=True, timeout=900)
+    if installed.returncode != 0:
+        pytest.skip(f"triton-ascend could not be installed: {installed.stderr.strip()}")
+    folder = installed.stdout.strip().splitlines()[-1]
+    paths = [str(SURROGATE_DIR), folder, str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return dict(surrogate, PYTHONPATH=os.pathsep.join(paths), NPU_SURROGATE_CODEGEN="triton")
+
+
+def test_the_seed_is_named_in_a_triton_kernel_on_the_triton_surrogate(triton_surrogate, tmp_path):
+    result = run_harness(triton_surrogate, "run", "seed_index_as_strided_view", "--dtype", "int64", "--device", "npu",
+                         "--inject", "boundary-downcast", "--bisect", "--json", str(tmp_path / "r.json"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    (record,) = records_of(tmp_path / "r.json").values()
+    (out,) = record["outputs"]
+    assert (out["bad"], out["numel"], out["max_abs"], out["actual_max"]) == SEED_FIGURES
+    found = record["first_divergent_kernel"]
+    assert (found["answer"], found["launch_index"]) == ("kernel", 0) and found["name"].startswith("triton_poi_"), found
+    assert found["isolated"].startswith("kernel as the emulated launcher (boundary-downcast) calls it")
+    assert "@triton.jit" in Path(found["module_path"]).read_text() and found["source"].startswith("def triton_poi_")
+    assert record["surrogate"] == TRITON_LABEL and f"({TRITON_LABEL})" in result.stdout.splitlines()[1]
+    # The command that reproduces it finds triton-ascend and chooses the mode again.
+    folder = triton_surrogate["PYTHONPATH"].split(os.pathsep)[1]
+    assert record["command"].startswith(f"PYTHONPATH={SURROGATE_DIR}{os.pathsep}{folder} NPU_SURROGATE_CODEGEN=triton "
+                                        "python -m harness run seed_index_as_strided_view"), record["command"]
+
+
+@pytest.mark.parametrize("injection", [*LAUNCH_CLASSES, *REWRITE_CLASSES])
+def test_each_triton_ascend_class_fails_its_hit_cases_in_the_triton_kernel_it_hit(triton_surrogate, tmp_path,
+                                                                                 injection):
+    result = run_harness(triton_surrogate, "run", "-k", f"{injection} and hit", "--device", "npu", "--inject",
+                         injection, "--bisect", "--json", str(tmp_path / "r.json"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    records = records_of(tmp_path / "r.json")
+    assert len(records) >= 2
+    for record in records.values():
+        found = record["first_divergent_kernel"]
+        assert record["status"] == "fail" and found["answer"] == "kernel", (record["case"], record["diagnosis"], found)
+        assert found["name"].startswith("triton_") and found["isolated"].startswith("kernel is wrong")
+        assert f"{found['launch_index']}:{found['name']}" in record["injection_stats"]["hits"]
+        assert record["emulation"] == injection and record["surrogate"] == TRITON_LABEL
+        if injection == "first-launch-dropped-stores":  # the kernels loaded afresh launch for the first time again
+            assert record["symptom"] == "first-launch" and record["diverged_runs"] == [1, 3], record["diagnosis"]
+
+
+def test_seed_002_fails_under_reduction_partial_in_its_triton_reduction(triton_surrogate, tmp_path):
+    result = run_harness(triton_surrogate, "run", "seed_rmsnorm_weight_grad_small", "--device", "npu", "--inject",
+                         "reduction-partial", "--bisect", "--json", str(tmp_path / "r.json"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    (record,) = records_of(tmp_path / "r.json").values()
+    (out,) = record["outputs"]
+    assert record["status"] == "fail" and (out["bad"], out["numel"]) == (128, 128)
+    found = record["first_divergent_kernel"]
+    assert found["answer"] == "kernel" and found["name"].startswith("triton_red_fused_") and "sum" in found["name"]
+    assert found["isolated"].startswith("kernel is wrong")
+    assert record["injection_stats"]["hits"] == [f"0:{found['name']}"]
+
+
+def test_correct_programs_blame_nothing_on_the_triton_surrogate(triton_surrogate, tmp_path):
+    # In-place chains, reused buffers and a bf16 reduction, in both modes (small: the interpreter is slow).
+    result = run_harness(triton_surrogate, "run", *CORRECT_SAMPLE, "--dtype", "bfloat16", "--device", "npu",
+                         "--bisect", "always", "--json", str(tmp_path / "r.json"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    records = records_of(tmp_path / "r.json")
+    assert len(records) == 2 * len(CORRECT_SAMPLE)
+    for record in records.values():
+        found = record["first_divergent_kernel"]
+        assert record["status"] == "pass" and found["answer"] == "none", (record["case"], found)
+        assert found["launches"] > 0 and record["surrogate"] == TRITON_LABEL
+
+
+CORRECT_SAMPLE = ["correct_clone_inplace_chain", "correct_temporary_overwritten", "correct_rmsnorm"]
+
+
+def test_extraction_on_the_triton_surrogate_writes_a_kernel_repro_that_reproduces(triton_surrogate, tmp_path):
+    result = run_harness(triton_surrogate, "extract", "seed_index_as_strided_view", "--dtype", "int64", "--device",
+                         "npu", "--inject", "boundary-downcast", "-o", str(tmp_path / "repros"), "--json",
+                         str(tmp_path / "r.json"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    (record,) = records_of(tmp_path / "r.json").values()
+    found = record["extraction"]
+    assert record["extracted"] == "reproduces" and found["kernel_repro"] == "reproduces", found
+    assert "@triton.jit" in (Path(found["directory"]) / "_compiled_module.py").read_text()  # the kernel it replays
+    repro = subprocess.run([sys.executable, "repro.py"], cwd=found["directory"], env=triton_surrogate,
+                           capture_output=True, text=True, timeout=600)
+    assert repro.returncode == 1 and TRITON_LABEL in repro.stdout and "DIVERGES" in repro.stdout, \
+        repro.stdout + repro.stderr
+
+
+def test_torch_npus_own_kernels_run_right_and_each_variant_of_them_wrong(triton_surrogate):
+    # torch_npu 2.14's kernel text (fixtures/), launched on its 40-core grid by triton-ascend's interpreter.
+    result = subprocess.run([sys.executable, str(ROOT / "tests" / "npu_kernel_runs.py")], env=triton_surrogate,
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = json.loads(result.stdout.splitlines()[-1])
+    kernels = {program: error for program, rewriter, error in runs if rewriter is None}
+    variants = {(program, rewriter): error for program, rewriter, error in runs if rewriter is not None}
+    assert len(kernels) == 7 and all(error < 1e-4 for error in kernels.values()), kernels
+    assert {rewriter for _, rewriter in variants} == {"masked-load-garbage", "reduction-small-inner",
+                                                      "reduction-partial", "reduction-axis-order"}
+    assert all(error > 1.0 for error in variants.values()), variants
+
+
+def test_a_program_compiled_in_one_mode_is_never_loaded_from_the_cache_in_the_other(triton_surrogate, surrogate,
+                                                                                   tmp_path):
+    # Inductor keys its caches on the device's codegen config: without that, the C++ mode loads the Triton
+    # program cached a moment ago and fails with "No module named 'triton'".
+    cache = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    selection = ["relu_mlp", "--dtype", "float32", "--mode", "inference", "--device", "npu"]
+    for env in (dict(triton_surrogate, **cache), dict(surrogate, **cache)):
+        result = run_harness(env, "run", *selection, "--json", str(tmp_path / "r.json"))
+        assert result.returncode == 0, result.stdout + result.stderr
+        (record,) = records_of(tmp_path / "r.json").values()
+        label = TRITON_LABEL if "NPU_SURROGATE_CODEGEN" in env else LABEL
+        assert record["status"] == "pass" and record["surrogate"] == label, record["error"]

@@ -360,9 +360,9 @@ def test_rmsnorm_training_under_axis_order_breaks_only_the_weight_gradient():
     assert kernel.isolated.startswith("kernel is wrong")
 
 
-# A reduction as torch_npu's triton_experimental codegen lays it out (`codegen/triton.py`: the group-dispatch
-# prologue and `for i in range(group_size)` loop, and a per-node loop nest whose outer reduction axis is a scalar
-# loop of its own). Neither rewriter recognises it: a run of such kernels is `injection-missed`, not a pass.
+# A reduction laid out as a reading of torch_npu's triton_experimental codegen (`codegen/triton.py`) suggests:
+# the group-dispatch prologue and `for i in range(group_size)` loop, and a per-node loop nest whose outer
+# reduction axis is a scalar loop of its own. (The kernels that codegen writes are in test_npu_kernels.py.)
 NPU_REDUCTION = """\
 @triton.jit
 def triton_unk_fused_sum_0(in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK : tl.constexpr, R0_BLOCK : tl.constexpr):
@@ -394,7 +394,38 @@ def triton_unk_fused_sum_0(in_ptr0, out_ptr0, xnumel, r0_numel, XBLOCK : tl.cons
 """
 
 
-@pytest.mark.parametrize("rewriter", sorted(kv.REWRITERS))
-def test_an_npu_shaped_reduction_is_not_recognised(rewriter):
-    assert kv.rewrite(rewriter, "triton", NPU_REDUCTION) is None
-    assert rewriter in RECOGNISED
+def test_a_scalar_loop_over_an_outer_axis_is_a_reduction_loop_of_its_nest():
+    variant = kv.rewrite("reduction-partial", "triton", NPU_REDUCTION).splitlines()
+    inner = next(n for n, line in enumerate(variant) if "for r0_offset in range(0, 5, R0_BLOCK):" in line)
+    assert "re-initialised" in variant[inner + 1] and variant[inner + 2].strip().startswith("_tmp2 = tl.full(")
+    garbage = kv.rewrite("masked-load-garbage", "triton", NPU_REDUCTION)
+    assert "other=1234" in garbage and "_tmp2 = _tmp2 + tmp1" in garbage  # (no signature here: no pointee type)
+    # One reduction variable per axis, no flattened index and no real-block loops: no axis order to reverse.
+    assert kv.rewrite("reduction-axis-order", "triton", NPU_REDUCTION) is None
+    assert kv.rewrite("reduction-small-inner", "triton", NPU_REDUCTION) is None  # x0 is not an x0index of K < 8
+
+
+def _launch_writing(out, value):
+    """A stand-in launch of a kernel that writes `value` into `out`."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(replay=False, index=0, kernel=SimpleNamespace(name="triton_red_fused_sum_0"), args=[out],
+                           kwargs={}, written_args=lambda: [(0, out)], run=lambda: out.fill_(value))
+
+
+@pytest.mark.parametrize("variant_writes, hit", [(1.0, False), (2.0, True)])
+def test_a_variant_is_a_hit_only_where_it_writes_other_than_the_kernel(monkeypatch, variant_writes, hit):
+    import harness.rewritten_kernels as rewritten
+
+    monkeypatch.setattr(rewritten, "variant", lambda info, name: kv.KernelVariant(
+        name, "", lambda out: out.fill_(variant_writes)))
+    handler = rewritten.RewrittenKernels("reduction-partial")
+    out = torch.full((4,), 7.0)
+    handler(_launch_writing(out, 1.0))  # the kernel writes 1.0
+    assert torch.equal(out, torch.full((4,), variant_writes))  # what the run sees is the variant's
+    assert handler.stats.hits == (["0:triton_red_fused_sum_0"] if hit else [])
+    if hit:
+        assert handler.missed() is None
+    else:  # a rewrite whose lanes never reach an output: injection-missed, with the reason
+        assert handler.missed().startswith("reduction-partial rewrote 1 kernel launch (0:triton_red_fused_sum_0), "
+                                           "but each variant wrote exactly what the kernel as compiled writes")

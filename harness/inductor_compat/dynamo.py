@@ -147,13 +147,18 @@ def inductor_option_problem(key: str, value: object) -> str | None:
 
 def load_kernels_afresh() -> None:
     """Make the next compile load its program as a new process would, from the warm caches: Dynamo's frames are
-    dropped (`torch.compiler.reset`), and so is the table in which Inductor keeps every Triton kernel it loaded
-    to hand the same kernel object to every module defining it (`async_compile.CompiledTritonKernels`, torch
-    2.6 to 2.13). Wrapper modules run anew at every load (`PyCodeCache.load_by_key_path` with attributes),
-    so their kernels are new objects and each one's next launch is its first."""
+    dropped (`torch.compiler.reset`), and so are the two tables that hand a loaded Triton kernel back instead of
+    making it anew: `async_compile.CompiledTritonKernels` (torch 2.6 to 2.13), and the modules that
+    `PyCodeCache.load_by_key_path` keeps when it loads without attributes (`modules_no_attr`), which is how a
+    kernel's own module is loaded with one compile thread and under Triton's interpreter. Wrapper modules run
+    anew at every load (they are loaded with attributes), so their kernels are new objects and each one's next
+    launch is its first."""
     import torch
 
     torch.compiler.reset()
+    from torch._inductor.codecache import PyCodeCache
+
+    getattr(PyCodeCache, "modules_no_attr", {}).clear()
     try:
         from torch._inductor.async_compile import CompiledTritonKernels
     except ImportError:  # a torch without the table: every load makes its kernels anew

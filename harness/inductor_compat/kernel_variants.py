@@ -17,8 +17,9 @@ run here) and the Triton codegen of torch 2.11 to 2.13
 Triton codegen was read and its kernels generated here without a GPU
 (`tests/generated_kernels.py`: codegen only, Triton is not installed); the
 lines relied on were compared with published `triton_red_*` kernels of
-recent releases. No Triton variant has been compiled or run here: that
-needs a GPU. Older spellings (`range(...)` loop headers, `rindex`-based
+recent releases. Triton variants run on CUDA and, with no GPU, on the
+surrogate NPU's Triton mode (triton-ascend's interpreter,
+`tests/npu_surrogate`). Older spellings (`range(...)` loop headers, `rindex`-based
 decompositions) are matched where it costs nothing, untested.
 
 The transformations are pure functions `source -> source | None` (None: the
@@ -72,6 +73,16 @@ Triton kernels (`triton_red_*`, `triton_per_*`):
   `config.kwargs["R0_BLOCK"]`) whose `R0_BLOCK` is below a static `r0_numel`,
   when there are any: it loops at least twice, as the NPU's small sub-blocks
   do. `triton_per_*` kernels have no loop: the whole reduction is one chunk.
+- torch_npu 2.14's `triton_experimental` (kernels in `tests/fixtures/`, written by
+  its own codegen on CPU and run by triton-ascend's interpreter) wraps the
+  same loops in a group-dispatch `for i in range(group_size)` over its 40
+  cores, splits long reductions over the cores (rsplit: `for r0_offset in
+  range(r0__lo, r0__hi, R0_BLOCK)`, each core's share `r0__per_core`, which
+  is the range `reduction-partial` must loop over at least twice), and loops
+  over each axis of a multi-axis reduction on its own (`for r0_2inner in
+  range(0, 5, r0_2_blk):` around `for r0_1inner in range(0, 7, r0_1_blk):`,
+  then `tl.reshape`): no flattened index there, so `reduction-axis-order`
+  flattens the axes and decomposes them reversed.
 - A reduction over several axes that Inductor could not merge is one flattened
   index `r0_index`, decomposed in the kernel into one variable per axis:
   `r0_1 = (r0_index % 5)`, `r0_2 = ((r0_index // 5) % 6)`,
@@ -355,7 +366,11 @@ def _cpp_from_chunk(loop: _CppLoop, chunk: str) -> str:
 # Triton kernels
 
 
-_TRITON_LOOP = re.compile(r"^(?P<indent>[ \t]*)for (?P<prefix>r\d*_?)offset in (?:tl\.)?range\(.*\):[ \t]*$")
+# Inductor's `for r0_offset in tl.range(0, r0_numel, R0_BLOCK):` (torch_npu's rsplit kernels: `range(r0__lo,
+# r0__hi, R0_BLOCK)`), and torch_npu's real-block multi-axis loops, one per axis:
+# `for r0_2inner in range(0, 5, r0_2_blk):` around `for r0_1inner in range(0, 7, r0_1_blk):`, or a scalar loop
+# over an outer axis (`for r0_2 in range(6):`) around the `r0_offset` loop.
+_TRITON_LOOP = re.compile(r"^(?P<indent>[ \t]*)for (?:r\d*_?offset|r\d*_\d+(?:inner)?) in (?:tl\.)?range\(.*\):[ \t]*$")
 _TRITON_INIT = re.compile(r"^[ \t]*(?P<name>\w+) = tl\.(?:full|zeros)\(")
 _TRITON_AXIS = re.compile(r"^(?P<indent>[ \t]*)(?P<var>r\d*_?\d+) = (?P<expr>.+?)[ \t]*$")
 _AXIS_FORMS = (
@@ -381,16 +396,20 @@ def _block_end(lines: list[str], header: int) -> int:
     return end
 
 
-def triton_reduction_partial(source: str) -> str | None:
-    """Re-initialise a looping reduction's accumulators at the top of its innermost `r` loop.
+@dataclass
+class TritonReductionLoop:
+    """A reduction loop nest of a Triton kernel: its outermost loop's header, one past its last line, its
+    innermost loop's header, and the accumulators set before it (their lines) and reassigned in it."""
 
-    Each `for r0_offset in tl.range(...)` loop of a `triton_red_*` kernel then
-    keeps only the last `R0_BLOCK` chunk. Kernels without such a loop
-    (`triton_per_*`, pointwise) come back as None; so do loops that
-    accumulate nothing (a softmax's last pass only stores).
-    """
-    lines = source.split("\n")
-    insertions: dict[int, list[str]] = {}
+    outer: int
+    end: int
+    innermost: int
+    inits: list[str]
+    accumulators: set[str]
+
+
+def triton_reduction_loops(lines: list[str]) -> list[TritonReductionLoop]:
+    found = []
     number = 0
     while number < len(lines):
         match = _TRITON_LOOP.match(lines[number])
@@ -405,7 +424,7 @@ def triton_reduction_partial(source: str) -> str | None:
         assigned_in_loop = {m.group(1) for line in lines[outer + 1:end]
                             if (m := re.match(r"^[ \t]*(\w+) = ", line))}
         indent = match["indent"]
-        inits = []
+        inits, names = [], set()
         for previous in range(outer - 1, -1, -1):
             line = lines[previous]
             if (line.strip() and len(_indent_of(line)) < len(indent)) or _TRITON_LOOP.match(line):
@@ -415,11 +434,35 @@ def triton_reduction_partial(source: str) -> str | None:
             init = _TRITON_INIT.match(line)
             if init and init["name"] in assigned_in_loop:
                 inits.insert(0, line.strip())
-        if inits:
-            body = _indent_of(lines[innermost]) + "    "
-            insertions[innermost] = [f"{body}# {MARK} (reduction-partial): accumulators re-initialised in the loop",
-                                     *(body + init for init in inits)]
+                names.add(init["name"])
+        found.append(TritonReductionLoop(outer, end, innermost, inits, names))
         number = end
+    return found
+
+
+def triton_loop_accumulators(lines: list[str]) -> list[tuple[range, set[str]]]:
+    """(the lines inside each reduction loop nest, the accumulators it updates)."""
+    return [(range(loop.outer + 1, loop.end), loop.accumulators) for loop in triton_reduction_loops(lines)
+            if loop.accumulators]
+
+
+def triton_reduction_partial(source: str) -> str | None:
+    """Re-initialise a looping reduction's accumulators at the top of its innermost `r` loop.
+
+    Each `for r0_offset in tl.range(...)` loop of a `triton_red_*` kernel then
+    keeps only the last `R0_BLOCK` chunk (a real-block nest of torch_npu's: the
+    last tile of its innermost loop). Kernels without such a loop
+    (`triton_per_*`, pointwise) come back as None; so do loops that
+    accumulate nothing (a softmax's last pass only stores).
+    """
+    lines = source.split("\n")
+    insertions: dict[int, list[str]] = {}
+    for loop in triton_reduction_loops(lines):
+        if loop.inits:
+            body = _indent_of(lines[loop.innermost]) + "    "
+            insertions[loop.innermost] = [
+                f"{body}# {MARK} (reduction-partial): accumulators re-initialised in the loop",
+                *(body + init for init in loop.inits)]
     return _insert_after(lines, insertions) if insertions else None
 
 
@@ -486,7 +529,7 @@ def triton_reduction_axis_order(source: str) -> str | None:
             exprs[axis.var] = f"({digit} % {_py(sizes[position], numel_name)})"
         replacements[base] = exprs
     if not replacements:
-        return None
+        return _real_block_axis_order(lines)
     out: list[str] = []
     previous_replaced = False
     for number, line in enumerate(lines):
@@ -501,6 +544,55 @@ def triton_reduction_axis_order(source: str) -> str | None:
             out.append(line)
         previous_replaced = replaced
     return "\n".join(out)
+
+
+SIZES_ONLY = "r0_numel"  # (for `_py`: a real-block axis's size never involves the reduction's numel)
+_REAL_BLOCK_LOOP = re.compile(r"^[ \t]*for (?P<var>r\d*_\d+)inner in range\(0, (?P<size>[^,]+), \w+\):[ \t]*$")
+
+
+def _real_block_axis_order(lines: list[str]) -> str | None:
+    """torch_npu's multi-axis reductions (its `real_block` codegen) loop over each axis on its own, one loop per
+    axis (`for r0_2inner in range(0, 5, r0_2_blk):` around `for r0_1inner in range(0, 7, r0_1_blk):`, then
+    `r0_2 = r0_2inner + tl.arange(...)`, `r0_2mask = r0_2 < 5`, ...): there is no flattened index to decompose.
+    The variant makes one from the axes (the innermost loop's axis innermost), and decomposes it with the axes
+    reversed as the flattened form's variant does, each axis wrapped to its own size, after the masks (which
+    keep the lanes they had). None when no nest has two axes or more."""
+    import sympy
+
+    out = list(lines)
+    inserted = 0
+    for loop in triton_reduction_loops(lines):
+        axes = []  # outermost first: (variable, size)
+        for number in range(loop.outer, loop.innermost + 1):
+            if match := _REAL_BLOCK_LOOP.match(lines[number]):
+                axes.append((match["var"], match["size"].strip()))
+        if len(axes) < 2 or not all(_SIZE_TEXT.match(size) for _, size in axes):
+            continue
+        names = {var for var, _ in axes}
+        defined = [number for number in range(loop.innermost + 1, loop.end)
+                   if (m := re.match(r"^[ \t]*(\w+?)(?:mask)? = ", lines[number])) and m.group(1) in names]
+        if not defined:
+            continue
+        inner = axes[::-1]
+        sizes = [sympy.sympify(size) for _, size in inner]
+        prefix = re.match(r"r\d*_", inner[0][0]).group(0)
+        flat = f"{prefix}flat"
+        indent = _indent_of(lines[defined[-1]])
+        terms = [var if position == 0 else f"{_py(sympy.Mul(*sizes[:position]), SIZES_ONLY)}*{var}"
+                 for position, (var, _) in enumerate(inner)]
+        reversed_sizes = sizes[::-1]
+        new = [f"{indent}# {MARK} (reduction-axis-order): the {prefix} axes, flattened, decomposed reversed",
+               f"{indent}{flat} = {' + '.join(terms)}"]
+        for position, (var, _) in enumerate(inner):
+            divisor = sympy.Mul(*reversed_sizes[:position])
+            digit = f"({flat} // {_py(divisor, SIZES_ONLY)})" if divisor != 1 else flat
+            if position < len(inner) - 1:
+                digit = f"({digit} % {_py(reversed_sizes[position], SIZES_ONLY)})"
+            new.append(f"{indent}{var} = ({digit} % {_py(sizes[position], SIZES_ONLY)})")
+        at = defined[-1] + 1 + inserted
+        out[at:at] = new
+        inserted += len(new)
+    return "\n".join(out) if inserted else None
 
 
 def _ordered_axes(axes: list[_TritonAxis]) -> list[_TritonAxis] | None:
@@ -556,17 +648,17 @@ REWRITERS: dict[str, dict[str, Rewrite]] = {
 }
 
 
-# What each rewriter recognises, for the error of a run in which it rewrote nothing. The NPU's own Triton
-# reductions (torch_npu's `triton_experimental/codegen/triton.py`: a group-dispatch `for i in range(group_size)`
-# loop, per-node loop nests, rsplit partial-plus-combine kernel pairs) are none of these.
+# What each rewriter recognises, for the error of a run in which it rewrote nothing.
 RECOGNISED = {
     "reduction-partial": "C++ reductions whose accumulator (`tmp_accN`) is updated in a "
                          "`for(int64_t xN=...)` loop nest that runs more than once, and Triton reductions that loop "
-                         "(`for r0_offset in tl.range(0, r0_numel, R0_BLOCK)`, accumulators set before the loop); "
-                         "persistent reductions and unrolled ones have no loop",
+                         "(`for r0_offset in tl.range(0, r0_numel, R0_BLOCK)`, torch_npu's rsplit "
+                         "`range(r0__lo, r0__hi, R0_BLOCK)` and real-block `for r0_1inner in range(0, 7, r0_1_blk)`; "
+                         "accumulators set before the loop); persistent reductions and unrolled ones have no loop",
     "reduction-axis-order": "C++ reductions over two or more nested reduction loops of unequal trip counts, and "
                             "Triton reductions that decompose one flattened `r0_index` into a variable per axis "
-                            "(`r0_1 = (r0_index % 5)`, `r0_2 = r0_index // 5`)",
+                            "(`r0_1 = (r0_index % 5)`, `r0_2 = r0_index // 5`) or, as torch_npu does, loop over "
+                            "each axis on its own (`for r0_2inner ...: for r0_1inner ...:`)",
 }
 
 
@@ -734,27 +826,49 @@ def _triton_compile(kernel_name: str, source: str, device: str) -> Any:
 
 
 def _loop_at_least_twice(autotuner: Any, source: str) -> None:
-    """Keep only the launch configs whose R0_BLOCK is below a static r0_numel, when there are some.
+    """Keep only the launch configs whose R0_BLOCK is below the range one program reduces, when there are some.
 
     A `triton_red_*` kernel loops by design, but the autotuner may still pick
     an `R0_BLOCK` that covers the whole reduction (Inductor offers
     `min(r0_numel, 2048)` among the configs of most reductions), and one chunk
     hides the bug. The NPU's sub-blocks are far smaller than a GPU's blocks, so
-    the variant autotunes among the configs that loop. Relies on
-    `CachingAutotuner.launchers` (filled by `precompile`) and each launcher's
-    `config.kwargs`; anything else leaves the autotuner as it is.
+    the variant autotunes among the configs that loop. The range is a static
+    `r0_numel`, or in torch_npu's rsplit kernels each core's share of it
+    (`r0__per_core = (r0_numel + rsplit_nsplit - 1) // rsplit_nsplit`, with
+    `rsplit_nsplit = total_thread`). Both `CachingAutotuner.configs` (what
+    `precompile` compiles; torch_npu's `NPUCachingAutotuner` subclasses it) and
+    its `launchers` (filled by `precompile`, each with `config.kwargs`) are kept
+    to those; anything else leaves the autotuner as it is.
     """
-    numel = re.search(r"^[ \t]*r0_numel = (\d+)[ \t]*$", source, re.M)
-    launchers = getattr(autotuner, "launchers", None)
-    if numel is None or not launchers:
+    per_program = _reduced_per_program(source)
+    if per_program is None:
         return
+
+    def loops(config: Any) -> bool:
+        return 0 < config.kwargs.get("R0_BLOCK", 0) < per_program
+
     try:
-        looping = [launcher for launcher in launchers
-                   if 0 < launcher.config.kwargs.get("R0_BLOCK", 0) < int(numel.group(1))]
+        configs = [config for config in getattr(autotuner, "configs", None) or [] if loops(config)]
+        launchers = [launcher for launcher in getattr(autotuner, "launchers", None) or [] if loops(launcher.config)]
     except AttributeError:
         return
-    if looping:
-        autotuner.launchers = looping
+    if configs:
+        autotuner.configs = configs
+    if launchers:
+        autotuner.launchers = launchers
+
+
+def _reduced_per_program(source: str) -> int | None:
+    numel = re.search(r"^[ \t]*r0_numel = (\d+)[ \t]*$", source, re.M)
+    if numel is None:
+        return None
+    if re.search(r"^[ \t]*r0_+per_core = ", source, re.M):
+        split = re.search(r"^[ \t]*rsplit_nsplit = (?P<n>\d+|total_thread)[ \t]*$", source, re.M)
+        cores = re.search(r"^[ \t]*total_thread = (\d+)[ \t]*$", source, re.M)
+        count = split and (int(split["n"]) if split["n"].isdigit() else int(cores.group(1)) if cores else None)
+        if count:
+            return -(-int(numel.group(1)) // count)
+    return int(numel.group(1))
 
 
 # triton-ascend's reduction classes (harness/bug_classes): their rewriters live in padding_variants.py.

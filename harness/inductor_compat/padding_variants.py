@@ -10,10 +10,11 @@ drop the zero fill Inductor writes (`inject_care_padding` marks `other=0.0`
 loads `care_padding=False`) and elides the reduction's `tl.where` guard
 (`elide_reduction_where`, on by default), relying on the fill. Together the
 reduction reads the garbage. The variant does both to Inductor's kernel:
-- Triton: loads masked by the range masks alone (`r0_mask & xmask`) get
+- Triton: loads masked by the range masks alone (`r0_mask & xmask`; torch_npu's
+  per-node `r0_mask & x0mask`, `(r0_2mask & r0_1mask) & x0mask`) get
   `other=float("nan")` (integer pointees: 1234), and
   `tl.where(<range masks>, value, neutral)` guards that hold a reduction mask
-  become `value`;
+  become `value` (torch_npu has already elided those its zero fill covers);
 - C++: the tail of a vectorized reduction, `sum_masked_reduce(acc, v, n)` (and
   max/min/prod/xor_sum/any), reduces the whole vector, lanes `n` and up of `v`
   holding NaN (integers: 1234).
@@ -27,7 +28,10 @@ report). The upper half of those K lanes (from `max(1, K // 2)`) never reach
 the accumulator, which keeps its initial value there:
 - Triton: in a reduction kernel whose loads are contiguous along an `x`
   variable of static extent K < 8 (`x0 = xindex` with `xnumel = K`, or
-  `x0 = (xindex % K)`), each range-mask guard gains `& (x0 < keep)`;
+  `x0 = (xindex % K)`; torch_npu's `x0 = x0index` with
+  `x0numel : tl.constexpr = K`), each range-mask guard gains `& (x0 < keep)`,
+  and an accumulator update left unguarded in a reduction loop (torch_npu's
+  elided `where`: `_tmp2 = tmp3`) becomes `tl.where(x0 < keep, tmp3, _tmp2)`;
 - C++: a reduction vectorized along its kept axis
   (`if(C10_LIKELY(x0 >= 0 && x0 < K))` around the update, `x0`'s loop
   enclosing the accumulator's declaration) with `*_masked_reduce(acc, v, K)`,
@@ -36,6 +40,9 @@ the accumulator, which keeps its initial value there:
 Written against torch 2.13's codegen (`codegen/cpp.py` `reduction_combine_vec`,
 `cpp_prefix.h` `*_masked_reduce`; `codegen/triton.py` `reduction` and `load`);
 the Triton variants were compiled and run on the H200 (torch 2.11, Triton 3.6).
+torch_npu 2.14.0's `triton_experimental` kernels (`tests/fixtures/`, written by
+its own codegen on CPU) were read and, with their variants, run by
+triton-ascend 3.2.0's interpreter (`tests/npu_kernel_runs.py`).
 """
 
 from __future__ import annotations
@@ -53,14 +60,24 @@ NARROW = 8  # the tile's inner extent below which #2247 drops lanes
 # ---------------------------------------------------------------------------
 # Triton
 
-_RANGE_MASK = re.compile(r"^(?:[xyz]mask|r\d*_?mask|r\d+_mask)(?:\s*&\s*(?:[xyz]mask|r\d*_?mask|r\d+_mask))*$")
-_REDUCTION_MASK = re.compile(r"\br(?:\d+_)?mask\b")
+# A range mask: Inductor's `xmask`, `rmask`, `r0_mask`; torch_npu's per-node `x0mask`, `r0_1mask` (its
+# real-block multi-axis loops), combined with `&`, parenthesised or not: `(r0_2mask & r0_1mask) & x0mask`.
+_RANGE_MASK_NAME = re.compile(r"^(?:[xyz]\d*mask|r\d*_?\d*mask)$")
+_REDUCTION_MASK = re.compile(r"\br\d*_?\d*mask\b")
 
 
 def _range_mask(node: ast.AST) -> str | None:
     """The text of a mask made of range masks alone (`r0_mask & xmask`), None otherwise."""
-    text = ast.unparse(node)
-    return text if _RANGE_MASK.match(text) else None
+    return ast.unparse(node) if _range_mask_names(node) else None
+
+
+def _range_mask_names(node: ast.AST) -> list[str] | None:
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitAnd):
+        left, right = _range_mask_names(node.left), _range_mask_names(node.right)
+        return left + right if left and right else None
+    if isinstance(node, ast.Name) and _RANGE_MASK_NAME.match(node.id):
+        return [node.id]
+    return None
 
 
 def _statement(line: str) -> ast.stmt | None:
@@ -94,7 +111,7 @@ def _rewrite_lines(source: str, rewrite) -> str | None:
 
 
 def _is_reduction_kernel(source: str) -> bool:
-    return re.search(r"^\s*r0?_?numel = ", source, re.M) is not None or "rnumel" in source
+    return re.search(r"\br\d*_?numel\b", source) is not None  # `r0_numel = 60`, or a parameter (combine kernels)
 
 
 _SIGNATURE_POINTER = re.compile(r"'(?P<name>\w+)': '\*(?P<type>\w+)'")
@@ -147,21 +164,33 @@ def triton_masked_load_garbage(source: str) -> str | None:
     return _rewrite_lines(source, rewrite)
 
 
-_X_DEFINITION = re.compile(r"^\s*(?P<var>x\d+) = (?:xindex|\(xindex % (?P<modulus>\d+)\))\s*$", re.M)
+# Inductor's `x0 = xindex` (extent `xnumel`) or `x0 = (xindex % K)`; torch_npu's `x0 = x0index` (extent
+# `x0numel : tl.constexpr = K`).
+_X_DEFINITION = re.compile(r"^\s*(?P<var>x\d+) = (?:xindex|(?P<node>x\d+)index|\(xindex % (?P<modulus>\d+)\))\s*$",
+                           re.M)
 _LOAD_INDEX = re.compile(r"tl\.load\(\w+ \+ \((?P<index>[^,]*)\),")
+_STRIDED_REDUCTION_TERM = re.compile(r"\d+\*r\d*_?(?:\d+|index)")  # `4*r0_1`, `4*r0_index`: the reduced axis strided
+
+
+def _static_numel(source: str, name: str) -> int | None:
+    found = re.search(rf"^\s*{name}\s*(?::\s*tl\.constexpr\s*)?=\s*(\d+)\s*$", source, re.M)
+    return int(found.group(1)) if found else None
 
 
 def _contiguous_narrow_x(source: str) -> tuple[str, int] | None:
     """(x variable, its extent) when the kernel's loads are contiguous along an x axis narrower than NARROW."""
-    xnumel = re.search(r"^\s*xnumel = (\d+)\s*$", source, re.M)
     extents = {}
     for match in _X_DEFINITION.finditer(source):
-        extent = int(match["modulus"]) if match["modulus"] else int(xnumel.group(1)) if xnumel else None
+        if match["modulus"]:
+            extent = int(match["modulus"])
+        else:
+            extent = _static_numel(source, f"{match['node']}numel") if match["node"] else None
+            extent = extent if extent is not None else _static_numel(source, "xnumel")
         if extent is not None:
             extents[match["var"]] = extent
     for match in _LOAD_INDEX.finditer(source):
         terms = [t.strip() for t in match["index"].split(" + ")]
-        if not any(re.fullmatch(r"(?:\d+\*)?r\d*_?\d+", t) and "*" in t for t in terms):
+        if not any(_STRIDED_REDUCTION_TERM.fullmatch(t) for t in terms):
             continue  # the reduced axis is not strided here: an inner reduction
         for term in terms:
             if term in extents and 2 <= extents[term] < NARROW:
@@ -176,7 +205,7 @@ def triton_reduction_small_inner(source: str) -> str | None:
     if narrow is None:
         return None
     var, extent = narrow
-    keep = max(1, extent // 2)
+    kept = f"({var} < {max(1, extent // 2)})"
 
     class Narrowed(ast.NodeTransformer):
         changed = False
@@ -184,7 +213,7 @@ def triton_reduction_small_inner(source: str) -> str | None:
         def visit_Call(self, node: ast.Call) -> ast.AST:
             self.generic_visit(node)
             if _call(node, "tl.where") and len(node.args) == 3 and _range_mask(node.args[0]):
-                node.args[0] = ast.parse(f"({ast.unparse(node.args[0])}) & ({var} < {keep})", mode="eval").body
+                node.args[0] = ast.parse(f"({ast.unparse(node.args[0])}) & {kept}", mode="eval").body
                 self.changed = True
             return node
 
@@ -193,7 +222,29 @@ def triton_reduction_small_inner(source: str) -> str | None:
         statement = transformer.visit(statement)
         return statement if transformer.changed else None
 
-    return _rewrite_lines(source, rewrite)
+    guarded = _rewrite_lines(source, rewrite)
+    return _narrow_unguarded_updates(guarded or source, kept) or guarded
+
+
+def _narrow_unguarded_updates(source: str, kept: str) -> str | None:
+    """Accumulator updates in a reduction loop with no guard (torch_npu elides the `tl.where` when its loads
+    are zero-filled: `_tmp2 = tmp3`) keep the accumulator's value outside `kept`: `tl.where(kept, tmp3, _tmp2)`."""
+    from .kernel_variants import _indent_of, triton_loop_accumulators
+
+    lines = source.split("\n")
+    changed = False
+    for body, accumulators in triton_loop_accumulators(lines):
+        for number in body:
+            statement = _statement(lines[number])
+            if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                    and isinstance(statement.targets[0], ast.Name) and statement.targets[0].id in accumulators):
+                continue
+            if _call(statement.value, "tl.where"):
+                continue  # guarded (and narrowed above, when the guard is a range mask)
+            name, value = statement.targets[0].id, ast.unparse(statement.value)
+            lines[number] = f"{_indent_of(lines[number])}{name} = tl.where({kept}, {value}, {name})"
+            changed = True
+    return "\n".join(lines) if changed else None
 
 
 # ---------------------------------------------------------------------------
@@ -314,10 +365,12 @@ REWRITERS = {
 
 RECOGNISED = {
     MASKED_LOAD_GARBAGE: "Triton reductions whose loads or `tl.where` guards use a reduction range mask "
-                         "(`r0_mask & xmask`: a reduced extent that is not a multiple of R0_BLOCK), and C++ "
-                         "reductions with a vector tail (`sum_masked_reduce(acc, v, n)` and its max/min/prod/"
-                         "xor_sum/any kin)",
+                         "(`r0_mask & xmask`, torch_npu's `r0_mask & x0mask` and `(r0_2mask & r0_1mask) & x0mask`: "
+                         "a reduced extent that is not a multiple of its block), and C++ reductions with a vector "
+                         "tail (`sum_masked_reduce(acc, v, n)` and its max/min/prod/xor_sum/any kin)",
     REDUCTION_SMALL_INNER: "outer reductions whose kept, contiguous axis is 2 to 7 wide: Triton reductions "
-                           "loading `x0 + K*r0_1` with `x0` of extent below 8 and a range-mask guard, and C++ "
-                           "reductions vectorized along that axis (`sum_masked_reduce(acc, v, K)`, K < 8)",
+                           "loading `x0 + K*r0_1` with `x0` of extent below 8 (`x0 = xindex`, torch_npu's "
+                           "`x0 = x0index`) and a range-mask guard or an unguarded accumulator update in a "
+                           "reduction loop, and C++ reductions vectorized along that axis "
+                           "(`sum_masked_reduce(acc, v, K)`, K < 8)",
 }

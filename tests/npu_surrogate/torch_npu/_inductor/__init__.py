@@ -1,9 +1,10 @@
 """Backend loading as torch_npu 2.14.0 does it (`torch_npu/_inductor/__init__.py`): importing this loads one.
 
 `_BACKEND_LOADERS.get(backend, _load_triton_backend)`: an unknown name loads the default backend, without a
-word, and `_InductorNpuRegistry._loaded_backend` still records the name asked for. Both backends here
-generate Inductor's C++ CPU kernels for the device (`host_codegen`); `triton_experimental` also writes
-Inductor's config as its `_activate` does.
+word, and `_InductorNpuRegistry._loaded_backend` still records the name asked for. Every backend here
+generates the device's kernels in one of two modes: Inductor's C++ CPU kernels (`host_codegen`, the default),
+or with `NPU_SURROGATE_CODEGEN=triton` Inductor's Triton kernels run by triton-ascend's interpreter
+(`triton_codegen`); `triton_experimental` also writes Inductor's config as its `_activate` does.
 
 `NPU_SURROGATE_BACKENDS` (comma-separated names) keeps only those loaders, to stand for another release:
 `default,mlir` is the v2.12.0 branch, which has no `triton_experimental`.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 
 from ..utils._dynamo import BACKEND_VARIABLE, _InductorNpuRegistry
+from .. import _triton_codegen as triton_codegen
 from . import host_codegen
 
 
@@ -21,15 +23,19 @@ def _get_backend() -> str:
     return os.getenv(BACKEND_VARIABLE, "default")
 
 
+def _register_codegen() -> None:
+    (triton_codegen if triton_codegen.wanted() else host_codegen).register()
+
+
 def _load_triton_backend():
     import torch
 
-    host_codegen.register()
+    _register_codegen()
     torch._inductor.config.comprehensive_padding = False
 
 
 def _load_triton_experimental_backend():
-    host_codegen.register()
+    _register_codegen()
     from .triton_experimental import _activate
 
     _activate()

@@ -88,5 +88,8 @@ def register() -> None:
 
     register_interface_for_device("npu", HostInterface)
     register_device_op_overrides("npu", HostOps())
-    register_backend_for_device("npu", CppScheduling, HostWrapper, CppWrapperCpu)
+    from . import codegen_config
+
+    register_backend_for_device("npu", CppScheduling, HostWrapper, CppWrapperCpu,
+                                device_custom_config=codegen_config)  # its mode in the cache keys
     _registered = True

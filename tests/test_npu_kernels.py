@@ -1,0 +1,128 @@
+"""The emulations' recognisers on the kernels torch_npu 2.14.0's own `triton_experimental` codegen writes.
+
+`fixtures/npu_kernels_torch_npu_2.14.json` holds that codegen's kernel text for small programs, written on
+CPU from the unzipped wheel (`fixtures/regenerate_npu_kernels.py` writes it again). Its shape is not
+Inductor's: a group-dispatch loop over the 40 cores (`for i in range(group_size)`), per-node masks
+(`x0mask`, `r0_2mask`), `x0 = x0index` of extent `x0numel`, reductions whose `tl.where` guard is elided when
+the loads are zero-filled (`_tmp2 = tmp3`), real-block loops over each axis of a multi-axis reduction
+(`for r0_2inner ... for r0_1inner ...`, then `tl.reshape`), rsplit partial-plus-combine kernel pairs. Each
+rewriter must read that shape. (That each variant computes wrong and the kernel right, run by triton-ascend's
+interpreter, is in test_npu_path.py.)
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.inductor_compat.kernel_variants import rewrite
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "npu_kernels_torch_npu_2.14.json"
+PROGRAMS = json.loads(FIXTURE.read_text())["programs"]
+
+
+def kernel(program: str, index: int = 0) -> str:
+    kernels = PROGRAMS[program]["kernels"]
+    return kernels[sorted(kernels)[index]]
+
+
+def changed_lines(before: str, after: str) -> list[str]:
+    old = set(before.splitlines())
+    return [line.strip() for line in after.splitlines() if line not in old]
+
+
+def test_the_fixtures_are_torch_npu_2_14s_triton_experimental_kernels():
+    payload = json.loads(FIXTURE.read_text())
+    assert (payload["torch_npu"], payload["backend"], payload["cores"]) == ("2.14.0", "triton_experimental", 40)
+    for name, entry in PROGRAMS.items():
+        assert entry["kernels"], name
+        for kernel_name, source in entry["kernels"].items():
+            assert kernel_name.startswith("triton_unk_") and "@npu_triton_heuristics." in source, kernel_name
+            assert "total_thread = 40" in source and "for i in range(group_size):" in source, kernel_name
+    assert "workspace_0" in PROGRAMS["column_sums_k4"]["wrapper"]  # the rsplit pair shares a workspace
+    assert "for r0_1inner in range(0, 7, r0_1_blk):" in kernel("sum_axes_0_2")
+
+
+# (rewriter, program, kernel index) -> what the variant's changed lines hold.
+REWRITTEN = {
+    # Loads masked by per-node range masks get garbage; the guards torch_npu kept are elided.
+    ("masked-load-garbage", "row_sums", 0): ["r0_mask & x0mask", "other=float('nan')"],
+    ("masked-load-garbage", "layer_norm", 0): ["_tmp10 = tmp11"],
+    ("masked-load-garbage", "sum_axes_0_2", 0): ["r0_2mask & r0_1mask & x0mask", "other=float('nan')"],
+    ("masked-load-garbage", "column_sums_k4", 1): ["_acc = tmp1"],  # the rsplit combine kernel
+    ("masked-load-garbage", "column_maxima_k4_small", 0): ["other=float('nan')"],
+    # An outer reduction over a 4-wide contiguous axis: lanes x0 >= 2 never reach the accumulator, guarded
+    # (the combine kernel) or not (torch_npu elided the guard).
+    ("reduction-small-inner", "column_sums_k4_small", 0): ["_tmp2 = tl.where((x0 < 2), tmp3, _tmp2)"],
+    ("reduction-small-inner", "column_maxima_k4_small", 0): ["_tmp2 = tl.where((x0 < 2), tmp3, _tmp2)"],
+    ("reduction-small-inner", "column_sums_k4", 0): ["_tmp2 = tl.where((x0 < 2), tmp3, _tmp2)"],
+    ("reduction-small-inner", "column_sums_k4", 1): ["_acc = tl.where(r0_mask & x0mask & (x0 < 2), tmp1, _acc)"],
+    # Accumulators re-initialised in the innermost reduction loop: the real-block nest's, and each core's
+    # range of an rsplit partial kernel.
+    ("reduction-partial", "row_sums", 0): ["_tmp2 = tl.full([real_block_x0, R0_BLOCK], 0, tl.float32)"],
+    ("reduction-partial", "sum_axes_0_2", 0): ["_tmp2 = tl.full([real_block_x0, r0_2_blk, r0_1_blk], 0, tl.float32)"],
+    ("reduction-partial", "column_sums_k4", 0): ["_tmp2 = tl.full([R0_BLOCK, real_block_x0], 0, tl.float32)"],
+    ("reduction-partial", "rmsnorm_wgrad_like", 0): ["_tmp4 = tl.full([R0_BLOCK, real_block_x0], 0, tl.float32)"],
+    # The real-block axes (r0_2 of 5 outside r0_1 of 7), flattened and decomposed reversed.
+    ("reduction-axis-order", "sum_axes_0_2", 0): ["r0_flat = r0_1 + 7*r0_2", "r0_1 = ((r0_flat % 5) % 7)",
+                                                  "r0_2 = ((r0_flat // 5) % 5)"],
+}
+
+
+@pytest.mark.parametrize("rewriter, program, index", list(REWRITTEN))
+def test_each_rewriter_reads_the_npu_kernels_shape(rewriter, program, index):
+    source = kernel(program, index)
+    variant = rewrite(rewriter, "triton", source)
+    assert variant is not None, f"{rewriter} did not recognise {program}'s kernel {index}"
+    compile(variant, "<variant>", "exec")
+    changed = "\n".join(changed_lines(source, variant))
+    for expected in REWRITTEN[(rewriter, program, index)]:
+        assert expected in changed, changed
+    assert f"harness emulation ({rewriter})" in variant or rewriter in ("masked-load-garbage",
+                                                                        "reduction-small-inner")
+
+
+def test_the_partial_variant_of_a_real_block_nest_resets_in_its_innermost_loop():
+    variant = rewrite("reduction-partial", "triton", kernel("sum_axes_0_2")).splitlines()
+    header = next(n for n, line in enumerate(variant) if "for r0_1inner in range(" in line)
+    assert "accumulators re-initialised" in variant[header + 1] and "_tmp2 = tl.full(" in variant[header + 2]
+
+
+def test_the_axis_order_variant_decomposes_after_the_masks_which_keep_their_lanes():
+    variant = rewrite("reduction-axis-order", "triton", kernel("sum_axes_0_2")).splitlines()
+    masks = max(n for n, line in enumerate(variant) if line.strip().startswith(("r0_1mask =", "r0_2mask =")))
+    flat = next(n for n, line in enumerate(variant) if "r0_flat =" in line)
+    load = next(n for n, line in enumerate(variant) if "tl.load(" in line)
+    assert masks < flat < load
+
+
+# What each rewriter leaves alone on the NPU's kernels: kernels without the shape it spoils.
+UNTOUCHED = {
+    "masked-load-garbage": ["pointwise", "int64_add"],
+    "reduction-small-inner": ["row_sums", "softmax", "layer_norm", "sum_axes_0_2", "rmsnorm_wgrad_like"],
+    "reduction-partial": ["pointwise", "int64_add"],
+    # One reduction variable (`r0_1 = r0_index`): Inductor merged the axes, there is no order to get wrong.
+    "reduction-axis-order": ["row_sums", "multi_axis", "rmsnorm_wgrad_like", "column_sums_k4_small"],
+}
+
+
+@pytest.mark.parametrize("rewriter, program", [(r, p) for r, programs in UNTOUCHED.items() for p in programs])
+def test_each_rewriter_leaves_the_npu_kernels_it_does_not_spoil_alone(rewriter, program):
+    assert all(rewrite(rewriter, "triton", source) is None for source in PROGRAMS[program]["kernels"].values())
+
+
+def test_the_partial_variant_of_an_rsplit_kernel_loops_at_least_twice_in_each_cores_share():
+    from types import SimpleNamespace
+
+    from harness.inductor_compat.kernel_variants import _loop_at_least_twice
+
+    # 4096 reduced elements over 40 cores: 103 per core. R0_BLOCK 128 would be one chunk in every core.
+    configs = [SimpleNamespace(kwargs={"XBLOCK": 4, "R0_BLOCK": block}) for block in (32, 64, 128, 1024)]
+    autotuner = SimpleNamespace(configs=list(configs), launchers=[SimpleNamespace(config=c) for c in configs])
+    _loop_at_least_twice(autotuner, kernel("column_sums_k4", 0))
+    assert [c.kwargs["R0_BLOCK"] for c in autotuner.configs] == [32, 64]
+    assert [launcher.config.kwargs["R0_BLOCK"] for launcher in autotuner.launchers] == [32, 64]
+    # Without rsplit the range is the whole static r0_numel (60 here).
+    autotuner = SimpleNamespace(configs=list(configs), launchers=[])
+    _loop_at_least_twice(autotuner, kernel("row_sums"))
+    assert [c.kwargs["R0_BLOCK"] for c in autotuner.configs] == [32]

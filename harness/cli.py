@@ -124,6 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = _StopSignals() if argv[:1] in (["run"], ["extract"]) else contextlib.nullcontext()
     try:
         with stop:
+            _import_torch(argv)
             args = build_parser().parse_args(argv)
             if args.command == "extract":  # a run that localizes and extracts
                 if args.extract and args.extract != args.output:
@@ -141,6 +142,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C outside a run (a run stops on it itself)
         say("interrupted", error=True)
         return EXIT_INTERRUPTED
+
+
+def _import_torch(argv: list[str]) -> None:
+    """torch imported for the device the command line asks for, before the parser imports it (a device backend
+    that `import torch` loads and that fails is one usage line, not a traceback). `report` needs no torch."""
+    from . import torch_import
+
+    if argv[:1] in (["run"], ["extract"], ["list"]) and not {"-h", "--help"} & set(argv):
+        problem = torch_import.prepare(torch_import.device_in(argv))
+        if problem is not None:
+            raise UsageError(problem)
 
 
 def say(text: str, error: bool = False) -> None:
@@ -223,7 +235,8 @@ def _list(args: argparse.Namespace) -> int:
             source = f" [{injection.source}]" if injection.source else ""
             say(f"{name:28} {selector:10} {injection.summary}{source}")
         say("A selector picks kernel launches: NAME@LAUNCH (a launch index from 0, e.g. fault-scale@3) or "
-            "NAME@GLOB (kernel names, e.g. fault-scale@'triton_per_*'); without one, every launch it applies to.")
+            "NAME@GLOB (kernel names, e.g. fault-scale@'triton_per_*'; torch_npu names its kernels triton_unk_*); "
+            "without one, every launch it applies to.")
         return EXIT_OK
     from .run_identity import dtype_name, runs_of
 

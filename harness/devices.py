@@ -58,8 +58,20 @@ class UnknownDeviceError(ValueError):
     pass
 
 
-class BackendMismatch(ValueError):
-    """The compiler backend the device loaded is not the one the run asked for: a usage error."""
+class CompilerUnusable(ValueError):
+    """The device's compiler cannot compile the run as asked: a usage error."""
+
+
+class BackendMismatch(CompilerUnusable):
+    """The compiler backend the device loaded is not the one the run asked for."""
+
+
+class CodegenImportMissing(CompilerUnusable):
+    """The backend's generated kernels import a module that is not installed: every kernel would fail."""
+
+
+class LaunchesUnseen(CompilerUnusable):
+    """The backend launches its kernels past the hooks the harness watches launches through."""
 
 
 class Device:
@@ -105,7 +117,9 @@ class Device:
     def load_compiler(self, config: Any, options: dict[str, Any]) -> dict[str, Any]:
         """Load the device's compiler backend for a compile with `options`, as its first compile would; the
         record fields saying what loaded. Called before the harness saves the config it restores after a case,
-        so the state restored is the backend's own. Raises BackendMismatch when another backend loaded."""
+        so the state restored is the backend's own. Raises CompilerUnusable: BackendMismatch when another
+        backend loaded, CodegenImportMissing when its kernels would import a module that is not installed,
+        LaunchesUnseen when it would launch them past the harness's hooks."""
         return {}
 
     def surrogate(self) -> str | None:
@@ -197,6 +211,8 @@ class Npu(Device):
             if "torch_npu" in str(exc) and "No module" in str(exc):
                 return "torch_npu is not installed: pip install -e '.[npu]' on a machine with Ascend's CANN runtime"
             return f"torch_npu failed to import ({exc}); source CANN's set_env.sh so its runtime libraries are found"
+        if (clash := _two_tritons()) is not None:
+            return clash
         if not torch.npu.is_available():  # type: ignore[attr-defined]
             return "torch_npu imported but no NPU is visible (check npu-smi and ASCEND_RT_VISIBLE_DEVICES)"
         return None
@@ -240,6 +256,12 @@ class Npu(Device):
         if found.mismatch:
             hint = "" if found.loaded is None else f"; to run the one that loads, pass --npu-backend {found.loaded}"
             raise BackendMismatch(f"{found.mismatch}{hint}")
+        problem = torch_npu_backend.codegen_import_problem(asked, torch_npu_backend.missing_codegen_imports(),
+                                                           self.versions())
+        if problem is not None:
+            raise CodegenImportMissing(problem)
+        if (unseen := torch_npu_backend.fast_launch()) is not None:
+            raise LaunchesUnseen(unseen)
         return {"npu_backend": asked, "npu_backend_loaded": found.loaded}
 
     def surrogate(self) -> str | None:
@@ -273,6 +295,18 @@ class Npu(Device):
         return " ".join(settings) + " "
 
 
+def _two_tritons() -> str | None:
+    """Upstream `triton` installed beside `triton-ascend`: both own the `triton/` package, and the one pip
+    installed last holds it (a CUDA build of torch requires upstream triton: `pip install torch-npu triton-ascend`
+    without a CPU torch installed first resolves both)."""
+    found = _package_versions()
+    if "triton" in found and "triton-ascend" in found:
+        return (f"triton {found['triton']} and triton-ascend {found['triton-ascend']} are both installed and both own "
+                f"the `triton` package: install torch's CPU build, then pip uninstall -y triton triton-ascend && "
+                f"pip install triton-ascend=={found['triton-ascend']} (docs/npu.md)")
+    return None
+
+
 def _package_root(module: Any) -> str:
     """The folder a package was imported from (what PYTHONPATH named)."""
     return os.path.dirname(os.path.dirname(os.path.abspath(module.__file__)))
@@ -286,7 +320,7 @@ def compiler_problem(device: Device, config: Any) -> str | None:
     line; None when it can. The CLI and pytest ask before any case runs: a usage error, not a record per case."""
     try:
         device.load_compiler(config, {**device.compile_options(config), **config.compile_options})
-    except BackendMismatch as exc:
+    except CompilerUnusable as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - the device's own loader failed
         return f"loading its compiler backend failed ({type(exc).__name__}: {exc})"

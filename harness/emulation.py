@@ -101,6 +101,15 @@ class BoundaryDowncast:
         args, write_backs = list(launch.args), []
         converted_positions = [p for p, arg in enumerate(launch.args) if isinstance(arg, torch.Tensor)
                                and not (self.narrowing and arg.dtype not in self.narrowing)]
+        # Those the kernel's own launcher narrows (torch_npu's) are left to it: converted twice, they would not be
+        # what the launcher emulated passes.
+        narrowed_by_launcher = [p for p in converted_positions
+                                if launch.kernel.arg_name(p) in launch.kernel.launcher_narrowed]
+        if narrowed_by_launcher:
+            converted_positions = [p for p in converted_positions if p not in narrowed_by_launcher]
+            if not launch.replay:
+                self.stats.launcher_narrowed = (self.stats.launcher_narrowed or []) + [
+                    f"{launch.index}:{launch.kernel.name}:{launch.kernel.arg_name(p)}" for p in narrowed_by_launcher]
         by_storage = _by_storage(launch.args[p] for p in converted_positions)
         shared_buffers = self._shared_buffers(by_storage) if self.keep_layout else {}
         for position in converted_positions:

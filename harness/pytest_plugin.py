@@ -66,6 +66,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def session_run_config(config: pytest.Config) -> Any:
     """The session's run configuration, made and checked (device, compiler backend, torch) on first need."""
     if RUN_CONFIG_KEY not in config.stash:
+        from . import torch_import
+
+        problem = torch_import.prepare(config.getoption("device"))  # before the options' checks import torch
+        if problem is not None:
+            raise pytest.UsageError(problem)
         config.stash[RUN_CONFIG_KEY] = _run_config(config)
         if not hasattr(config, "workerinput"):
             _check_device(config.stash[RUN_CONFIG_KEY])

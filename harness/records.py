@@ -501,6 +501,9 @@ class InjectionStats:
     converted_args: int | None = None
     non_dense_args: int | None = None
     aliased_args: int | None = None
+    # boundary-downcast*: the arguments the kernel's own launcher narrows (torch_npu's `downcast_args`),
+    # "index:kernel:argument", which the emulation leaves to it (absent when there are none).
+    launcher_narrowed: list[str] | None = None
     # Faults and rewritten kernels: the launches they selected, "index:kernel".
     hits: list[str] | None = None
     rewritten_kernels: list[str] | None = None
@@ -560,7 +563,9 @@ class CaseResult:
     surrogate: str | None = None
     compile_options: dict[str, Any] = field(default_factory=dict)
     # Dynamo's, Inductor's and functorch's config entries set away from their defaults while the case ran, besides
-    # its compile options (by the device's compiler backend as it loaded: torch_npu's `split_reductions=False`).
+    # its compile options (by the device's compiler backend as it loaded: torch_npu's `split_reductions=False`;
+    # its triton_experimental config), and `torch_npu_patches_active`: whether torch_npu was imported (its patches
+    # to torch and Inductor apply to every device's compiles).
     compile_config: dict[str, Any] = field(default_factory=dict)
     device_name: str | None = None
     # Why a case was skipped, or the declared reason of a known failure.

@@ -28,6 +28,8 @@ from .inputs import seed_for
 from .layout import clone_exact, is_non_overlapping, overlaps_beyond_broadcast
 from .registry import Case, Program
 from .run_identity import EXTRA_FOR, RunConfig, apply_known_failure, dtype_name, missing_requirements, new_record
+from .torch_import import NPU_PATCHES, npu_patches_active
+
 
 class CaseFailure(Exception):
     """An exception raised inside the case, tagged with the stage it broke."""
@@ -63,7 +65,7 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig,
     changed: list[str] = []
     captured: Any = None  # the localized launch, kept for `--extract` (written once the run is over)
     with device.numerics(), torch_state.preserved(changed):
-        record.compile_config = torch_state.config_set()
+        record.compile_config = {**torch_state.config_set(), NPU_PATCHES: npu_patches_active()}
         try:
             observed = _Observation.make(case, dtype, mode, config, device, record)
             if config.runs_dynamic(case):

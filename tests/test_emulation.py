@@ -157,3 +157,37 @@ def test_injection_stats_are_typed_and_keep_their_json_keys():
     assert set(written) == {"launches", "converted_args", "non_dense_args", "aliased_args"}  # no null counts
     read = R.CaseResult.from_dict(record.to_dict()).injection_stats
     assert isinstance(read, R.InjectionStats) and read == record.injection_stats
+
+
+def test_boundary_downcast_leaves_what_the_kernels_own_launcher_narrows_to_it():
+    # torch_npu's launcher narrows the arguments its codegen put in `triton_meta["downcast_args"]` itself
+    # (`npu_triton_heuristics._wrap_launcher_with_downcast`): the emulation must not convert those again.
+    from harness.emulation import BoundaryDowncast
+    from harness.inductor_compat.launches import KernelInfo, Launch
+
+    seen = []
+    kernel = KernelInfo("triton_unk_fused_index_0", "triton", ["in_ptr0", "in_ptr1", "out_ptr0"],
+                        launcher_narrowed=frozenset({"in_ptr0"}))
+    args = [torch.arange(4, dtype=torch.int64), torch.arange(4, dtype=torch.int64), torch.zeros(4, dtype=torch.int64)]
+
+    def invoke(*passed, **kwargs):
+        seen.extend(t.dtype if t.data_ptr() == a.data_ptr() else "converted" for t, a in zip(passed, args))
+        passed[2].copy_(passed[0] + passed[1])
+
+    emulation = BoundaryDowncast(keep_layout=False)
+    emulation(Launch(kernel, 0, list(args), {}, invoke))
+    assert seen == [torch.int64, "converted", "converted"]  # in_ptr0 is the launcher's to narrow
+    assert emulation.stats.launcher_narrowed == ["0:triton_unk_fused_index_0:in_ptr0"]
+    assert emulation.stats.converted_args == 2 and torch.equal(args[2], torch.arange(4) * 2)
+
+
+def test_a_kernels_launcher_narrowing_is_read_from_its_triton_meta():
+    from harness.inductor_compat import launches
+
+    heuristics = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
+    autotuner = heuristics.CachingAutotuner.__new__(heuristics.CachingAutotuner)
+    autotuner.triton_meta = {"signature": {"in_ptr0": "*i32", "out_ptr0": "*fp32", "xnumel": "i32"},
+                             "downcast_args": {"in_ptr0": "*i64"}}
+    autotuner.inductor_meta, autotuner.fn = {}, type("Fn", (), {"arg_names": ["in_ptr0", "out_ptr0", "xnumel"]})()
+    info = launches._kernel_info("triton_unk_fused_0", autotuner, {}, "module.py")
+    assert info.kind == "triton" and info.launcher_narrowed == frozenset({"in_ptr0"})

@@ -157,6 +157,52 @@ def test_every_case_compiles_under_the_config_the_backend_set_whatever_its_place
     assert configs[0]["torch._inductor.config.split_reductions"] is False and configs == (configs[0],) * 3
 
 
+def test_torch_npus_fast_launch_is_a_usage_error_before_any_case(surrogate):
+    # Its wrapper calls each launcher directly (`TORCHINDUCTOR_NPU_FAST_LAUNCH=1`): no launch would be seen.
+    result = run_harness(dict(surrogate, TORCHINDUCTOR_NPU_FAST_LAUNCH="1"), "run", "relu_mlp", "--device", "npu")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip() == ("error: device npu is not usable: TORCHINDUCTOR_NPU_FAST_LAUNCH=1: torch_npu's "
+                                     "fast launch calls each kernel's launcher directly, past the kernel.run(...) the "
+                                     "harness sees launches through; unset it")
+
+
+# torch_npu's triton_experimental config module (a ConfigModule its codegen reads): a case that sets an entry has
+# it recorded and restored, as Inductor's config is, so the next case compiles under the backend's own values.
+BACKEND_CONFIG_RESTORED = textwrap.dedent("""
+    import json, torch, torch_npu
+    from harness.inputs import contiguous
+    from harness.registry import Case, Program
+    from harness.runner import RunConfig, run_case
+
+    def build(dtype):
+        from torch_npu._inductor.triton_experimental import config
+        config.rsplit_outer = False  # what a case tuning the NPU codegen would write
+        return Program(lambda x: x.sum(0), [contiguous((8, 4))])
+
+    plain = Case(name="plain", build=lambda dtype: Program(lambda x: x.sum(0), [contiguous((8, 4))]))
+    import torch_npu._inductor.triton_experimental.config as npu_config
+    npu_config.elide_reduction_where = False  # the run's own setting, before its first case
+    records = [run_case(case, torch.float32, "inference", RunConfig(device="npu"))
+               for case in (Case(name="tuning", build=build), plain)]
+    from torch_npu._inductor.triton_experimental import config
+    print(json.dumps({"after": config.rsplit_outer,
+                      "records": [(r.status, r.warnings, r.compile_config) for r in records]}))
+""")
+
+
+def test_the_npu_backends_own_config_is_recorded_and_restored_after_a_case(surrogate):
+    result = subprocess.run([sys.executable, "-c", BACKEND_CONFIG_RESTORED], env=surrogate, cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.splitlines()[-1])
+    (status, warnings, tuning), (plain_status, plain_warnings, plain) = found["records"]
+    assert (status, plain_status, found["after"]) == ("pass", "pass", True)
+    assert any("torch_npu._inductor.triton_experimental.config.rsplit_outer" in w for w in warnings), warnings
+    assert plain_warnings == [] and "torch_npu._inductor.triton_experimental.config.rsplit_outer" not in plain
+    assert plain == tuning and plain["torch_npu_patches_active"] is True
+    assert plain["torch_npu._inductor.triton_experimental.config.elide_reduction_where"] is False
+
+
 def test_a_two_worker_run_gives_every_case_the_same_record_whatever_its_place(surrogate, tmp_path):
     names = ["seed_index_as_strided_view", "relu_mlp", "seed_index_as_strided_base"]
     selection = [*names, "--dtype", "int32", "--dtype", "float32", "--mode", "inference", "--device", "npu"]

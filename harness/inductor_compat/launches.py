@@ -39,6 +39,9 @@ class KernelInfo:
     launched: int = 0
     # A fallback's op (`torch._ops.OpOverload`), whose schema gives its arguments' roles.
     op: Any = None
+    # Arguments the kernel's own launcher narrows from 64 bits (torch_npu's `triton_meta["downcast_args"]`:
+    # its codegen marks `*i64`/`*fp64`/`fp64` arguments, `_wrap_launcher_with_downcast` converts them).
+    launcher_narrowed: frozenset[str] = frozenset()
 
     def role(self, position: int) -> str:
         if position >= len(self.arg_names):
@@ -292,6 +295,9 @@ def _wrap_module(module: Any) -> None:
             infos.append(info)
             setattr(module, name, _TritonProxy(value, info) if info.kind == "triton" else _CppProxy(value, info))
     MODULE_ACCUMULATES[path] = _accumulates(source, infos)
+    for name in _UNSEEN_KERNEL.findall(source):
+        if callable(vars(module).get(name)):
+            setattr(module, name, _UnseenKernel(vars(module)[name], name))
     if "extern_kernels" in vars(module):
         module.extern_kernels = _ExternKernelsProxy(module.extern_kernels, path)
     # Fallbacks and custom ops: `torch.ops.<namespace>.<op>.<overload>(...)`, and `aten.<op>.<overload>(...)`.
@@ -319,7 +325,8 @@ def _kernel_info(name: str, value: Any, cpp_params: dict[str, tuple[list[str], s
         # `cached_autotune` moves mutated_arg_names from inductor_meta onto the autotuner.
         mutated = frozenset(getattr(value, "mutated_arg_names", None) or value.inductor_meta.get("mutated_arg_names", ()))
         return KernelInfo(name, "triton", names, mutated, getattr(value.fn, "src", ""), path,
-                          accumulates=_sums(getattr(value, "heuristic_type", None)))
+                          accumulates=_sums(getattr(value, "heuristic_type", None)),
+                          launcher_narrowed=frozenset(value.triton_meta.get("downcast_args") or ()))
     return None
 
 
@@ -627,6 +634,30 @@ class _ExternKernelsProxy:
             return _dispatch(info, target, args, kwargs)
 
         return launch
+
+
+# Kernels a wrapper calls as plain functions with no signature to give their arguments roles: torch_npu's
+# CATLASS GEMM templates (`name = async_compile.catlass(r'''...`, its `codegen/catlass/catlass_scheduling.py`).
+_UNSEEN_KERNEL = re.compile(r"^(\w+) = async_compile\.catlass\(", re.M)
+
+
+class UnseenLaunch(RuntimeError):
+    """A kernel the launch hooks cannot see as a launch ran while they watched: refused, not judged blind."""
+
+
+class _UnseenKernel:
+    """Passes through when no handler watches (a plain run's verdict needs no launch); refuses otherwise."""
+
+    def __init__(self, kernel: Callable[..., Any], name: str):
+        self.kernel, self.name = kernel, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _state.handler is None:
+            return self.kernel(*args, **kwargs)
+        raise UnseenLaunch(f"CATLASS kernel {self.name} (torch_npu's async_compile.catlass) is called as a plain "
+                           "function, whose arguments the launch hooks cannot read: localizing or injecting through "
+                           "it is refused; run without it (CATLASS runs only with max_autotune and CATLASS among "
+                           "max_autotune_gemm_backends)")
 
 
 class _CppProxy:

@@ -114,3 +114,78 @@ def _loaded(asked: str, loaded: str | None, said: list[warnings.WarningMessage])
     if any("not installed" in text for text in texts):
         loaded = None
     return LoadedBackend(asked, loaded, texts)
+
+
+def missing_codegen_imports(device: str = "npu") -> list[str]:
+    """The modules every Triton kernel module of `device` imports that cannot be found here, in the order its
+    codegen writes them; [] when all can, or when the device's kernels are not Triton.
+
+    The imports are rendered as the device's registered scheduling renders them for a kernel module
+    (`kernel_type.gen_common_triton_imports()`, torch 2.1 to 2.13, then torch_npu's
+    `gen_triton_ext_imports`, `triton_experimental/codegen/triton.py` in 2.14.0, which reads only its config:
+    with `select_extract_slice` on, the default, it imports `triton.language.extra.cann.extension`), and each
+    module looked up with `importlib.util.find_spec`. A kernel module that cannot import fails at its first
+    compile, in a compile worker, once per kernel."""
+    import ast
+    import importlib.util
+
+    from torch._inductor.codegen.common import get_scheduling_for_device
+
+    kernel = getattr(get_scheduling_for_device(device), "kernel_type", None)
+    if kernel is None or not hasattr(kernel, "gen_common_triton_imports"):
+        return []
+    try:
+        text = kernel.gen_common_triton_imports()
+        extension = getattr(kernel, "gen_triton_ext_imports", None)
+        if extension is not None:
+            text += "\n" + extension(None)  # (an instance method that reads only its config)
+        tree = ast.parse(text)
+    except Exception:  # noqa: BLE001 - a codegen whose imports cannot be rendered so: nothing to check
+        return []
+    modules = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules.append(node.module)
+    missing = []
+    for module in dict.fromkeys(modules):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:  # a parent package is missing
+            found = False
+        except ValueError:  # in sys.modules without a spec (a module made at runtime): importable
+            found = True
+        if not found:
+            missing.append(module)
+    return missing
+
+
+def codegen_import_problem(backend: str, missing: list[str], versions: dict[str, str]) -> str | None:
+    """Why `backend`'s kernels cannot run, in one line, when modules they import are missing; None otherwise."""
+    if not missing:
+        return None
+    triton = versions.get("triton-ascend") or versions.get("triton")
+    triton_named = f"triton-ascend {versions['triton-ascend']}" if "triton-ascend" in versions else \
+        f"triton {triton}" if triton else "no Triton"
+    return (f"torch_npu {versions.get('torch_npu', '(version unknown)')}'s {backend} codegen imports "
+            f"{', '.join(missing)} in every kernel module, which cannot be imported with {triton_named} installed: "
+            f"install the triton-ascend release made for this torch_npu, or run another --npu-backend")
+
+
+FAST_LAUNCH_VARIABLE = "TORCHINDUCTOR_NPU_FAST_LAUNCH"
+
+
+def fast_launch() -> str | None:
+    """Why the launch hooks would not see this torch_npu's launches, in one line: its fast launch
+    (`_inductor/config.py` `enable_fast_launch`, from `TORCHINDUCTOR_NPU_FAST_LAUNCH`, read at import;
+    `experimental/python_wrapper_fast_launch/patch.py` rewrites the wrapper to call each kernel's launcher
+    directly, past `kernel.run(..., stream=...)`). None when it is off."""
+    config = sys.modules.get("torch_npu._inductor.config")
+    on = getattr(config, "enable_fast_launch", None)
+    if on is None:  # not imported (yet): the variable it will be read from
+        on = os.environ.get(FAST_LAUNCH_VARIABLE, "0").strip().lower() in ("1", "true", "yes", "on", "y")
+    if not on:
+        return None
+    return (f"{FAST_LAUNCH_VARIABLE}={os.environ.get(FAST_LAUNCH_VARIABLE, '1')}: torch_npu's fast launch calls "
+            "each kernel's launcher directly, past the kernel.run(...) the harness sees launches through; unset it")

@@ -4,7 +4,8 @@ A worker runs many cases one after another. A case that sets, say,
 `torch._dynamo.config.suppress_errors = True` in its build would otherwise turn
 the next case's compile failure into a silent eager fallback: a verdict would
 depend on which cases ran before. `preserved()` snapshots Dynamo's, Inductor's
-and functorch's config modules (`get_config_copy()`, torch >= 2.1) and the
+and functorch's config modules (`get_config_copy()`, torch >= 2.1), those of a
+loaded compiler backend (`BACKEND_CONFIG_MODULES`) and the
 global flags below, restores them after the block, and returns what changed.
 """
 
@@ -16,13 +17,26 @@ from typing import Any, Callable, Iterator
 import torch
 
 
+# A compiler backend's own config modules, where the backend is loaded (never imported here): torch_npu
+# 2.14.0's `triton_experimental` tunables (`torch_npu/_inductor/triton_experimental/config.py`, a ConfigModule:
+# `rsplit_outer`, `elide_reduction_where`, `codegen_linearize`, ...), which its codegen reads.
+BACKEND_CONFIG_MODULES = ("torch_npu._inductor.triton_experimental.config",)
+
+
 def _config_modules() -> dict[str, Any]:
+    import sys
+
     import torch._dynamo.config as dynamo_config
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
-    return {"torch._dynamo.config": dynamo_config, "torch._inductor.config": inductor_config,
-            "torch._functorch.config": functorch_config}
+    found = {"torch._dynamo.config": dynamo_config, "torch._inductor.config": inductor_config,
+             "torch._functorch.config": functorch_config}
+    for name in BACKEND_CONFIG_MODULES:
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "get_config_copy"):
+            found[name] = module
+    return found
 
 
 # name -> (read, write) of a process-wide flag.

@@ -3,7 +3,7 @@
 From `triton_experimental/__init__.py` (`layout_optimization`, `coordinate_descent_tuning`, `split_reductions`:
 "split reductions ... have hit OOB / shape-mismatch on the NPU Triton backend") and `overrides.py`
 (`size_asserts` off at import; `shape_padding` off and Dynamo's recursive dict-tag guards off, both on by
-its config's defaults).
+its config's defaults). Loading the backend imports its own config module too (`config`, through its codegen).
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 def _activate():
     import torch._dynamo.config as dynamo_config
     import torch._inductor.config as inductor_config
+
+    from . import config  # noqa: F401  (torch_npu's codegen, which the backend registers, imports it)
 
     inductor_config.layout_optimization = False
     inductor_config.coordinate_descent_tuning = False

@@ -29,9 +29,11 @@ for the buffers the probe compares inside a run (`Verdict`):
 4. Non-tensor leaves (int, float, bool, str, None) must be equal; a result
    present on one side only fails.
 
-Metrics are computed on the tensors' device in float64 (integers up to 2**53
-exactly, which covers every index tensor a kernel can address), then leave as
-plain numbers in an `OutputComparison`; nothing downstream sees a tensor.
+Metrics are computed in float64 (integers up to 2**53 exactly, which covers
+every index tensor a kernel can address) on the tensors' device, or on the
+host for a device without float64 of its own (the NPU: `Device.float64_device`),
+then leave as plain numbers in an `OutputComparison`; nothing downstream sees
+a tensor.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from typing import Any, Mapping
 
 import torch
 
+from .devices import float64_home
 from .records import (PASSED_BY_COSINE, PASSED_BY_EAGER_NONFINITE, PASSED_BY_RMSE, PASSED_BY_SUMMATION_NOISE,
                       ErrorHistogram, MismatchMap, OutputComparison, Sample)
 from .tolerances import (DEFAULT_TOLERANCES, RMSE_FLOOR_ULPS, Tolerance, is_exact_dtype, rmse_floor, rmse_multiplier,
@@ -138,6 +141,7 @@ def compare_tensors(
     exact = is_exact_dtype(expected.dtype) and not actual.is_complex()
     if dtype_ok and expected.numel() and _bit_identical(actual, expected):
         return _identical(name, expected, tol, exact, list(actual.stride()), notes)
+    actual, expected, reference = _where_float64_runs(actual, expected, reference)
     wide = torch.complex128 if (expected.is_complex() or actual.is_complex()) else torch.float64
     a = actual.detach().to(device=expected.device, dtype=wide)
     e = expected.detach().to(wide)
@@ -224,6 +228,14 @@ def compare_tensors(
             result.passed_by = PASSED_BY_COSINE
             result.note = f"differs from eager beyond tolerance in {bad} elements; passed by cosine similarity"
     return result
+
+
+def _where_float64_runs(actual: torch.Tensor, expected: torch.Tensor,
+                        reference: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The three on the device float64 arithmetic on `expected`'s runs on (module docstring): the NPU's
+    results are brought to the host, as its float64 reference was made there."""
+    home = float64_home(expected.device)
+    return (actual.to(home), expected.to(home), None if reference is None else reference.to(home))
 
 
 def _bit_identical(actual: torch.Tensor, expected: torch.Tensor) -> bool:
@@ -414,7 +426,7 @@ def differs_only_where_undefined(actual: Any, expected: Any, reference: Any,
     if not all(isinstance(t, torch.Tensor) and t.is_floating_point() for t in (actual, expected, reference)) or \
             not actual.shape == expected.shape == reference.shape or actual.dtype != expected.dtype:
         return False  # a result of another dtype (type promotion gone wrong) differs everywhere, not only there
-    a, e, r = (t.detach().to(expected.device) for t in (actual, expected, reference))
+    a, e, r = _where_float64_runs(actual.detach(), expected.detach(), reference.detach())
     tol = tolerance_for(expected.dtype, tolerances)
     nan_mask, inf_mask = _nonfinite_mismatches(a, e)
     finite_mismatch = _all_finite(a) & _all_finite(e) & ~torch.isclose(a, e, rtol=tol.rtol, atol=tol.atol)

@@ -78,6 +78,9 @@ class Device:
     name = ""
     # The variable that makes one of several devices visible to a process (one worker per device).
     visibility_variable: str | None = None
+    # Where float64 runs when this device has no float64 of its own (the reference run, the verdict's
+    # metrics): None runs it here.
+    float64_device: str | None = None
 
     def count(self) -> int:
         """Devices of this kind on the machine (for one worker each)."""
@@ -200,6 +203,9 @@ class Npu(Device):
     name = "npu"
     DEFAULT_BACKEND = "triton_experimental"
     visibility_variable = "ASCEND_RT_VISIBLE_DEVICES"
+    # torch_npu says double is unsupported on the NPU, and its kernels narrow fp64 arguments
+    # (triton_meta["downcast_args"]): the float64 reference and the metrics are computed on the host.
+    float64_device = "cpu"
 
     def count(self) -> int:
         return torch.npu.device_count() if self.unavailable_reason() is None else 0  # type: ignore[attr-defined]
@@ -336,6 +342,21 @@ def _catalog():
 def device_names() -> list[str]:
     """The built-in devices, then those other packages declare (entry points "harness.devices")."""
     return _catalog().names()
+
+
+def float64_home(device: torch.device) -> torch.device:
+    """Where float64 arithmetic on tensors of `device` runs: the device itself, or its adapter's
+    `float64_device` (the NPU's is the CPU)."""
+    home = _float64_device_of(device.type)
+    return torch.device(home) if home else device
+
+
+@functools.lru_cache(maxsize=None)
+def _float64_device_of(device_type: str) -> str | None:
+    try:  # once per device type: the comparisons that ask are many
+        return _catalog().get(device_type).float64_device
+    except (ValueError, AttributeError):  # a torch device no adapter is named after (meta, xpu)
+        return None
 
 
 def get_device(name: str) -> Device:

@@ -54,8 +54,10 @@ class Inputs:
     def copy(self, dtype_for: Callable[[torch.Tensor], torch.dtype | None] = lambda t: None) -> "Inputs":
         return self.map_tensors(lambda t: clone_exact(t, dtype_for(t)))
 
-    def float64(self) -> "Inputs":
-        return self.copy(lambda t: torch.float64 if t.is_floating_point() else None)
+    def float64(self, device: torch.device | str | None = None) -> "Inputs":
+        """Exact copies with floats in float64 (on `device`, when given: the host, for a device without
+        float64)."""
+        return self.map_tensors(lambda t: clone_exact(t, torch.float64 if t.is_floating_point() else None, device))
 
     def named_tensors(self) -> list[tuple[str, torch.Tensor]]:
         """(`mutated_in<k>`, tensor) for every tensor input, positional then keyword."""
@@ -125,7 +127,7 @@ class Session:
         if self._runs:
             self._restore_module()
         self._runs += 1
-        run_inputs = self.inputs.float64() if self.float64 else self.inputs.copy()
+        run_inputs = self.inputs.float64(self.device.torch_device()) if self.float64 else self.inputs.copy()
         if self.prepare is not None:
             self.prepare(run_inputs.args, run_inputs.kwargs)
         with _default_dtype(torch.float64 if self.float64 else None):

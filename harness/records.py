@@ -506,6 +506,10 @@ class InjectionStats:
     launcher_narrowed: list[str] | None = None
     # Faults and rewritten kernels: the launches they selected, "index:kernel".
     hits: list[str] | None = None
+    # first-launch-dropped-stores: launches, "index:kernel", that were the kernel's first in the program but
+    # came after autotuning benchmarked its configs on cloned arguments: the binaries' first launches were
+    # the benchmark's, which no result reads, so these lost no store.
+    autotuned_first: list[str] | None = None
     rewritten_kernels: list[str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -582,6 +586,9 @@ class CaseResult:
     # What the emulation or fault saw at the launch boundary.
     injection_stats: InjectionStats | None = None
     reference: str = "eager"
+    # The device the float64 reference ran on, when it ran somewhere other than the case's device (the NPU
+    # has no float64: "cpu", from copies of the inputs); None when it ran on the case's device or not at all.
+    reference_device: str | None = None
     # Filled by localization (`--bisect`): the answer and its evidence.
     first_divergent_kernel: Localization | None = None
     # `--extract`: whether the repro written from the first divergent kernel reproduces ("reproduces",

@@ -269,7 +269,16 @@ class _Observation:
             self.timings["reference"] = round(self.timings.get("reference", 0.0) + time.perf_counter() - started, 3)
 
     def _float64_run(self, inputs: Inputs) -> Results:
-        return Session(self.program.fn, inputs, self.mode, self.device, self.seed, float64=True).run()
+        """The program in float64 on the case's device, or, for a device without float64 (the NPU), on its
+        `float64_device` from copies of the inputs (and of a module) made there."""
+        if self.device.float64_device is None:
+            return Session(self.program.fn, inputs, self.mode, self.device, self.seed, float64=True).run()
+        host = get_device(self.device.float64_device)
+        fn = self.program.fn
+        if isinstance(fn, torch.nn.Module):
+            fn = copy.deepcopy(fn).to(host.torch_device())
+        self.record.reference_device = host.name
+        return Session(fn, inputs, self.mode, host, self.seed, float64=True).run()
 
     def compiler(self, backend: Any, **compile_kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         # A dynamic run marks its dims on every run's inputs: `dynamic=False` would tell Dynamo to specialise.

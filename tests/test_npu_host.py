@@ -202,3 +202,91 @@ def test_torch_npus_fast_launch_is_refused_in_one_line(monkeypatch):
     # Read at torch_npu's import into its config (`enable_fast_launch`): that value is the one in force.
     monkeypatch.setitem(sys.modules, "torch_npu._inductor.config", SimpleNamespace(enable_fast_launch=False))
     assert torch_npu_backend.fast_launch() is None
+
+
+AUTOTUNED_WRAPPER = '''
+from types import SimpleNamespace
+
+import torch
+from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+
+class Autotuner(CachingAutotuner):
+    """NPUCachingAutotuner.run's control flow (torch_npu 2.14, npu_triton_heuristics.py): several launchers are
+    benchmarked on clones of every tensor argument, then the fastest launches on the real ones."""
+
+    def __init__(self, name, configs):
+        self.fn = SimpleNamespace(arg_names=["in_ptr0", "out_ptr0", "xnumel"], __name__=name,
+                                  src=f"def {name}(in_ptr0, out_ptr0, xnumel):\\n"
+                                      "    tl.store(out_ptr0 + x0, tl.load(in_ptr0 + x0) * 2)\\n")
+        self.triton_meta = {"signature": {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "xnumel": "i32"}}
+        self.inductor_meta, self.mutated_arg_names, self.heuristic_type = {}, [], None
+        self.launchers = [self._launcher for _ in range(configs)]
+        self.cloned_launches = 0
+
+    def _launcher(self, source, out, xnumel, stream):
+        out.copy_(source * 2)
+
+    def benchmark_all_configs(self, *args):
+        clones = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        for launcher in self.launchers:
+            launcher(*clones, stream=0)
+            self.cloned_launches += 1
+        return {launcher: 1.0 for launcher in self.launchers}
+
+    def run(self, *args, stream, benchmark_run=False):
+        if len(self.launchers) > 1:
+            self.benchmark_all_configs(*args)
+            self.launchers = self.launchers[:1]
+        return self.launchers[0](*args, stream=stream)
+
+
+triton_fake_autotuned_0 = Autotuner("triton_fake_autotuned_0", 3)
+triton_fake_single_1 = Autotuner("triton_fake_single_1", 1)
+
+
+def call(args):
+    x, = args
+    buf0, buf1 = torch.empty_like(x), torch.empty_like(x)
+    triton_fake_autotuned_0.run(x, buf0, x.numel(), stream=0)
+    triton_fake_single_1.run(x, buf1, x.numel(), stream=0)
+    return buf0, buf1
+'''
+
+
+def test_a_launch_after_autotunings_benchmark_on_clones_is_not_the_binarys_first():
+    """The autotuner launches each compiled config on cloned arguments inside `run`, past the launch proxy:
+    those are the binaries' first launches. The launch is told so, and the first-launch emulation spoils only
+    the kernel whose first launch the program's own is."""
+    import importlib.util
+    import tempfile
+
+    import torch
+    from harness.bug_classes.stores import FirstLaunchDroppedStores
+    from harness.inductor_compat import launches
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "autotuned_wrapper.py"
+        path.write_text(AUTOTUNED_WRAPPER)
+        spec = importlib.util.spec_from_file_location("autotuned_wrapper", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    launches._wrap_module(module)
+    emulation, seen = FirstLaunchDroppedStores(), []
+
+    def handler(launch):
+        result = emulation(launch)
+        seen.append((launch.kernel.name, launch.first, launch.autotunes, launch.kernel.benchmark_rounds))
+        return result
+
+    x = torch.arange(8.0)
+    with launches.intercept_launches(handler):
+        autotuned, single = module.call([x])
+    assert seen == [("triton_fake_autotuned_0", True, True, 1), ("triton_fake_single_1", True, False, 0)]
+    assert module.triton_fake_autotuned_0.cloned_launches == 3
+    assert torch.equal(autotuned, x * 2)  # its binaries launched first on the clones
+    assert torch.equal(single[:4], x[:4] * 2) and bool(single[4:].isnan().all())
+    assert emulation.stats.autotuned_first == ["0:triton_fake_autotuned_0"]
+    assert emulation.stats.hits == ["1:triton_fake_single_1"]
+    assert "came after autotuning benchmarked the kernel on cloned arguments: 0:triton_fake_autotuned_0" in \
+        FirstLaunchDroppedStores.why_missed(SimpleNamespace(stats=emulation.stats))

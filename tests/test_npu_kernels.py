@@ -126,3 +126,70 @@ def test_the_partial_variant_of_an_rsplit_kernel_loops_at_least_twice_in_each_co
     autotuner = SimpleNamespace(configs=list(configs), launchers=[])
     _loop_at_least_twice(autotuner, kernel("row_sums"))
     assert [c.kwargs["R0_BLOCK"] for c in autotuner.configs] == [32]
+
+
+def _roles(source: str, kernel_name: str, signature: dict[str, str]) -> dict[str, str]:
+    """Each pointer argument's role, read as the launch proxies read a Triton kernel's."""
+    from harness.inductor_compat.kernel_pointers import pointer_use
+    from harness.inductor_compat.launches import KernelInfo
+
+    names = [n for n in signature if signature[n] != "constexpr"]
+    pointers = frozenset(n for n in names if signature[n].startswith("*"))
+    info = KernelInfo(kernel_name, "triton", names, pointers=pointers,
+                      uses=pointer_use(source, kernel_name, sorted(pointers)))
+    return {name: info.role(position) for position, name in enumerate(names)}
+
+
+def test_an_rsplit_partial_kernel_writes_its_workspace_and_not_the_result_its_signature_names():
+    import re
+
+    def signature(source: str) -> dict[str, str]:
+        return eval(re.search(r"'signature': (\{.*?\})", source).group(1))  # noqa: S307 - the fixture's text
+
+    partial, combine = kernel("column_sums_k4", 0), kernel("column_sums_k4", 1)
+    assert "npu_rsplit_partial': True" in partial
+    assert _roles(partial, "triton_unk_fused_sum_0", signature(partial)) == {
+        "in_ptr0": "in", "out_ptr0": "scalar", "ws_ptr": "out", "xnumel": "scalar", "r0_numel": "scalar"}
+    assert _roles(combine, "triton_unk_fused_sum_1", signature(combine)) == {
+        "in_ptr0": "in", "out_ptr0": "out", "xnumel": "scalar", "r0_numel": "scalar"}
+
+
+# Stores the names alone misread, and what the body says instead.
+STORES = {
+    "an indirect index is data, not a pointer written": (
+        "def k(in_ptr0, in_ptr1, out_ptr0, ks0):\n"
+        "    tmp0 = tl.load(in_ptr1 + x0)\n"
+        "    tl.store(out_ptr0 + (tmp0 + ks0 * x0), tl.load(in_ptr0 + x0))\n",
+        {"in_ptr0": "in", "in_ptr1": "in", "out_ptr0": "out", "ks0": "scalar"}),
+    "a block pointer made from an argument, advanced, then stored to": (
+        "def k(src, dst):\n"
+        "    block = tl.make_block_ptr(base=dst, shape=[8], strides=[1], offsets=[0], block_shape=[8], order=[0])\n"
+        "    block = tl.advance(block, [0])\n"
+        "    tl.store(block, tl.load(src + tl.arange(0, 8)))\n",
+        {"src": "in", "dst": "out"}),
+    "a tensor descriptor's store method": (
+        "def k(a_ptr, c_ptr):\n"
+        "    desc = tl.make_tensor_descriptor(c_ptr, shape=[8], strides=[1], block_shape=[8])\n"
+        "    desc.store([0], tl.load(a_ptr + tl.arange(0, 8)))\n",
+        {"a_ptr": "in", "c_ptr": "out"}),
+    "an atomic add into a buffer it also reads": (
+        "def k(in_ptr0, acc):\n"
+        "    tl.atomic_add(acc + x0, tl.load(in_ptr0 + x0) + tl.load(acc + x0))\n",
+        {"in_ptr0": "in", "acc": "inout"}),
+    "a pointer handed to another function keeps its name's role": (
+        "def k(in_ptr0, out_ptr0):\n"
+        "    helper(out_ptr0, tl.load(in_ptr0 + x0))\n",
+        {"in_ptr0": "in", "out_ptr0": "out"}),
+}
+
+
+@pytest.mark.parametrize("body", list(STORES))
+def test_a_triton_kernels_roles_come_from_what_its_body_stores_to(body):
+    source, expected = STORES[body]
+    signature = {name: ("i32" if name == "ks0" else "*fp32") for name in expected}
+    assert _roles(source, "k", signature) == expected
+
+
+def test_a_kernel_whose_source_cannot_be_read_keeps_the_roles_its_names_say():
+    signature = {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "ws_ptr": "*fp32"}
+    assert _roles("def k(:\n", "k", signature) == {"in_ptr0": "in", "out_ptr0": "out", "ws_ptr": "in"}

@@ -363,3 +363,22 @@ def test_a_program_compiled_in_one_mode_is_never_loaded_from_the_cache_in_the_ot
         (record,) = records_of(tmp_path / "r.json").values()
         label = TRITON_LABEL if "NPU_SURROGATE_CODEGEN" in env else LABEL
         assert record["status"] == "pass" and record["surrogate"] == label, record["error"]
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+def test_the_float64_reference_runs_on_the_cpu_from_copies_of_the_inputs(surrogate, tmp_path, mode):
+    """The NPU has no double (torch_npu's kernels narrow fp64): the surrogate allocates no float64 tensor under
+    NPU_SURROGATE_NO_FLOAT64=1, and the reference and the verdict's metrics are computed on the host."""
+    env = dict(surrogate, NPU_SURROGATE_NO_FLOAT64="1")
+    refused = subprocess.run([sys.executable, "-c", "import torch, torch_npu; torch.zeros(2, device='npu').double()"],
+                             env=env, capture_output=True, text=True, timeout=600)
+    assert refused.returncode != 0 and "float64 is not supported on this device" in refused.stderr
+    result = run_harness(env, "run", "relu_mlp", "correct_mlp_layernorm_gelu", "--dtype", "float32", "--mode", mode,
+                         "--device", "npu", "--reference", "fp64", "--json", str(tmp_path / "r.json"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    for record in records_of(tmp_path / "r.json").values():
+        assert record["status"] == "pass", record
+        assert (record["reference"], record["reference_device"]) == ("eager+fp64", "cpu")
+        assert not [w for w in record["warnings"] if "float64" in w], record["warnings"]
+        # Not bit-identical: the verdict widened both sides to float64, which the device would have refused.
+        assert any(o["max_abs"] > 0 for o in record["outputs"]), record["outputs"]

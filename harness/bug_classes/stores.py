@@ -120,6 +120,10 @@ class _StaleStores:
 
 class FirstLaunchDroppedStores(_StaleStores):
     def applies(self, launch: Launch) -> bool:
+        if launch.first and not launch.replay and launch.autotunes:
+            # The compiled binaries launched first in autotuning's benchmark, on cloned arguments.
+            self.stats.autotuned_first = [*(self.stats.autotuned_first or []), f"{launch.index}:{launch.kernel.name}"]
+            return False
         return launch.first and not launch.replay
 
     def lost(self, t: torch.Tensor) -> torch.Tensor | None:
@@ -131,9 +135,13 @@ class FirstLaunchDroppedStores(_StaleStores):
         return lost
 
     def why_missed(self) -> str:
+        autotuned = self.stats.autotuned_first or []
+        after = (f" ({len(autotuned)} first launch{'es' if len(autotuned) != 1 else ''} came after autotuning "
+                 f"benchmarked the kernel on cloned arguments: {', '.join(autotuned[:3])}; the binaries' first "
+                 "launches were the benchmark's)") if autotuned else ""
         return (f"none of the {self.stats.launches} kernel launches lost a store: no generated kernel was launched "
                 "for the first time since it was loaded with an output of two elements or more whose second half "
-                "changed")
+                f"changed{after}")
 
 
 # A masked store: Triton `tl.store(ptr, value, mask)` with a mask other than None; C++ `vec.store(ptr, count)`.

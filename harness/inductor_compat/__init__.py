@@ -12,7 +12,9 @@ What is relied on, and why there is no public API for it:
   launch of the program the user runs without changing what was compiled.
 - Kernel parameters follow Inductor's naming (`in_ptr*` read, `out_ptr*`
   written, `in_out_ptr*` both); Triton also lists `mutated_arg_names` in
-  `inductor_meta` (C++ kernels have no such list). C++ kernels have no metadata object: their parameter names
+  `inductor_meta` (C++ kernels have no such list). A Triton kernel's roles
+  are read off its body where it says (`kernel_pointers.py`: what it
+  `tl.store`s to): torch_npu's rsplit partial kernels write a `ws_ptr`. C++ kernels have no metadata object: their parameter names
   come from the `extern "C" void kernel(...)` line of their source, the one
   piece of generated text read here.
 - Extern kernels (mm, bmm, convolution, ...) are called as

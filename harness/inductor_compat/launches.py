@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from ..layout import span
+from .kernel_pointers import PointerUse, pointer_use
 from .kernel_variants import attach_variants
 
 ROLE_IN, ROLE_OUT, ROLE_INOUT, ROLE_SCALAR = "in", "out", "inout", "scalar"
@@ -42,6 +43,12 @@ class KernelInfo:
     # Arguments the kernel's own launcher narrows from 64 bits (torch_npu's `triton_meta["downcast_args"]`:
     # its codegen marks `*i64`/`*fp64`/`fp64` arguments, `_wrap_launcher_with_downcast` converts them).
     launcher_narrowed: frozenset[str] = frozenset()
+    # Times autotuning benchmarked a Triton kernel's configs (each on cloned arguments, before a launch).
+    benchmark_rounds: int = 0
+    # A Triton kernel's pointer arguments (`*fp32` in its signature), and what its source stores to, loads
+    # from and names (kernel_pointers.py); None where the source was not read (C++ kernels: their names hold).
+    pointers: frozenset[str] = frozenset()
+    uses: PointerUse | None = None
 
     def role(self, position: int) -> str:
         if position >= len(self.arg_names):
@@ -49,9 +56,18 @@ class KernelInfo:
         name = self.arg_names[position]
         if name.startswith("in_out_ptr") or name in self.mutated:
             return ROLE_INOUT
+        if self.uses is not None and name in self.pointers:
+            # What the body does decides where it says (an rsplit partial kernel stores to `ws_ptr` and never
+            # touches `out_ptr0`); a pointer it names in a way not read here (a call) keeps its name's role.
+            if name in self.uses.stored:
+                return ROLE_INOUT if name in self.uses.loaded else ROLE_OUT
+            if name not in self.uses.used:
+                return ROLE_SCALAR  # never touched: neither read nor written by this launch
+            if name in self.uses.loaded and not name.startswith("out_ptr"):
+                return ROLE_IN
         if name.startswith("out_ptr"):
             return ROLE_OUT
-        if name.startswith("in_ptr"):
+        if name.startswith("in_ptr") or name in self.pointers:
             return ROLE_IN
         return ROLE_SCALAR
 
@@ -72,6 +88,11 @@ class Launch:
     replay: bool = False  # a second run of this launch (bisection's isolation), not a new launch
     # The kernel's first launch since its wrapper module was loaded.
     first: bool = False
+    # Autotuning benchmarks the kernel's configs inside this call, before this launch, on cloned arguments
+    # (`CachingAutotuner.autotune_to_one_config`; torch_npu's clones every tensor argument): the compiled
+    # binaries' first launches are the benchmark's, not this one. Known before the launch runs when the
+    # autotuner was precompiled with several launchers; set after it ran when the benchmark came unannounced.
+    autotunes: bool = False
     # A fallback's number among the fallback calls of the block (selector `aten:N`), None for kernels. A fallback's
     # `index` is the number the next kernel launch gets: kernel numbers are those of a program without fallbacks.
     fallback: int | None = None
@@ -324,9 +345,13 @@ def _kernel_info(name: str, value: Any, cpp_params: dict[str, tuple[list[str], s
         names = [n for n in value.fn.arg_names if signature.get(n) != "constexpr"]
         # `cached_autotune` moves mutated_arg_names from inductor_meta onto the autotuner.
         mutated = frozenset(getattr(value, "mutated_arg_names", None) or value.inductor_meta.get("mutated_arg_names", ()))
-        return KernelInfo(name, "triton", names, mutated, getattr(value.fn, "src", ""), path,
+        source = getattr(value.fn, "src", "")
+        pointers = frozenset(n for n in names if str(signature.get(n, "")).startswith("*"))
+        return KernelInfo(name, "triton", names, mutated, source, path,
                           accumulates=_sums(getattr(value, "heuristic_type", None)),
-                          launcher_narrowed=frozenset(value.triton_meta.get("downcast_args") or ()))
+                          launcher_narrowed=frozenset(value.triton_meta.get("downcast_args") or ()),
+                          pointers=pointers, uses=pointer_use(source, getattr(value.fn, "__name__", None) or name,
+                                                            sorted(pointers)))
     return None
 
 
@@ -586,18 +611,21 @@ class _OpProxy:
         return _dispatch_fallback(self._info, args, kwargs)
 
 
-def _dispatch(info: KernelInfo, invoke: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+def _dispatch(info: KernelInfo, invoke: Callable[..., Any], args: tuple, kwargs: dict,
+              autotunes: bool = False) -> Any:
     handler = _state.handler
     info.launched += 1  # handled or not: a first launch is first whoever watches it
     if handler is None:
         return invoke(*args, **kwargs)
     # Two frames up is the wrapper's `call` (proxy method -> _dispatch).
     launch = Launch(info, _state.launches, list(args), kwargs, invoke, sys._getframe(2).f_locals,
-                    first=info.launched == 1)
+                    first=info.launched == 1, autotunes=autotunes)
     _state.launches += 1
+    rounds = info.benchmark_rounds
     try:
         return handler(launch)
     finally:
+        launch.autotunes = launch.autotunes or info.benchmark_rounds > rounds
         launch.caller_locals = {}  # frames' locals hold buffers: never keep them past the launch
 
 
@@ -668,15 +696,38 @@ class _CppProxy:
         return _dispatch(self.info, self.kernel, args, kwargs)
 
 
+def _count_benchmarks(kernel: Any, info: KernelInfo) -> None:
+    """Count the autotuner's benchmark rounds in `info`: its launches of each config on cloned arguments happen
+    inside `run`, past the proxy, and are the compiled binaries' first launches (the instance attribute
+    shadows the class's method, torch_npu's override included)."""
+    benchmark = getattr(kernel, "benchmark_all_configs", None)
+    if benchmark is None or getattr(benchmark, "counted_by_harness", False):
+        return
+
+    def benchmark_all_configs(*args: Any, **kwargs: Any) -> Any:
+        info.benchmark_rounds += 1
+        return benchmark(*args, **kwargs)
+
+    benchmark_all_configs.counted_by_harness = True  # type: ignore[attr-defined]
+    try:
+        kernel.benchmark_all_configs = benchmark_all_configs
+    except AttributeError:  # a kernel object that takes no attributes: its rounds stay uncounted
+        pass
+
+
 class _TritonProxy:
     # kernel_variants unwraps proxies by this mark (it cannot import this module: it is imported by it).
     wraps_an_observed_kernel = True
 
     def __init__(self, kernel: Any, info: KernelInfo):
         self.kernel, self.info = kernel, info
+        _count_benchmarks(kernel, info)
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
-        return _dispatch(self.info, self.kernel.run, args, kwargs)
+        # Precompiled with several launchers: this call benchmarks them all first (`CachingAutotuner.run`, and
+        # torch_npu's `NPUCachingAutotuner.run`), and a benchmark-only call is no launch of the program.
+        autotunes = len(getattr(self.kernel, "launchers", None) or ()) > 1 and not kwargs.get("benchmark_run")
+        return _dispatch(self.info, self.kernel.run, args, kwargs, autotunes)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.kernel, name)

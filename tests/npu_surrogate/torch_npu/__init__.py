@@ -9,7 +9,9 @@ With `tests/npu_surrogate` on `PYTHONPATH`, `import torch_npu` does on the CPU w
   the `npu_backend` option, and the first compile loads the backend asked for through `_InductorNpuRegistry`
   (an unknown name falls back to the default backend without a word, `triton_experimental` writes Inductor's
   config as its `_activate` does). The backends generate Inductor's C++ CPU kernels, run on host memory; with
-  `NPU_SURROGATE_CODEGEN=triton`, Inductor's Triton kernels, run by triton-ascend's interpreter.
+  `NPU_SURROGATE_CODEGEN=triton`, Inductor's Triton kernels, run by triton-ascend's interpreter;
+- with `NPU_SURROGATE_NO_FLOAT64=1`, no float64 tensor on the device (an NPU has no double): whatever computes
+  in float64 on the device fails there as it would on an NPU.
 
 Nothing it computes is an NPU result, and it says so: `SURROGATE`, which the harness prints on every record.
 """
@@ -24,7 +26,8 @@ from . import _triton_codegen
 SURROGATE = ("surrogate NPU (CPU-backed, Triton kernels run by triton-ascend's interpreter), not an NPU result"
              if _triton_codegen.wanted() else "surrogate NPU (CPU-backed), not an NPU result")
 # The variables that chose this surrogate's mode: the command that reproduces a run sets them again.
-ENVIRONMENT = {name: os.environ[name] for name in (_triton_codegen.MODE_VARIABLE, "NPU_SURROGATE_BACKENDS")
+ENVIRONMENT = {name: os.environ[name]
+               for name in (_triton_codegen.MODE_VARIABLE, "NPU_SURROGATE_BACKENDS", "NPU_SURROGATE_NO_FLOAT64")
                if os.environ.get(name)}
 # The torch_npu release whose compiler registry this follows (the wheel read: torch-npu 2.14.0 on PyPI).
 __version__ = "2.14.0+surrogate"

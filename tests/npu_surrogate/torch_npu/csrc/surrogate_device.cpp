@@ -27,6 +27,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -78,15 +79,32 @@ HostAllocator host_allocator;
 
 constexpr c10::DispatchKeySet device_keys(c10::DispatchKey::PrivateUse1);
 
+// NPU_SURROGATE_NO_FLOAT64=1: the device allocates no float64 tensor, as an NPU without double (torch_npu's
+// kernels narrow fp64), so a harness path that computes in float64 on the device fails here as it would there.
+bool refuses_float64() {
+  static const bool refuses = [] {
+    const char* value = std::getenv("NPU_SURROGATE_NO_FLOAT64");
+    return value != nullptr && *value != '\0' && std::strcmp(value, "0") != 0;
+  }();
+  return refuses;
+}
+
+at::ScalarType allowed(std::optional<at::ScalarType> dtype) {
+  at::ScalarType chosen = c10::dtype_or_default(dtype);
+  TORCH_CHECK(!(chosen == at::kDouble && refuses_float64()),
+              "float64 is not supported on this device (the surrogate NPU with NPU_SURROGATE_NO_FLOAT64=1)");
+  return chosen;
+}
+
 at::Tensor empty_memory_format(at::IntArrayRef size, std::optional<at::ScalarType> dtype, std::optional<at::Layout>,
                                std::optional<at::Device>, std::optional<bool>,
                                std::optional<at::MemoryFormat> memory_format) {
-  return at::detail::empty_generic(size, &host_allocator, device_keys, c10::dtype_or_default(dtype), memory_format);
+  return at::detail::empty_generic(size, &host_allocator, device_keys, allowed(dtype), memory_format);
 }
 
 at::Tensor empty_strided(at::IntArrayRef size, at::IntArrayRef stride, std::optional<at::ScalarType> dtype,
                          std::optional<at::Layout>, std::optional<at::Device>, std::optional<bool>) {
-  return at::detail::empty_strided_generic(size, stride, &host_allocator, device_keys, c10::dtype_or_default(dtype));
+  return at::detail::empty_strided_generic(size, stride, &host_allocator, device_keys, allowed(dtype));
 }
 
 // A CPU tensor over the very memory of `tensor` (same sizes, strides and offset): both live in host memory.

@@ -232,8 +232,8 @@ def compare_tensors(
 
 def _where_float64_runs(actual: torch.Tensor, expected: torch.Tensor,
                         reference: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """The three on the device float64 arithmetic on `expected`'s runs on (module docstring): the NPU's
-    results are brought to the host, as its float64 reference was made there."""
+    """The three tensors on the device where float64 arithmetic for `expected`'s device runs (module
+    docstring): the NPU's results are brought to the host, where its float64 reference was made."""
     home = float64_home(expected.device)
     return (actual.to(home), expected.to(home), None if reference is None else reference.to(home))
 

@@ -277,8 +277,9 @@ class _Observation:
         fn = self.program.fn
         if isinstance(fn, torch.nn.Module):
             fn = copy.deepcopy(fn).to(host.torch_device())
+        references = Session(fn, inputs, self.mode, host, self.seed, float64=True).run()
         self.record.reference_device = host.name
-        return Session(fn, inputs, self.mode, host, self.seed, float64=True).run()
+        return references
 
     def compiler(self, backend: Any, **compile_kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         # A dynamic run marks its dims on every run's inputs: `dynamic=False` would tell Dynamo to specialise.

@@ -69,7 +69,7 @@ def pointer_use(source: str, kernel_name: str, arg_names: list[str]) -> PointerU
 
 def _is_module_call(value: ast.expr) -> bool:
     """`tl.store`, `triton.language.store`: a call on a module name, not on a local descriptor."""
-    return (isinstance(value, ast.Name) and value.id in ("tl", "triton", "language")) or \
+    return (isinstance(value, ast.Name) and value.id == "tl") or \
         (isinstance(value, ast.Attribute) and value.attr == "language")
 
 

@@ -364,6 +364,9 @@ class Localization:
     # pattern ..."): the run passed with it alone turned off. And every pass that changed the graphs.
     graph_pass: str | None = None
     graph_passes_changed: list[str] = field(default_factory=list)
+    # Other passes whose absence alone made the run pass too, and whose change touched none of the diverging
+    # nodes: they enabled the named one (a cleanup that let a wrong rewrite match).
+    graph_passes_enabling: list[str] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Localization":

@@ -874,18 +874,21 @@ def _compiled_with_passes(observed: _Observation, compiled: _Compiled, config: R
                           disabled: frozenset, passes: Callable[[Results], bool]) -> tuple[bool, list]:
     """The program compiled afresh (caches off: a cached graph runs no pass) with the Inductor graph passes of
     these keys turned off, run through the injection: whether it passes, and the passes that changed its graphs."""
-    from .inductor_compat import compile_caches_off, distinct_inductor, observing_passes, room_to_recompile
+    from .inductor_compat import (capture_graphs, compile_caches_off, distinct_inductor, graph_info, left_in_lowered,
+                                  observing_passes, room_to_recompile)
 
     if config.backend != "inductor":
         return False, []
     backend = distinct_inductor(_compile_kwargs(config, record.compile_options).get("options", {}), observed.case.dynamic)
-    with observing_passes(disabled) as changed:
+    with observing_passes(disabled) as changed, capture_graphs() as capture:
         try:
             with compile_caches_off(), room_to_recompile(), _launches_through(compiled.handler_factory()):
                 results = observed.compiled_session(backend).run()
         except Exception:  # noqa: BLE001 - a pass some other pass relies on, turned off: this set does not pass
             return False, list(changed)
-    return passes(results), list(changed)
+    infos = [info for info in map(graph_info, capture.called) if info is not None]
+    lowered = frozenset(node.name for info in infos for node in info.gm.graph.nodes)
+    return passes(results), left_in_lowered(list(changed), lowered)
 
 
 def narrowing_diagnosis(observed: _Observation, compiled: _Compiled) -> str:

@@ -150,7 +150,7 @@ def test_without_the_wrong_rewrite_the_same_program_passes():
 def test_the_pass_search_halves_and_says_when_no_single_pass_is_to_blame():
     from harness.inductor_compat.passes import NAMED, GraphPass
 
-    changed = [GraphPass(NAMED, f"p{i}", "post_grad_passes", f"pass:p{i}") for i in range(8)]
+    changed = [GraphPass(NAMED, f"p{i}", "post_grad_passes", f"pass:p{i}") for i in range(12)]
     tried = []
 
     def passes_without(keys, culprit="pass:p5"):
@@ -159,12 +159,82 @@ def test_the_pass_search_halves_and_says_when_no_single_pass_is_to_blame():
 
     finding = find_pass(lambda: changed, passes_without)
     assert finding.named.name == "p5" and tried[-1] == frozenset({"pass:p5"})
-    assert len(tried) <= 6  # about 2 log2(8)
+    assert len(tried) <= 8  # about 2 log2(12)
     tried.clear()
     # Two passes together are to blame: no half alone makes the run pass.
     finding = find_pass(lambda: changed, lambda keys: tried.append(keys) or {"pass:p1", "pass:p6"} <= keys)
     assert finding.named is None and "no single Inductor graph pass is to blame" in finding.text
     assert find_pass(lambda: [], passes_without).text == "no Inductor graph pass changed the program's graphs"
+
+
+def test_with_few_passes_each_is_turned_off_alone_and_the_one_touching_the_diverging_nodes_is_named():
+    from harness.inductor_compat.passes import NAMED, PATTERN, GraphPass
+
+    cleanup = GraphPass(NAMED, "remove_noop_ops", "joint_graph_passes", "pass:cleanup", touched=frozenset({"sin"}))
+    rewrite = GraphPass(PATTERN, "wrong", "post_grad_passes", "pattern:1", touched=frozenset({"sin_1", "mul"}))
+    bystander = GraphPass(NAMED, "other", "post_grad_passes", "pass:other", touched=frozenset({"add"}))
+    tried = []
+
+    def passes_without(keys):  # the rewrite matches only after the cleanup: either one off makes the run pass
+        tried.append(keys)
+        return bool(keys & {"pass:cleanup", "pattern:1"})
+
+    finding = find_pass(lambda: [cleanup, rewrite, bystander], passes_without, diverging=frozenset({"mul"}))
+    assert tried == [frozenset({"pass:cleanup"}), frozenset({"pattern:1"}), frozenset({"pass:other"})]
+    assert finding.named is rewrite and finding.enabling == [cleanup]
+    assert "its change touches the diverging nodes (mul)" in finding.text
+    assert "joint_graph_passes: remove_noop_ops enables it" in finding.text
+    # The cleanup fired later and is the one the diverging nodes name: it is the culprit, whatever the order.
+    finding = find_pass(lambda: [rewrite, cleanup, bystander], passes_without, diverging=frozenset({"sin"}))
+    assert finding.named is cleanup and finding.enabling == [rewrite]
+    # Nothing alone makes it pass: every pass was tried alone, and the answer says so.
+    finding = find_pass(lambda: [cleanup, rewrite], lambda keys: keys == {"pass:cleanup", "pattern:1"})
+    assert finding.named is None and "turning off each alone left the run failing (2 compiles)" in finding.text
+
+
+@pytest.fixture
+def negation_of_sine_dropped():
+    """A wrong pattern rewrite, sin(-x) computed as sin(x), that matches only once Inductor's own cleanup
+    `remove_noop_ops` removed the copy between the two (joint graph passes): either one turned off makes the
+    run pass. Registered for one test and removed after it."""
+    from torch._inductor.fx_passes.post_grad import pass_patterns
+    from torch._inductor.pattern_matcher import CallFunction, KeywordArg, register_graph_pattern
+
+    aten = torch.ops.aten
+    before = {key: list(entries) for key, entries in pass_patterns[1].patterns.items()}
+
+    @register_graph_pattern(CallFunction(aten.sin.default, CallFunction(aten.neg.default, KeywordArg("x"))),
+                            pass_dict=pass_patterns[1])
+    def sine_of_negation_is_sine(match, x):
+        node = match.output_node()
+        with match.graph.inserting_before(node):
+            wrong = match.graph.call_function(aten.sin.default, (x,))
+        wrong.meta.update(node.meta)
+        node.replace_all_uses_with(wrong)
+        match.erase_nodes()
+
+    with compile_caches_off():
+        yield "post_grad_passes: pattern negation_of_sine_dropped.<locals>.sine_of_negation_is_sine (test_stages)"
+    pass_patterns[1].patterns.clear()
+    pass_patterns[1].patterns.update(before)
+
+
+def sine_of_a_negated_copy(x):
+    return torch.sin(torch.neg(x).clone()) * 2
+
+
+NEGATED_COPY = Case(name="negated_copy", build=lambda d: Program(sine_of_a_negated_copy, [contiguous((16,))]))
+
+
+def test_a_wrong_rewrite_a_cleanup_enabled_is_named_and_the_cleanup_said_to_enable_it(negation_of_sine_dropped):
+    record, found = localized(NEGATED_COPY)
+    assert record.status == R.FAIL
+    assert (found.answer, found.stage, found.graph_pass) == (R.Answer.STAGE, "inductor_graph_passes",
+                                                               negation_of_sine_dropped)
+    assert "joint_graph_passes: remove_noop_ops" in found.graph_passes_changed
+    assert found.graph_passes_enabling == ["joint_graph_passes: remove_noop_ops"]
+    assert "joint_graph_passes: remove_noop_ops enables it" in found.reason
+    assert found.names("pass:" + negation_of_sine_dropped) and not found.names("pass:remove_noop_ops")
 
 
 def test_a_stride_0_result_names_the_node_and_kernel_whose_layout_first_differs():

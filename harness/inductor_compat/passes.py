@@ -27,8 +27,9 @@ and `torch/_inductor/pattern_matcher.py` (`PatternEntry.apply`,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 NAMED, PATTERN = "pass", "pattern"
@@ -45,6 +46,9 @@ class GraphPass:
     key: str
     # It ran other passes that changed the graph too (they are tried first).
     contains_others: bool = False
+    # The nodes it created or changed (their op, target or arguments), by name, over every time it fired: what a
+    # localization compares with the nodes that diverge (a cleanup that enabled a wrong rewrite touched others).
+    touched: frozenset[str] = field(default=frozenset(), compare=False)
 
     @property
     def label(self) -> str:
@@ -99,6 +103,12 @@ def _install() -> None:
         _installed = True
 
 
+def left_in_lowered(passes: list[GraphPass], lowered: frozenset[str]) -> list[GraphPass]:
+    """The passes with `touched` narrowed to the nodes of the graphs Inductor lowered: a cleanup whose changed
+    nodes a later rewrite replaced (the nodes it matched) keeps none."""
+    return [dataclasses.replace(p, touched=p.touched & lowered) for p in passes]
+
+
 def _named_pass(original: Any) -> Any:
     def apply(self: Any, pass_fn: Any) -> Any:
         state: _State | None = getattr(_local, "state", None)
@@ -107,15 +117,17 @@ def _named_pass(original: Any) -> Any:
         key = f"{NAMED}:{self.passname}"
         if key in state.disabled:
             return None
-        before, fired_before = _fingerprint(self.gm.graph), len(state.fired)
+        before, fired_before = _node_facts(self.gm.graph), len(state.fired)
         state.depth += 1
         try:
             return original(self, pass_fn)
         finally:
             state.depth -= 1
-            if _fingerprint(self.gm.graph) != before:
+            after = _node_facts(self.gm.graph)
+            if after != before:
                 _note(state, GraphPass(NAMED, self.passname, getattr(self, "subsystem", None), key,
-                                       contains_others=len(state.fired) > fired_before))
+                                       contains_others=len(state.fired) > fired_before,
+                                       touched=_touched(before, after)))
 
     apply.__wrapped__ = original
     return apply
@@ -145,8 +157,11 @@ def _pattern_entry(original: Any) -> Any:
         if key in state.disabled:
             return None
         subsystem = state.pattern_subsystem[-1] if state.pattern_subsystem else None
-        _note(state, GraphPass(PATTERN, _pattern_name(self, node), subsystem, key))
-        return original(self, match, graph, node)
+        name, before = _pattern_name(self, node), _node_facts(graph)
+        try:
+            return original(self, match, graph, node)
+        finally:
+            _note(state, GraphPass(PATTERN, name, subsystem, key, touched=_touched(before, _node_facts(graph))))
 
     apply.__wrapped__ = original
     return apply
@@ -155,8 +170,8 @@ def _pattern_entry(original: Any) -> Any:
 def _note(state: _State, graph_pass: GraphPass) -> None:
     for i, seen in enumerate(state.fired):
         if seen.key == graph_pass.key:
-            if graph_pass.contains_others and not seen.contains_others:
-                state.fired[i] = graph_pass
+            state.fired[i] = dataclasses.replace(seen, contains_others=seen.contains_others or graph_pass.contains_others,
+                                                 touched=seen.touched | graph_pass.touched)
             return
     state.fired.append(graph_pass)
 
@@ -174,7 +189,17 @@ def _pattern_name(entry: Any, node: Any) -> str:
     return f"{type(entry.pattern).__name__} on {getattr(node, 'target', '?')}"
 
 
-def _fingerprint(graph: Any) -> str:
-    """What a pass can change: every node's op, target, arguments and order (reinplacing retargets a node in
-    place, creating none)."""
-    return repr([(node.name, node.op, str(node.target), node.args, node.kwargs) for node in graph.nodes])
+def _node_facts(graph: Any) -> dict[str, str]:
+    """What a pass can change, by node: its op, target and arguments, and its place in the order (reinplacing
+    retargets a node in place, creating none)."""
+    return {node.name: repr((position, node.op, str(node.target), node.args, node.kwargs))
+            for position, node in enumerate(graph.nodes)}
+
+
+def _touched(before: dict[str, str], after: dict[str, str]) -> frozenset[str]:
+    """The nodes a pass created or changed; one that only moved (a node erased before it) is not changed."""
+    def unplaced(facts: str) -> str:
+        return facts.split(",", 1)[1]
+
+    return frozenset(name for name, facts in after.items()
+                     if name not in before or unplaced(before[name]) != unplaced(facts))

@@ -279,13 +279,15 @@ def _before_inductor(program: CompiledProgram, found: R.Localization, first: Div
 
 def _in_graph_pass(program: CompiledProgram, found: R.Localization, first: Divergence | None) -> R.Localization | None:
     """The Inductor graph pass that, turned off alone, makes the run pass (the stages before Inductor pass)."""
-    finding = find_pass(program.graph_passes, program.passes_without)
+    diverging = frozenset(first.kernel.get("nodes") or ()) if first is not None else frozenset()
+    finding = find_pass(program.graph_passes, program.passes_without, diverging)
     found.graph_passes_changed = [p.label for p in finding.changed]
     if finding.named is None:
         found.problems.append(finding.text)
         return None
     found.answer, found.diverged, found.stage = R.Answer.STAGE, True, GRAPH_PASSES
     found.graph_pass = finding.named.label
+    found.graph_passes_enabling = [p.label for p in finding.enabling]
     found.reason = f"diverges in {GRAPH_PASSES}, in the pass {finding.named.label}: {finding.text}"
     found.visible_at = _seen_at(first)
     return found

@@ -11,6 +11,14 @@ passes (`joint_graph_passes` around its pattern rewrites) are tried only
 after the passes inside them, and only if none of those is to blame. When
 neither half of a set makes the run pass, no single pass is to blame, and
 the answer says so.
+
+When few passes changed the graphs (`SINGLE_OFF_MAX`), each is turned off
+alone instead, one compile each: a wrong rewrite that fires only because an
+earlier cleanup changed the graph (a copy removed, so that a pattern then
+matches) passes with either one off, and halving stops at whichever half it
+tries first. Of the passes whose absence alone makes the run pass, the one
+whose change touches the nodes that diverge is the culprit; the others
+enable it.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ from typing import Callable
 
 # Compiles spent turning passes off, at most (about 2 log2 of the passes that changed the graphs).
 MAX_COMPILES = 10
+# Up to this many passes that changed the graphs, each is turned off alone (one compile each).
+SINGLE_OFF_MAX = 8
 
 
 @dataclass
@@ -29,11 +39,15 @@ class PassFinding:
     named: object | None  # inductor_compat.passes.GraphPass
     changed: list = field(default_factory=list)
     text: str = ""
+    # Passes whose absence alone makes the run pass too, whose change does not touch the diverging nodes: they
+    # made the graph the named one rewrote wrongly ("enables it").
+    enabling: list = field(default_factory=list)
 
 
-def find_pass(graph_passes: Callable[[], list], passes_without: Callable[[frozenset], bool]) -> PassFinding:
+def find_pass(graph_passes: Callable[[], list], passes_without: Callable[[frozenset], bool],
+              diverging: frozenset[str] = frozenset()) -> PassFinding:
     """`graph_passes()`: the passes that changed the graphs (one compile); `passes_without(keys)`: whether the
-    program compiled with those passes off passes."""
+    program compiled with those passes off passes; `diverging`: the graph nodes whose values first diverge."""
     changed = graph_passes()
     finding = PassFinding(None, changed)
     if not changed:
@@ -47,6 +61,8 @@ def find_pass(graph_passes: Callable[[], list], passes_without: Callable[[frozen
 
     inner = [p for p in changed if not p.contains_others]
     outer = [p for p in changed if p.contains_others]
+    if len(changed) <= SINGLE_OFF_MAX:
+        return _each_alone(finding, (inner, outer), without, diverging, spent)
     for candidates in (inner, outer):
         if candidates and (named := _single(candidates, without, spent)) is not None:
             finding.named = named
@@ -76,3 +92,41 @@ def _single(candidates: list, without: Callable[[list], bool], spent: list[int])
             return None
     # A single pass left came from a half of one: the run without it alone passed.
     return candidates[0] if len(candidates) == 1 else None
+
+
+def _each_alone(finding: PassFinding, groups: tuple[list, list], without: Callable[[list], bool],
+                diverging: frozenset[str], spent: list[int]) -> PassFinding:
+    """Each pass turned off alone (the passes inside others first): the culprit among those whose absence
+    alone makes the run pass is the one whose change touches the diverging nodes (else the last to change the
+    graph, as a rewrite runs after the cleanup that let it match); the others enable it."""
+    changed = finding.changed
+    for candidates in groups:
+        alone = [p for p in candidates if without([p])]
+        if not alone:
+            continue
+        touching = [p for p in alone if p.touched & diverging]
+        kept = [p for p in alone if p.touched]  # `touched`: nodes left in the graphs Inductor lowered
+        culprit = (touching or kept or alone)[-1]
+        finding.named = culprit
+        finding.enabling = [p for p in alone if p is not culprit]
+        finding.text = (f"the run passes with that pass alone turned off ({spent[0]} compile"
+                        f"{'' if spent[0] == 1 else 's'}, each with one of the {len(changed)} passes that changed "
+                        "the graphs off)")
+        if touching:
+            shown = sorted(culprit.touched & diverging)
+            finding.text += f"; its change touches the diverging nodes ({', '.join(shown[:4])})"
+        elif kept:
+            shown = sorted(culprit.touched)
+            finding.text += f"; the nodes it made or changed are in the graph Inductor lowered ({', '.join(shown[:4])})"
+        if finding.enabling:
+            one = len(finding.enabling) == 1
+            why = ("its change touches none of the diverging nodes" if touching else
+                   "none of the nodes it changed is left in the graph Inductor lowered (the named pass rewrote them)"
+                   if kept else "no change could be told apart: the last pass to change the graph is named")
+            finding.text += (f"; {', '.join(p.label for p in finding.enabling)} enable{'s' if one else ''} it: the "
+                             f"run passes with {'that' if one else 'each'} alone off too, and {why}")
+        return finding
+    shown = ", ".join(p.label for p in changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+    finding.text = (f"no single Inductor graph pass is to blame: of the {len(changed)} that changed the graphs "
+                    f"({shown}), turning off each alone left the run failing ({spent[0]} compiles)")
+    return finding

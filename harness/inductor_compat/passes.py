@@ -170,8 +170,9 @@ def _pattern_entry(original: Any) -> Any:
 def _note(state: _State, graph_pass: GraphPass) -> None:
     for i, seen in enumerate(state.fired):
         if seen.key == graph_pass.key:
-            state.fired[i] = dataclasses.replace(seen, contains_others=seen.contains_others or graph_pass.contains_others,
-                                                 touched=seen.touched | graph_pass.touched)
+            state.fired[i] = dataclasses.replace(
+                seen, contains_others=seen.contains_others or graph_pass.contains_others,
+                touched=seen.touched | graph_pass.touched)
             return
     state.fired.append(graph_pass)
 
@@ -189,17 +190,13 @@ def _pattern_name(entry: Any, node: Any) -> str:
     return f"{type(entry.pattern).__name__} on {getattr(node, 'target', '?')}"
 
 
-def _node_facts(graph: Any) -> dict[str, str]:
-    """What a pass can change, by node: its op, target and arguments, and its place in the order (reinplacing
+def _node_facts(graph: Any) -> dict[str, tuple[int, str]]:
+    """What a pass can change, by node: its place in the order, and its op, target and arguments (reinplacing
     retargets a node in place, creating none)."""
-    return {node.name: repr((position, node.op, str(node.target), node.args, node.kwargs))
+    return {node.name: (position, repr((node.op, str(node.target), node.args, node.kwargs)))
             for position, node in enumerate(graph.nodes)}
 
 
-def _touched(before: dict[str, str], after: dict[str, str]) -> frozenset[str]:
+def _touched(before: dict[str, tuple[int, str]], after: dict[str, tuple[int, str]]) -> frozenset[str]:
     """The nodes a pass created or changed; one that only moved (a node erased before it) is not changed."""
-    def unplaced(facts: str) -> str:
-        return facts.split(",", 1)[1]
-
-    return frozenset(name for name, facts in after.items()
-                     if name not in before or unplaced(before[name]) != unplaced(facts))
+    return frozenset(name for name, (_, facts) in after.items() if name not in before or before[name][1] != facts)

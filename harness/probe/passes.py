@@ -96,9 +96,10 @@ def _single(candidates: list, without: Callable[[list], bool], spent: list[int])
 
 def _each_alone(finding: PassFinding, groups: tuple[list, list], without: Callable[[list], bool],
                 diverging: frozenset[str], spent: list[int]) -> PassFinding:
-    """Each pass turned off alone (the passes inside others first): the culprit among those whose absence
-    alone makes the run pass is the one whose change touches the diverging nodes (else the last to change the
-    graph, as a rewrite runs after the cleanup that let it match); the others enable it."""
+    """Each pass turned off alone (the passes inside others first). Among those whose absence alone makes the
+    run pass, the culprit is the last to change the graph of those whose change touches the diverging nodes,
+    else of those whose changed nodes are left in the lowered graph (a cleanup's were rewritten by the rewrite it
+    let match), else of all; the others enable it."""
     changed = finding.changed
     for candidates in groups:
         alone = [p for p in candidates if without([p])]
@@ -117,7 +118,8 @@ def _each_alone(finding: PassFinding, groups: tuple[list, list], without: Callab
             finding.text += f"; its change touches the diverging nodes ({', '.join(shown[:4])})"
         elif kept:
             shown = sorted(culprit.touched)
-            finding.text += f"; the nodes it made or changed are in the graph Inductor lowered ({', '.join(shown[:4])})"
+            finding.text += (f"; the nodes it made or changed are in the graph Inductor lowered "
+                             f"({', '.join(shown[:4])})")
         if finding.enabling:
             one = len(finding.enabling) == 1
             why = ("its change touches none of the diverging nodes" if touching else

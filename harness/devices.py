@@ -203,8 +203,9 @@ class Npu(Device):
     name = "npu"
     DEFAULT_BACKEND = "triton_experimental"
     visibility_variable = "ASCEND_RT_VISIBLE_DEVICES"
-    # torch_npu says double is unsupported on the NPU, and its kernels narrow fp64 arguments
-    # (triton_meta["downcast_args"]): the float64 reference and the metrics are computed on the host.
+    # Not every NPU operator has a float64 kernel (torch_npu's ascendc/decomposition.py: eager expm1 has no fp64
+    # path), and its Triton launcher narrows fp64 arguments (triton_meta["downcast_args"]): the float64
+    # reference and the metrics are computed on the host.
     float64_device = "cpu"
 
     def count(self) -> int:

@@ -367,8 +367,9 @@ def test_a_program_compiled_in_one_mode_is_never_loaded_from_the_cache_in_the_ot
 
 @pytest.mark.parametrize("mode", ["inference", "training"])
 def test_the_float64_reference_runs_on_the_cpu_from_copies_of_the_inputs(surrogate, tmp_path, mode):
-    """The NPU has no double (torch_npu's kernels narrow fp64): the surrogate allocates no float64 tensor under
-    NPU_SURROGATE_NO_FLOAT64=1, and the reference and the verdict's metrics are computed on the host."""
+    """Float64 is not to be relied on on the NPU (operators without an fp64 kernel; torch_npu's launcher narrows
+    fp64): the surrogate allocates no float64 tensor under NPU_SURROGATE_NO_FLOAT64=1, and the reference and the
+    verdict's metrics are computed on the host."""
     env = dict(surrogate, NPU_SURROGATE_NO_FLOAT64="1")
     refused = subprocess.run([sys.executable, "-c", "import torch, torch_npu; torch.zeros(2, device='npu').double()"],
                              env=env, capture_output=True, text=True, timeout=600)

@@ -10,7 +10,7 @@ With `tests/npu_surrogate` on `PYTHONPATH`, `import torch_npu` does on the CPU w
   (an unknown name falls back to the default backend without a word, `triton_experimental` writes Inductor's
   config as its `_activate` does). The backends generate Inductor's C++ CPU kernels, run on host memory; with
   `NPU_SURROGATE_CODEGEN=triton`, Inductor's Triton kernels, run by triton-ascend's interpreter;
-- with `NPU_SURROGATE_NO_FLOAT64=1`, no float64 tensor on the device (an NPU has no double): whatever computes
+- with `NPU_SURROGATE_NO_FLOAT64=1`, no float64 tensor on the device (not every NPU operator has one): whatever computes
   in float64 on the device fails there as it would on an NPU.
 
 Nothing it computes is an NPU result, and it says so: `SURROGATE`, which the harness prints on every record.

@@ -120,11 +120,13 @@ class _StaleStores:
 
 class FirstLaunchDroppedStores(_StaleStores):
     def applies(self, launch: Launch) -> bool:
-        if launch.first and not launch.replay and launch.autotunes:
+        if not launch.first or launch.replay:
+            return False
+        if launch.autotunes:
             # The compiled binaries launched first in autotuning's benchmark, on cloned arguments.
             self.stats.autotuned_first = [*(self.stats.autotuned_first or []), f"{launch.index}:{launch.kernel.name}"]
             return False
-        return launch.first and not launch.replay
+        return True
 
     def lost(self, t: torch.Tensor) -> torch.Tensor | None:
         if t.numel() < 2:

@@ -45,8 +45,8 @@ from typing import Any, Mapping
 import torch
 
 from .devices import float64_home
-from .records import (PASSED_BY_COSINE, PASSED_BY_EAGER_NONFINITE, PASSED_BY_RMSE, PASSED_BY_SUMMATION_NOISE,
-                      ErrorHistogram, MismatchMap, OutputComparison, Sample)
+from .records import (PASSED_BY_COSINE, PASSED_BY_EAGER_NONFINITE, PASSED_BY_LOW_PRECISION_ATOMICS, PASSED_BY_RMSE,
+                      PASSED_BY_SUMMATION_NOISE, ErrorHistogram, MismatchMap, OutputComparison, Sample)
 from .tolerances import (DEFAULT_TOLERANCES, RMSE_FLOOR_ULPS, Tolerance, is_exact_dtype, rmse_floor, rmse_multiplier,
                          tolerance_for)
 
@@ -77,6 +77,12 @@ class Verdict:
     accumulated: bool = True
     # Both sides are eager runs of one program (rule 3's last sentence).
     eager_repeat: bool = False
+    # Result name -> the elements a colliding write's winner decides (colliding_writes): not compared.
+    undefined: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    # Result name -> eager's result with its float16/bfloat16 scatter sums made one add at a time in that
+    # dtype (colliding_writes.LowPrecisionSums), for a program that adds atomically in low precision: rule 3's
+    # baseline may be its error instead of eager's.
+    atomic_baseline: Mapping[str, torch.Tensor] = field(default_factory=dict)
 
     def tensors(self, name: str, actual: torch.Tensor, expected: torch.Tensor,
                 reference: torch.Tensor | None = None, pictures: bool = True) -> OutputComparison:
@@ -84,12 +90,27 @@ class Verdict:
         no record shows (the probe's replays): on large buffers the pictures cost as much as the verdict."""
         return compare_tensors(name, actual, expected, tolerances=self.tolerances, reference=reference,
                                cosine_fallback=self.cosine_fallback, strict_eager=self.strict_eager,
-                               accumulated=self.accumulated, pictures=pictures, eager_repeat=self.eager_repeat)
+                               accumulated=self.accumulated, pictures=pictures, eager_repeat=self.eager_repeat,
+                               atomic_baseline=self.atomic_baseline.get(name))
 
     def values(self, name: str, actual: Any, expected: Any, reference: Any = None) -> OutputComparison:
         """Any pair of results: tensors by the tensor rules, other leaves by equality."""
         if isinstance(actual, torch.Tensor) and isinstance(expected, torch.Tensor):
-            return self.tensors(name, actual, expected, reference if isinstance(reference, torch.Tensor) else None)
+            reference = reference if isinstance(reference, torch.Tensor) else None
+            mask = self.undefined.get(name)
+            if mask is None or not actual.shape == expected.shape == mask.shape or actual.dtype != expected.dtype:
+                return self.tensors(name, actual, expected, reference)
+            # Eager's value stands in on both sides where it is undefined: those elements agree by construction.
+            mask = mask.to(expected.device)
+            actual = torch.where(mask, expected, actual.to(expected.device))
+            if reference is not None and reference.shape == mask.shape:
+                reference = torch.where(mask.to(reference.device), expected.to(reference), reference)
+            comparison = self.tensors(name, actual, expected, reference)
+            comparison.undefined = int(mask.sum().item())
+            said = (f"{comparison.undefined} elements left out: their value depends on which of several writes to "
+                    "one element wins (indices that repeat), which is undefined")
+            comparison.note = f"{comparison.note}; {said}" if comparison.note else said
+            return comparison
         return compare_leaves(name, actual, expected)
 
     def quick_match(self, actual: torch.Tensor, expected: torch.Tensor) -> bool:
@@ -120,6 +141,7 @@ def compare_tensors(
     accumulated: bool = True,
     pictures: bool = True,
     eager_repeat: bool = False,
+    atomic_baseline: torch.Tensor | None = None,
 ) -> OutputComparison:
     """Compare `actual` (compiled) with `expected` (eager) under the verdict policy (module docstring)."""
     tol = tolerance_for(_real_dtype(expected.dtype), tolerances)
@@ -220,6 +242,8 @@ def compare_tensors(
         return result
     if reference is not None:
         _apply_rmse_rule(result, a, e, reference, strict_eager, accumulated)
+        if not result.passed and atomic_baseline is not None and not strict_eager:
+            _apply_atomic_rounding_rule(result, a, reference, atomic_baseline)
     elif eager_repeat:
         _apply_eager_repeat_rule(result, a, e)
     if not result.passed and cosine_fallback and not strict_eager:
@@ -371,6 +395,24 @@ def _apply_rmse_rule(result: OutputComparison, actual: torch.Tensor, expected: t
     if result.passed:
         result.passed_by = PASSED_BY_RMSE if closer else PASSED_BY_SUMMATION_NOISE
         result.note = f"differs from eager beyond tolerance in {result.bad} elements; {why}"
+
+
+def _apply_atomic_rounding_rule(result: OutputComparison, actual: torch.Tensor, reference: torch.Tensor,
+                                baseline: torch.Tensor) -> None:
+    """Rule 3 with another baseline, for a program that adds atomically in float16/bfloat16: a pass when
+    compiled is no further from float64 than eager is with its scatter sums made one add at a time in that
+    dtype (times the same multiplier): every such add rounds, in whatever order the atomics land."""
+    ref = reference.detach().to(device=actual.device, dtype=torch.float64)
+    base = baseline.detach().to(device=actual.device, dtype=torch.float64)
+    if ref.shape != actual.shape or base.shape != actual.shape or result.rmse_actual is None:
+        return
+    rmse_baseline = result.rmse_low_precision_sums = _rmse(base, ref)
+    multiplier = result.rmse_multiplier or rmse_multiplier(_dtype_from_name(result.dtype), result.numel)
+    if result.rmse_actual <= multiplier * rmse_baseline + result.atol / 10:
+        result.passed, result.passed_by = True, PASSED_BY_LOW_PRECISION_ATOMICS
+        result.note = (f"differs from eager beyond tolerance in {result.bad} elements; within the rounding of the "
+                       f"program's low-precision atomic adds (RMSE against float64 {result.rmse_actual:.3g}, eager "
+                       f"with each such sum made one add at a time in its dtype {rmse_baseline:.3g})")
 
 
 def _apply_eager_repeat_rule(result: OutputComparison, again: torch.Tensor, first: torch.Tensor) -> None:

@@ -10,12 +10,16 @@ graph serve a new size, reductions split differently. A dynamic run:
   dim of every input of rank 2 or more; when eager rejects the second size so
   made, also every other dim of the same size (a matmul's inner size that
   equals the batch must change with it). Sizes 0 and 1, which Dynamo always
-  specialises, never vary;
+  specialises, never vary, nor does a parameter (`nn.Parameter`) given as an
+  input, unless `dynamic_dims` names it: a module's parameters and buffers
+  are not what a user's program varies;
 - compiles at the declared size, and runs the same compiled program at a
   second size, one more than the first and not a multiple of 8 (nor so of
   16): a tail for every vector width and block size;
 - judges each size against eager at that size, and reports a recompilation
-  (Dynamo compiled a graph at the second size) as `recompiled`.
+  (Dynamo compiled a graph at the second size) as `recompiled`, with the
+  guard that failed (`recompile_reasons`): a pass with a warning where the
+  values pass, a failure under `--dynamic strict`.
 
 A `TensorSpec` input is made afresh at the second size, its layout kept and
 its strides recomputed for the new sizes (`resized`); a tensor given as it is
@@ -90,20 +94,24 @@ def plans_for(items: Sequence[Any], kwargs: Mapping[str, Any],
     change with the batch it equals). The runner takes the first whose second size eager accepts."""
     shapes = {**{i: _shape(item) for i, item in enumerate(items)}, **{k: _shape(v) for k, v in kwargs.items()}}
     shapes = {key: shape for key, shape in shapes.items() if shape is not None}
+    # What a user's program varies: its inputs, not a parameter handed in as one (Dynamo specialises those).
+    parameters = {key for key, item in [*enumerate(items), *kwargs.items()] if isinstance(item, torch.nn.Parameter)}
     if declared is not None:
         unknown = [key for key in declared if key not in shapes]
         if unknown:
             return f"dynamic_dims names inputs {unknown} that are not tensors of the case"
         chosen = {key: tuple(d for d in dims if shapes[key][d] >= 2) for key, dims in declared.items()}
     else:
-        chosen = {key: (0,) for key, shape in shapes.items() if len(shape) >= 2 and shape[0] >= 2}
+        chosen = {key: (0,) for key, shape in shapes.items()
+                  if len(shape) >= 2 and shape[0] >= 2 and key not in parameters}
     chosen = {key: dims for key, dims in chosen.items() if dims}
     if not chosen:
         return ("no input dim can vary: the default varies the leading dim of every input of rank 2 or more "
                 "(sizes 0 and 1 are always specialised); declare the case's dynamic_dims")
     varying = {shapes[key][d] for key, dims in chosen.items() for d in dims}
     sizes = {size: second_size(size) for size in varying}
-    every = {key: tuple(d for d, size in enumerate(shape) if size in varying) for key, shape in shapes.items()}
+    every = {key: tuple(d for d, size in enumerate(shape) if size in varying) for key, shape in shapes.items()
+             if declared is not None and key in declared or key not in parameters}
     plans = [DynamicPlan(chosen, sizes), DynamicPlan({key: dims for key, dims in every.items() if dims}, sizes)]
     return plans if plans[1].marks != plans[0].marks else plans[:1]
 

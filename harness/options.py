@@ -30,6 +30,10 @@ def _references() -> Sequence[str]:
     return REFERENCES
 
 
+# `--dynamic` alone, and `--dynamic strict`: a recompilation at the second size fails even where values pass.
+DYNAMIC_MODES = ("on", "strict")
+
+
 def _bisect_modes() -> Sequence[str]:
     from .run_identity import BISECT_MODES
 
@@ -151,7 +155,8 @@ RUN_OPTIONS: tuple[Option, ...] = (
            "default), or also probe passing runs (always)", choices=_bisect_modes, bare="on-failure"),
     Option("dynamic", "dynamic shapes: compile each case once with symbolic sizes (its declared dynamic dims, or "
            "the leading dim of every input of rank 2 or more), run it at its size and at one more (not a multiple "
-           "of 8), judge both, and report a recompilation", flag=True, pytest_name="harness-dynamic"),
+           "of 8), and judge both; a recompilation whose values pass is a pass with a note (on, the default), or a "
+           "failure (strict)", choices=lambda: DYNAMIC_MODES, bare="on", pytest_name="harness-dynamic"),
     Option("extract", "with --bisect: write a verified repro of each kernel it names into this directory "
            "(a kernel-level repro.py, a case module, a plain script)", metavar="DIR", pytest_name="harness-extract"),
 )
@@ -212,6 +217,7 @@ def run_config_from(values: Mapping[str, Any]):
         # Extraction starts from the kernel localization names: --extract implies --bisect.
         bisect=values.get("bisect") or ("on-failure" if values.get("extract") else None),
         fresh_compile=bool(values.get("fresh_compile")), dynamic=bool(values.get("dynamic")),
+        dynamic_strict=values.get("dynamic") == "strict",
         extract_dir=os.path.abspath(values["extract"]) if values.get("extract") else None,
         case_paths=tuple(os.path.abspath(p) if os.path.exists(p) else p for p in values.get("case_path") or ()),
     )

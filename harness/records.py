@@ -168,7 +168,10 @@ class ErrorHistogram:
 # eager alone NaN or inf where float64 is finite and compiled matches float64 (eager's own overflow).
 PASSED_BY_RMSE, PASSED_BY_SUMMATION_NOISE, PASSED_BY_COSINE = "rmse_vs_fp64", "summation_noise", "cosine"
 PASSED_BY_EAGER_NONFINITE = "eager_nonfinite"
-PASSED_BY = (PASSED_BY_RMSE, PASSED_BY_SUMMATION_NOISE, PASSED_BY_COSINE, PASSED_BY_EAGER_NONFINITE)
+# Within the rounding of the program's float16/bfloat16 atomic adds (colliding_writes.LowPrecisionSums).
+PASSED_BY_LOW_PRECISION_ATOMICS = "low_precision_atomics"
+PASSED_BY = (PASSED_BY_RMSE, PASSED_BY_SUMMATION_NOISE, PASSED_BY_COSINE, PASSED_BY_EAGER_NONFINITE,
+             PASSED_BY_LOW_PRECISION_ATOMICS)
 
 
 @dataclass
@@ -228,6 +231,12 @@ class OutputComparison:
     # Of the NaN and inf mismatches, those where eager alone is non-finite (compiled is finite there): eager's
     # own arithmetic may have overflowed, and a float64 reference decides them (PASSED_BY_EAGER_NONFINITE).
     eager_nonfinite: int = 0
+    # Elements left out of the comparison: their value depends on which of several writes to one element wins
+    # (an index_put_ or scatter_ whose indices repeat), which PyTorch leaves undefined (colliding_writes).
+    undefined: int = 0
+    # The RMS error against float64 of eager with its float16/bfloat16 scatter sums made one add at a time, when
+    # a program that adds atomically in low precision was judged against it (PASSED_BY_LOW_PRECISION_ATOMICS).
+    rmse_low_precision_sums: float | None = None
 
     def summary(self) -> str:
         """One line in the form people already write in bug reports."""
@@ -336,7 +345,7 @@ class Localization:
     # "reads what it writes (aliasing inside the kernel): ...", "upstream drift amplified here: ...".
     isolated: str | None = None
     # The pipeline stage where the divergence first appears: dynamo (backend "eager"), aot_eager,
-    # aot_eager_decomp_partition, inductor_graph_passes, or inductor (None when not determined).
+    # aot_eager_decomp_partition, inductor_graph_passes, wrapper_glue, or inductor (None when not determined).
     stage: str | None = None
     module_path: str | None = None
     # Why this answer, in a sentence (what a drift means, why nothing could be named).
@@ -609,6 +618,8 @@ class CaseResult:
     dynamic_sizes: list[list[list[int]]] | None = None
     failed_sizes: list[int] | None = None
     recompiled: bool | None = None
+    # Why Dynamo compiled again at the second size: the guards that failed, as its recompile reasons say.
+    recompile_reasons: list[str] | None = None
     # The runs of the compiled program, counted from 1, whose result diverged: run 1 gives the verdict, run 2
     # retries it (no recompilation; with --bisect, localization's first run), and a first-launch check adds
     # runs 3 and 4 (loaded afresh, then run again). None when nothing diverged.

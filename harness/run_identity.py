@@ -41,8 +41,12 @@ class RunConfig:
     extract_dir: str | None = None
     # `--dynamic`: compile once with symbolic sizes, run at two sizes (harness/dynamic_shapes.py).
     dynamic: bool = False
+    # `--dynamic strict`: a recompilation at the second size fails, even where its values pass.
+    dynamic_strict: bool = False
 
     def __post_init__(self) -> None:
+        if self.dynamic_strict and not self.dynamic:
+            object.__setattr__(self, "dynamic", True)
         if self.bisect is True:
             object.__setattr__(self, "bisect", "on-failure")
         elif self.bisect is False:
@@ -60,7 +64,8 @@ class RunConfig:
                 "reference": self.reference, "inject": self.inject,
                 "strict_eager": self.strict_eager, "fresh_compile": self.fresh_compile, "torch": torch.__version__,
                 # Only when set: records of static runs keep the identity they always had.
-                **({"dynamic": True} if self.dynamic else {})}
+                **({"dynamic": True} if self.dynamic else {}),
+                **({"dynamic_strict": True} if self.dynamic_strict else {})}
 
     def runs_dynamic(self, case: Case) -> bool:
         return self.dynamic or case.always_dynamic
@@ -89,8 +94,8 @@ class RunConfig:
             parts.append("--strict-eager")
         if self.fresh_compile:
             parts.append("--fresh-compile")
-        if self.dynamic:
-            parts.append("--dynamic")
+        if self.dynamic or self.dynamic_strict:
+            parts.append("--dynamic strict" if self.dynamic_strict else "--dynamic")
         return " ".join(parts)
 
 

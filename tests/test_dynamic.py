@@ -158,15 +158,29 @@ def test_a_second_size_lowered_afresh_is_compiled_at_the_first_size(monkeypatch,
     assert found.answer == R.Answer.KERNEL and found.isolated.startswith("kernel is wrong"), found.line()
 
 
-def test_a_specialised_dim_recompiles_and_is_reported():
-    def branches_on_size(x):
-        return x * 2 if x.shape[0] % 2 == 0 else x * 3  # a guard on the size: each parity its own graph
+def branches_on_size(x):
+    return x * 2 if x.shape[0] % 2 == 0 else x * 3  # a guard on the size: each parity its own graph
 
-    case = Case(name="dynamic_branch_on_size", build=lambda d: Program(branches_on_size, [contiguous((16, 8))]))
-    record = run_case(case, torch.float32, "inference", DYNAMIC)
+
+BRANCH = Case(name="dynamic_branch_on_size", build=lambda d: Program(branches_on_size, [contiguous((16, 8))]))
+
+
+def test_a_recompilation_whose_values_pass_is_a_pass_naming_the_guard():
+    record = run_case(BRANCH, torch.float32, "inference", DYNAMIC)
+    assert (record.status, record.recompiled, record.failed_sizes) == (R.PASS, True, []), record.summary()
+    (reason,) = record.recompile_reasons
+    assert "(x.size()[0] % 2) == 0" in reason, reason
+    assert any("compiled again (guard failed: " in w and "--dynamic strict" in w for w in record.warnings)
+
+
+def test_dynamic_strict_fails_a_recompilation_and_says_so_in_the_command():
+    strict = RunConfig(dynamic=True, dynamic_strict=True)
+    record = run_case(BRANCH, torch.float32, "inference", strict)
     assert (record.status, record.symptom, record.recompiled) == (R.FAIL, R.Symptom.RECOMPILED, True), \
         record.summary()
-    assert "compiled again" in record.diagnosis
+    assert "compiled again (guard failed: " in record.diagnosis
+    assert strict.command_for(BRANCH.name, "float32", "inference").endswith("--dynamic strict")
+    assert RunConfig(dynamic_strict=True).dynamic  # strict alone is a dynamic run
 
 
 def test_a_case_whose_second_size_eager_rejects_is_skipped_with_the_reason():
@@ -204,13 +218,7 @@ def test_the_opinfo_sweep_has_a_dynamic_axis_in_its_ci_sample():
     assert second == [first[0] + 1, *first[1:]], record.dynamic_sizes
 
 
-# Accumulates through index_put(accumulate=True) in bfloat16: the C++ kernel's atomic adds round in bfloat16, in
-# an order that changes from run to run, and at the second size about one run in four fails. Until the verdict
-# on low-precision atomic accumulation is decided (issue 44), its outcome here is not asserted.
-ORDER_DEPENDENT = {"correct_index_put_2d_fresh": "bfloat16 atomic adds whose rounding depends on their order"}
-CORRECT = [pytest.param(case, marks=pytest.mark.xfail(strict=False, reason=ORDER_DEPENDENT[case.name]))
-           if case.name in ORDER_DEPENDENT else case
-           for case in sorted(load_registry().select(tags=["correct"]), key=lambda c: c.name)]
+CORRECT = sorted(load_registry().select(tags=["correct"]), key=lambda c: c.name)
 
 
 @pytest.mark.parametrize("case", CORRECT, ids=lambda c: c.name)
@@ -227,3 +235,65 @@ def test_a_correct_program_passes_at_two_sizes_without_recompiling(case):
     assert (record.status, record.recompiled, record.failed_sizes) == (R.PASS, False, []), record.summary()
     first, second = record.dynamic_sizes
     assert first != second
+
+
+def test_an_eager_result_not_repeatable_at_the_second_size_gives_no_verdict():
+    """At the second size eager runs twice, as at the first: a result that changes between them is no reference,
+    so the run is `nondeterministic`, not a divergence of the compiled program."""
+    calls = []
+
+    def program(x):
+        if x.shape[0] == 16:
+            return x * 2
+        calls.append(None)  # from the second size on, every run adds another number
+        return x * 2 + len(calls)
+
+    case = Case(name="dynamic_eager_differs_at_size_2", build=lambda d: Program(program, [contiguous((16, 8))]))
+    record = run_case(case, torch.float32, "inference", RunConfig(dynamic=True, backend="eager"))
+    assert (record.status, record.symptom) == (R.NONDETERMINISTIC, R.Symptom.NONDETERMINISM), record.summary()
+    assert "two eager runs differ (out0)" in record.diagnosis
+
+
+def test_a_parameter_given_as_an_input_keeps_its_sizes_unless_declared():
+    weight = torch.nn.Parameter(torch.randn(16, 8))
+    (plan,) = plans_for([TensorSpec((16, 8)), weight], {}, None)[:1]
+    assert dict(plan.marks) == {0: (0,)}  # the input varies, the weight does not
+    assert all(1 not in p.marks for p in plans_for([TensorSpec((16, 8)), weight], {}, None))
+    (declared,) = plans_for([TensorSpec((16, 8)), weight], {}, {1: (0,)})[:1]
+    assert dict(declared.marks) == {1: (0,)}
+
+
+def test_a_dynamic_failure_is_extracted_as_a_static_case_when_that_reproduces(tmp_path):
+    record = run_case(load_registry().cases["layout_input_gapped_slice"], torch.float64, "inference",
+                      RunConfig(dynamic=True, inject="boundary-downcast", bisect=True, extract_dir=str(tmp_path)))
+    assert record.extracted == "reproduces", (record.extracted, record.extraction and record.extraction.notes)
+    said = next(n for n in record.extraction.notes if n.startswith("extracted from a dynamic run"))
+    assert "at its first size" in said and "static at those shapes, and reproduces run without --dynamic" in said
+    assert "always_dynamic" not in open(record.extraction.case_file).read()
+
+
+def test_a_failure_only_a_dynamic_kernel_has_is_extracted_as_a_case_that_always_runs_dynamic(
+        wrong_at_another_size, tmp_path):
+    record = run_case(SCALE, torch.float32, "inference", RunConfig(dynamic=True, inject=wrong_at_another_size,
+                                                                   bisect=True, extract_dir=str(tmp_path)))
+    assert (record.failed_sizes, record.extracted) == ([2], "reproduces"), record.extraction.notes
+    said = next(n for n in record.extraction.notes if n.startswith("extracted from a dynamic run"))
+    assert "at its second size ((17, 64))" in said and "always runs dynamic" in said, said
+    assert "always_dynamic=True" in open(record.extraction.case_file).read()
+
+
+def test_dynamic_strict_is_a_word_after_the_flag_and_anything_else_a_usage_error():
+    import argparse
+
+    from harness.options import RUN_OPTIONS, add_to_argparse, run_config_from
+
+    parser = argparse.ArgumentParser()
+    add_to_argparse(parser, RUN_OPTIONS)
+    values = lambda *argv: vars(parser.parse_args(list(argv)))  # noqa: E731
+    assert (run_config_from(values("--dynamic")).dynamic, run_config_from(values("--dynamic")).dynamic_strict) == \
+        (True, False)
+    strict = run_config_from(values("--dynamic", "strict"))
+    assert (strict.dynamic, strict.dynamic_strict, strict.identity()["dynamic_strict"]) == (True, True, True)
+    assert "dynamic_strict" not in run_config_from(values("--dynamic")).identity()
+    with pytest.raises(SystemExit):
+        values("--dynamic", "relu_mlp")  # a case name after --dynamic is no mode: name cases before it

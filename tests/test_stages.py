@@ -325,3 +325,41 @@ def test_a_stage_answer_never_calls_the_kernel_where_its_difference_shows_wrong(
     seen.kind = WRONG
     with pytest.raises(AssertionError):
         found.check("fail")
+
+
+# Emulation of a wrapper glue bug: every wrapper module loaded while the fixture is active builds its views with
+# the storage offset dropped (`reinterpret_tensor(buf0, (7, 8), (1, 8), 1)` views from element 0). The kernels
+# and the post-grad graph are right; the view the wrapper returns is not.
+@pytest.fixture
+def offsets_dropped(monkeypatch):
+    from harness.inductor_compat import launches
+
+    wrap = launches._wrap_module
+
+    def wrap_with_wrong_views(module):
+        original = getattr(module, "reinterpret_tensor", None)
+        if original is not None and not getattr(module, "__harness_wrapped__", False):
+            module.reinterpret_tensor = lambda t, size, stride, offset=0: original(t, size, stride, 0)
+        wrap(module)
+
+    monkeypatch.setattr(launches, "_wrap_module", wrap_with_wrong_views)
+
+
+def doubled_then_sliced(x):
+    return (x * 2.75).t()[1:]  # the output is a view of the kernel's buffer, from element 1
+
+
+GLUE_BUG = Case(name="wrapper_glue_emulation", build=lambda d: Program(doubled_then_sliced, [contiguous((8, 8))]))
+
+
+def test_right_graphs_with_wrong_glue_are_answered_the_wrappers_glue(offsets_dropped):
+    with compile_caches_off():
+        record, found = localized(GLUE_BUG)
+    assert record.status == R.FAIL, record.summary()
+    assert (found.answer, found.stage) == (R.Answer.STAGE, "wrapper_glue"), found.line()
+    assert "the wrapper's glue is wrong" in found.reason and "not a kernel and not a graph pass" in found.reason
+
+
+def test_a_graph_wrong_before_any_glue_is_not_blamed_on_the_glue(negation_dropped):
+    record, found = localized(NEGATED)
+    assert found.stage == "inductor_graph_passes" and "glue" not in (found.reason or ""), found.line()

@@ -210,6 +210,18 @@ def _graph_forms(captured: CapturedLaunch, parent: Parent, directory: Path, foun
     found.notes.append("no subgraph around the kernel diverges compiled from scratch: no case written")
 
 
+def _from_dynamic(record: R.CaseResult, dynamic: bool) -> str:
+    """What a case extracted from a dynamic run is: the failing size's graph at its shapes, static when that
+    reproduces, else a case that always runs dynamic (from those shapes to one more)."""
+    size = 2 if record.failed_sizes == [2] else 1
+    shapes = ", ".join(str(tuple(s)) for s in (record.dynamic_sizes or [[], []])[size - 1])
+    where = f"extracted from a dynamic run at its {'second' if size == 2 else 'first'} size ({shapes})"
+    if not dynamic:
+        return f"{where}: the case is static at those shapes, and reproduces run without --dynamic"
+    return (f"{where}: static at those shapes it does not reproduce, so the case always runs dynamic "
+            "(always_dynamic: compiled at those shapes, run at one more)")
+
+
 Kept = tuple  # (Subgraph, values: "regenerated" | "saved", specs or None, the injection verified under)
 
 
@@ -225,18 +237,23 @@ def _candidate(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, case_n
     choices = [("regenerated", specs)] if all(s is not None for s in specs) else []
     choices.append(("saved", None))
     values_file = path.parent / forms.VALUES_FILE
-    for values, chosen in choices:
-        if chosen is None:
-            torch.save(tensors, values_file)
-        verdict, injection = _verify_graph(captured, parent, sub, chosen, case_name, widened, values, path)
-        if verdict == "reproduces":
-            if chosen is not None:
-                values_file.unlink(missing_ok=True)
-            return sub, values, chosen, injection
-        if not quiet:
-            found.notes.append(f"ring {widened}, {values} values: {verdict}")
-        path.unlink(missing_ok=True)
-        values_file.unlink(missing_ok=True)
+    # A dynamic run's failing size is tried as a static case first; only then as a case that always runs dynamic.
+    for dynamic in (False, True) if parent.record.dynamic else (False,):
+        for values, chosen in choices:
+            if chosen is None:
+                torch.save(tensors, values_file)
+            verdict, injection = _verify_graph(captured, parent, sub, chosen, case_name, widened, values, path,
+                                               dynamic)
+            if verdict == "reproduces":
+                if chosen is not None:
+                    values_file.unlink(missing_ok=True)
+                if parent.record.dynamic:
+                    found.notes.append(_from_dynamic(parent.record, dynamic))
+                return sub, values, chosen, injection
+            if not quiet:
+                found.notes.append(f"ring {widened}, {values} values{', dynamic' if dynamic else ''}: {verdict}")
+            path.unlink(missing_ok=True)
+            values_file.unlink(missing_ok=True)
     return None
 
 
@@ -278,16 +295,17 @@ def _fault_follows_selector(inject: str | None) -> bool:
 
 
 def _verify_graph(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, specs: list[forms.InputSpec] | None,
-                  case_name: str, widened: int, values: str, path: Path) -> tuple[str, str | None]:
+                  case_name: str, widened: int, values: str, path: Path,
+                  dynamic: bool = False) -> tuple[str, str | None]:
     """Write the candidate case and run it: (verdict, the injection it was verified under). With an injected
     fault it must pass without it first; a fault selecting kernels is then moved to the standalone program's
     kernel named most like the parent's (a subgraph compiled from scratch names and numbers its kernels
     afresh)."""
     inject = parent.config.inject
     if not inject:
-        path.write_text(_case_text(captured, parent, sub, specs, case_name, widened, values, None))
+        path.write_text(_case_text(captured, parent, sub, specs, case_name, widened, values, None, dynamic))
         return _verify_case(path, case_name, parent, None), None
-    path.write_text(_case_text(captured, parent, sub, specs, case_name, widened, values, inject))
+    path.write_text(_case_text(captured, parent, sub, specs, case_name, widened, values, inject, dynamic))
     launched: list[str] = []
     without = _verify_case(path, case_name, parent, None, launched)
     if without != "passes":
@@ -295,7 +313,7 @@ def _verify_graph(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, spe
     injection = _selector_for(inject, captured.kernel_name, launched)
     if injection is None:
         return "the standalone program launches no generated kernel", None
-    path.write_text(_case_text(captured, parent, sub, specs, case_name, widened, values, injection))
+    path.write_text(_case_text(captured, parent, sub, specs, case_name, widened, values, injection, dynamic))
     return _verify_case(path, case_name, parent, injection), injection
 
 
@@ -318,7 +336,7 @@ def _ops(kernel: str) -> set[str]:
 
 
 def _case_text(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, specs: list[forms.InputSpec] | None,
-               case_name: str, widened: int, values: str, injection: str | None) -> str:
+               case_name: str, widened: int, values: str, injection: str | None, dynamic: bool = False) -> str:
     case = parent.case
     options = {**case.compile_options, **parent.config.compile_options}
     kwargs: dict[str, str] = {}
@@ -332,6 +350,8 @@ def _case_text(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, specs:
             kwargs[field_name] = repr(getattr(case, field_name))
     if case.issue:
         kwargs["issue"] = repr(case.issue)
+    if dynamic:
+        kwargs["always_dynamic"] = "True"
     where = "its own subgraph" if widened == 0 else f"widened by {widened} ring(s) of neighbouring kernels"
     run = (f"python -m harness run --case-path {shlex.quote(_extract_root(parent))} {case_name} "
            f"--device {parent.config.device}")
@@ -374,8 +394,9 @@ def _verify_case(path: Path, case_name: str, parent: Parent, inject: str | None,
     module = _file_loader(path)()
     try:
         cases = [c for c in _cases_in(module) if c.name == case_name]
+        # Static, at the shapes the kernel was captured at: a dynamic run's failing size is extracted as it ran.
         config = dataclasses.replace(parent.config, inject=inject, bisect=None, extract_dir=None,
-                                     compile_options={})
+                                     compile_options={}, dynamic=False, dynamic_strict=False)
         with intercept_launches(log) if launched is not None else contextlib.nullcontext():
             record = run_case(cases[0], parent.dtype, "inference", config)
     finally:

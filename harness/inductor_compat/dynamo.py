@@ -44,6 +44,22 @@ def reset_dynamo_counters() -> None:
     counters.clear()
 
 
+def compile_ids() -> set[str]:
+    """The compile ids (`frame/recompile`) in Dynamo's compilation metrics so far (`recompile_reasons`)."""
+    from torch._dynamo.utils import get_compilation_metrics
+
+    return {str(m.compile_id) for m in get_compilation_metrics()}
+
+
+def recompile_reasons(before: set[str]) -> list[str]:
+    """Why Dynamo compiled a frame again since `compile_ids` returned `before`: the guard that failed, as its
+    compilation metrics keep it (`CompilationMetrics.recompile_reason`, torch 2.5 on)."""
+    from torch._dynamo.utils import get_compilation_metrics
+
+    return [str(reason).strip() for m in get_compilation_metrics() if str(m.compile_id) not in before
+            if (reason := getattr(m, "recompile_reason", None))]
+
+
 def compile_cache_hits() -> int:
     """Compiled graphs taken from Inductor's FX graph cache or AOT autograd's cache since the last reset."""
     from torch._dynamo.utils import counters

@@ -29,6 +29,7 @@ class PointerUse:
     stored: frozenset[str]  # arguments written through (tl.store, atomics, a descriptor's .store)
     loaded: frozenset[str]  # arguments read through (tl.load, a descriptor's .load)
     used: frozenset[str]  # arguments the body names at all
+    atomic_added: frozenset[str] = frozenset()  # arguments written through tl.atomic_add (a sum in memory)
 
 
 def pointer_use(source: str, kernel_name: str, arg_names: list[str]) -> PointerUse | None:
@@ -48,6 +49,7 @@ def pointer_use(source: str, kernel_name: str, arg_names: list[str]) -> PointerU
     stored: set[str] = set()
     loaded: set[str] = set()
     used: set[str] = set()
+    atomic_added: set[str] = set()
     for node in ast.walk(function):
         if isinstance(node, ast.Name) and node.id in arguments:
             used.add(node.id)
@@ -64,7 +66,9 @@ def pointer_use(source: str, kernel_name: str, arg_names: list[str]) -> PointerU
             continue
         reached = _names_in(target, derived)
         (stored if verb in _WRITES else loaded).update(reached & arguments)
-    return PointerUse(frozenset(stored), frozenset(loaded), frozenset(used))
+        if verb == "atomic_add":
+            atomic_added.update(reached & arguments)
+    return PointerUse(frozenset(stored), frozenset(loaded), frozenset(used), frozenset(atomic_added))
 
 
 def _is_module_call(value: ast.expr) -> bool:

@@ -49,6 +49,9 @@ class KernelInfo:
     # from and names (kernel_pointers.py); None where the source was not read (C++ kernels: their names hold).
     pointers: frozenset[str] = frozenset()
     uses: PointerUse | None = None
+    # Pointer -> dtype, for each argument it adds to atomically in float16 or bfloat16: every add rounds to that
+    # dtype, in an order that changes from run to run (`low_precision_atomics`).
+    low_precision_atomics: dict[str, str] = field(default_factory=dict)
 
     def role(self, position: int) -> str:
         if position >= len(self.arg_names):
@@ -217,6 +220,13 @@ _state = _State()
 MODULE_KERNELS: dict[str, list[str]] = {}
 # Wrapper module path -> whether its program sums many terms (what lowering facts say better, when kept).
 MODULE_ACCUMULATES: dict[str, bool] = {}
+# Wrapper module path -> "kernel (pointer, dtype)" for each low-precision atomic add of its kernels.
+MODULE_LOW_PRECISION_ATOMICS: dict[str, list[str]] = {}
+
+
+def low_precision_atomics(paths: list[str]) -> list[str]:
+    """The atomic adds in float16 or bfloat16 of these compiled graphs' kernels, as "kernel (pointer, dtype)"."""
+    return [found for path in dict.fromkeys(paths) for found in MODULE_LOW_PRECISION_ATOMICS.get(path, [])]
 
 
 def _accumulates(source: str, kernels: list[KernelInfo]) -> bool:
@@ -316,6 +326,8 @@ def _wrap_module(module: Any) -> None:
             infos.append(info)
             setattr(module, name, _TritonProxy(value, info) if info.kind == "triton" else _CppProxy(value, info))
     MODULE_ACCUMULATES[path] = _accumulates(source, infos)
+    MODULE_LOW_PRECISION_ATOMICS[path] = [f"{info.name} ({pointer}, {dtype})" for info in infos
+                                          for pointer, dtype in info.low_precision_atomics.items()]
     for name in _UNSEEN_KERNEL.findall(source):
         if callable(vars(module).get(name)):
             setattr(module, name, _UnseenKernel(vars(module)[name], name))
@@ -335,7 +347,8 @@ def _wrap_module(module: Any) -> None:
 def _kernel_info(name: str, value: Any, cpp_params: dict[str, tuple[list[str], str]], path: str) -> KernelInfo | None:
     if name in cpp_params and callable(value):
         params, source = cpp_params[name]
-        return KernelInfo(name, "cpp", params, source=source, module_path=path, accumulates="tmp_acc" in source)
+        return KernelInfo(name, "cpp", params, source=source, module_path=path, accumulates="tmp_acc" in source,
+                          low_precision_atomics=_cpp_low_precision_atomics(source))
     try:
         from torch._inductor.runtime.triton_heuristics import CachingAutotuner
     except ImportError:  # no Triton in this torch build
@@ -347,12 +360,32 @@ def _kernel_info(name: str, value: Any, cpp_params: dict[str, tuple[list[str], s
         mutated = frozenset(getattr(value, "mutated_arg_names", None) or value.inductor_meta.get("mutated_arg_names", ()))
         source = getattr(value.fn, "src", "")
         pointers = frozenset(n for n in names if str(signature.get(n, "")).startswith("*"))
+        uses = pointer_use(source, getattr(value.fn, "__name__", None) or name, sorted(pointers))
+        atomics = {p: _TRITON_LOW_PRECISION[str(signature.get(p))] for p in sorted(uses.atomic_added if uses else ())
+                   if str(signature.get(p)) in _TRITON_LOW_PRECISION}
         return KernelInfo(name, "triton", names, mutated, source, path,
                           accumulates=_sums(getattr(value, "heuristic_type", None)),
                           launcher_narrowed=frozenset(value.triton_meta.get("downcast_args") or ()),
-                          pointers=pointers, uses=pointer_use(source, getattr(value.fn, "__name__", None) or name,
-                                                            sorted(pointers)))
+                          pointers=pointers, uses=uses, low_precision_atomics=atomics)
     return None
+
+
+_TRITON_LOW_PRECISION = {"*fp16": "float16", "*bf16": "bfloat16"}
+# C++ kernels add atomically through cpp_prefix.h's `atomic_add(&out_ptr0[i], v)` or `atomic_add_vec<T, ...>(out_ptr0,
+# ...)`; the parameter's declared type says the dtype the sum rounds to.
+_CPP_ATOMIC_ADD = re.compile(r"\batomic_add(?:_vec\s*<[^>]*>)?\s*\(\s*&?\s*(\w+)")
+_CPP_LOW_PRECISION = {"at::BFloat16": "bfloat16", "bfloat16": "bfloat16", "c10::BFloat16": "bfloat16",
+                      "at::Half": "float16", "half": "float16", "c10::Half": "float16"}
+
+
+def _cpp_low_precision_atomics(source: str) -> dict[str, str]:
+    signature = _CPP_SIGNATURE.search(source)
+    declared = {}
+    for param in (signature.group(1).split(",") if signature else []):
+        words = param.replace("*", " ").replace("&", " ").split()
+        if len(words) >= 2:
+            declared[words[-1]] = next((_CPP_LOW_PRECISION[w] for w in words[:-1] if w in _CPP_LOW_PRECISION), None)
+    return {name: declared[name] for name in dict.fromkeys(_CPP_ATOMIC_ADD.findall(source)) if declared.get(name)}
 
 
 def _sums(heuristic_type: Any) -> bool:

@@ -56,6 +56,9 @@ MAX_CANDIDATES = 4
 IMMATERIAL = "immaterial"
 # Not a backend: the post-grad graph Inductor lowers, run eagerly in place of every kernel, already diverges.
 GRAPH_PASSES = "inductor_graph_passes"
+# Not a backend: the post-grad graphs run eagerly pass, and with every kernel output made eager the wrapper still
+# diverges: what the wrapper builds around its kernels is wrong.
+WRAPPER_GLUE = "wrapper_glue"
 STAGE_MEANING = {
     "dynamo": "Dynamo's bytecode, guards or graph capture (backend=\"eager\" runs Dynamo's graph eagerly), not "
               "AOT autograd or Inductor",
@@ -63,7 +66,14 @@ STAGE_MEANING = {
     "aot_eager_decomp_partition": "Inductor's decompositions or the joint-graph partition, not an Inductor kernel",
     GRAPH_PASSES: ("with every kernel output made eager the outputs still diverge: the post-grad graph Inductor "
                    "lowers is already wrong (Inductor's FX graph passes or the wrapper's glue), not a kernel"),
+    WRAPPER_GLUE: ("the post-grad graphs Inductor lowers, each run eagerly in place of its wrapper, pass, and with "
+                   "every kernel output made eager the wrapper still diverges: the wrapper's glue is wrong (the "
+                   "views, reinterpret_tensor, and the arguments it builds for extern kernels, custom ops and ATen "
+                   "fallbacks), not a kernel and not a graph pass"),
 }
+# Said of a GRAPH_PASSES answer whose graphs were run eagerly: they diverge already, so the glue is not to blame.
+GRAPHS_DIVERGE_EAGERLY = ("the post-grad graphs, each run eagerly in place of its wrapper, diverge already: "
+                          "Inductor's FX graph passes made them wrong, not the wrapper's glue")
 
 
 @dataclass
@@ -90,6 +100,9 @@ class CompiledProgram:
     # program compiled with the passes of these keys turned off passes (`passes.find_pass`).
     graph_passes: Callable[[], list] = lambda: []
     passes_without: Callable[[frozenset], bool] = lambda keys: False
+    # Whether the program passes with each compiled graph's post-grad FX graph run eagerly in place of its
+    # wrapper (kernels and glue alike); None when that cannot be run (a graph without lowering facts).
+    graphs_pass_eagerly: Callable[[], bool | None] = lambda: None
 
     def run(self, probe: KernelProbe) -> bool:
         return self.passes(self.rerun(probe))
@@ -121,7 +134,8 @@ def localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Loc
 
     counted = dataclasses.replace(program, rerun=rerun, diverges_under=compiling(program.diverges_under, stage=True),
                                   graph_passes=compiling(program.graph_passes),
-                                  passes_without=compiling(program.passes_without))
+                                  passes_without=compiling(program.passes_without),
+                                  graphs_pass_eagerly=program.graphs_pass_eagerly)
     found = _localize(counted, verdict, failing)
     found.reruns, found.stages_checked, found.compiles = cost["reruns"], cost["stages_checked"], cost["compiles"]
     return found
@@ -185,7 +199,7 @@ def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Lo
     culprit = _first_that_matters(search, hint.launch_index if hint is not None else None)
     if culprit is None:
         return (_before_inductor(program, found, first) or _in_graph_pass(program, found, first)
-                or _after_aot(found, first, superseded))
+                or _after_aot(found, first, superseded, program.graphs_pass_eagerly))
     # No stage check from here on: the outputs passed with launches 0..culprit made eager values of the
     # post-grad graph, so that graph (what AOT autograd and the decompositions made) is right where it
     # matters. A stage answer now would contradict that run.
@@ -293,17 +307,24 @@ def _in_graph_pass(program: CompiledProgram, found: R.Localization, first: Diver
     return found
 
 
-def _after_aot(found: R.Localization, first: Divergence | None, superseded: int = 0) -> R.Localization:
+def _after_aot(found: R.Localization, first: Divergence | None, superseded: int = 0,
+               graphs_pass_eagerly: Callable[[], bool | None] = lambda: None) -> R.Localization:
     """Every compared kernel output made eager still fails, and the stages before Inductor pass.
 
     Then the difference lies outside the kernels, unless an unmapped buffer carries it. Those that held only
     a state inside one node's lowering, written over whole by that node's compared value (`superseded`),
-    cannot: with that value made eager nothing of the state is left.
+    cannot: with that value made eager nothing of the state is left. The post-grad graphs run eagerly, in
+    place of their wrappers, tell the two places left apart: they pass (the wrapper's glue is wrong) or not
+    (a graph pass made them wrong).
     """
     live_unmapped = found.unmapped_buffers - superseded
     if found.launches and not live_unmapped and not any("failed" in p for p in found.problems):
-        found.answer, found.diverged, found.stage = R.Answer.STAGE, True, GRAPH_PASSES
-        found.reason = f"diverges in {GRAPH_PASSES}: {STAGE_MEANING[GRAPH_PASSES]}"
+        graphs_pass = graphs_pass_eagerly()
+        stage = WRAPPER_GLUE if graphs_pass else GRAPH_PASSES
+        found.answer, found.diverged, found.stage = R.Answer.STAGE, True, stage
+        found.reason = f"diverges in {stage}: {STAGE_MEANING[stage]}"
+        if graphs_pass is False:
+            found.reason += f"; {GRAPHS_DIVERGE_EAGERLY}"
         if no_single := next((p for p in found.problems if p.startswith("no ")), None):
             found.reason += f"; {no_single}"
         if superseded:

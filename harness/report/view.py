@@ -11,8 +11,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.records import (ERROR, PASSED_BY_COSINE, PASSED_BY_EAGER_NONFINITE, PASSED_BY_RMSE,
-                             PASSED_BY_SUMMATION_NOISE, SKIP, STATUSES, Answer, CaseResult, KernelArgument,
+from harness.records import (ERROR, PASSED_BY_COSINE, PASSED_BY_EAGER_NONFINITE, PASSED_BY_LOW_PRECISION_ATOMICS,
+                             PASSED_BY_RMSE, PASSED_BY_SUMMATION_NOISE, SKIP, STATUSES, Answer, CaseResult, KernelArgument,
                              Localization, OutputComparison, Status, is_failing)
 
 from . import svg
@@ -216,6 +216,11 @@ def rule_explanation(output: OutputComparison) -> str:
         return (f"eager is NaN or inf in {output.eager_nonfinite} element(s) where a float64 run of the program, "
                 f"rounded to {output.dtype}, is finite and compiled matches it: eager's own arithmetic overflowed "
                 "there (compiled code keeps intermediates in float32); every other element met its tolerance")
+    if rule == PASSED_BY_LOW_PRECISION_ATOMICS:
+        return (f"its RMS error against float64 ({num(output.rmse_actual)}) is within ×{num(output.rmse_multiplier)} "
+                f"of eager's with each float16/bfloat16 scatter sum made one add at a time in that dtype "
+                f"({num(output.rmse_low_precision_sums)}): the rounding the program's atomic adds make, in any order "
+                "(the run's diagnosis names those kernels; docs/verdict.md)")
     if rule == PASSED_BY_COSINE:
         return (f"its cosine similarity with eager ({format_cosine(output.cosine)}) passed torchbench's last-resort "
                 "check, which this case asks for; it missed both its tolerance and the RMSE rule")

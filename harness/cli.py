@@ -333,9 +333,30 @@ def _check_targets(args: argparse.Namespace) -> None:
         files += [(os.path.join(args.report_dir, name), "--report-dir") for name in ("results.json", "index.html")]
     journal = journal_path(args.json_path, args.report_dir)
     files += [(journal, "the journal"), (journal and journal + ".lock", "the journal's lock")]
+    # What the run reads and must not overwrite (a run resumes from its own journal or results: that is read first).
+    inputs = [(getattr(args, name, None), option) for name, option in
+              (("known_issues", "--known-issues"), ("baseline", "--baseline"), ("last_failed", "--last-failed"))]
+    # (--json and --report-dir's results.json may be one file: both hold the same results.)
+    outputs = [(p, o) for p, o in files if p and not (o == "--report-dir" and p.endswith("results.json"))]
+    _distinct_files(outputs, [(p, o) for p, o in inputs if p])
     for path, option in files:
         if path:
             _check_file_target(path, option)
+
+
+def _distinct_files(outputs: list[tuple[str, str]], inputs: list[tuple[str, str]]) -> None:
+    """Two outputs that are one file, or an output that is an input: a usage error naming both (one would
+    overwrite the other, or the run its own input)."""
+    seen: dict[str, str] = {}
+    for path, option in outputs:
+        key = os.path.realpath(path)
+        if key in seen:
+            raise UsageError(f"{seen[key]} and {option} {path} are one file: give each output its own path")
+        seen[key] = f"{option} {path}"
+    for path, option in inputs:
+        if os.path.realpath(path) in seen:
+            raise UsageError(f"{seen[os.path.realpath(path)]} would overwrite {option} {path}, which the run "
+                             "reads: write it elsewhere")
 
 
 def _check_directory(path: str, option: str) -> None:
@@ -556,6 +577,8 @@ def _plan(args: argparse.Namespace, chosen: list, resumed: list[R.CaseResult],
         if not tasks:
             raise UsageError(f"--last-failed {args.last_failed}: none of its failing runs is in the selection")
     done = {(r.case, r.dtype, r.mode) for r in resumed}
+    # A journal may hold a run twice (a pass, then a fail): it is carried once, with the worse status.
+    resumed, _ = R.worst_of_each(resumed, lambda r: (r.case, r.dtype, r.mode))
     carried = [r for r in resumed if (r.case, r.dtype, r.mode) in {t.key for t in tasks}]
     return _Plan([t for t in tasks if t.key not in done], carried)
 
@@ -635,6 +658,8 @@ def _report(args: argparse.Namespace) -> int:
     from .report import merge_results, write_report
 
     output = args.output or os.path.splitext(args.results[0])[0] + ".html"
+    _distinct_files([(p, o) for p, o in ((output, "-o"), (args.json_path, "--json"), (args.junit, "--junit")) if p],
+                    [(p, "its input") for p in args.results] + ([(args.baseline, "--baseline")] if args.baseline else []))
     _check_file_target(output, "-o")
     for path, option in ((args.json_path, "--json"), (args.junit, "--junit")):
         if path:

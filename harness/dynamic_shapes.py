@@ -100,6 +100,7 @@ def plans_for(items: Sequence[Any], kwargs: Mapping[str, Any],
         unknown = [key for key in declared if key not in shapes]
         if unknown:
             return f"dynamic_dims names inputs {unknown} that are not tensors of the case"
+        declared = {key: _dims_of(key, dims, shapes[key], declared) for key, dims in declared.items()}
         chosen = {key: tuple(d for d in dims if shapes[key][d] >= 2) for key, dims in declared.items()}
     else:
         chosen = {key: (0,) for key, shape in shapes.items()
@@ -114,6 +115,35 @@ def plans_for(items: Sequence[Any], kwargs: Mapping[str, Any],
              if declared is not None and key in declared or key not in parameters}
     plans = [DynamicPlan(chosen, sizes), DynamicPlan({key: dims for key, dims in every.items() if dims}, sizes)]
     return plans if plans[1].marks != plans[0].marks else plans[:1]
+
+
+class BadDynamicDims(ValueError):
+    """A case's `dynamic_dims` that cannot make a second size: a dim its input does not have, or sizes that come
+    out the same as the first (the second size would judge nothing new)."""
+
+
+def _dims_of(key: int | str, dims: Sequence[int], shape: tuple[int, ...], declared: Mapping) -> tuple[int, ...]:
+    """The declared dims of one input, counted from 0 (-1 is its last dim, as in torch)."""
+    if not isinstance(dims, (tuple, list)) or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+        raise BadDynamicDims(f"dynamic_dims {dict(declared)!r}: input {key!r} needs a tuple of dims, not {dims!r}")
+    wrong = [d for d in dims if not -len(shape) <= d < len(shape)]
+    if wrong:
+        raise BadDynamicDims(f"dynamic_dims {dict(declared)!r}: input {key!r} of shape {tuple(shape)} has no dim "
+                             f"{wrong[0]}")
+    return tuple(dict.fromkeys(d % len(shape) for d in dims))
+
+
+def check_second_size(first: tuple[Sequence[Any], Mapping[str, Any]], second: tuple[Sequence[Any], Mapping[str, Any]],
+                      declared: Mapping | None) -> None:
+    """A second size (its inputs: specs or tensors, and keywords) equal to the first is no second size: an error
+    naming the declaration."""
+    def sizes(items: Sequence[Any], kwargs: Mapping[str, Any]) -> list:
+        return [_shape(item) for item in [*items, *kwargs.values()] if _shape(item) is not None]
+
+    if sizes(*first) == sizes(*second):
+        said = f"dynamic_dims {dict(declared)!r}" if declared is not None else "the default dims"
+        raise BadDynamicDims(f"{said} made the second size equal to the first ({sizes(*first)}): nothing would "
+                             "vary")
 
 
 def resized_tensor(t: torch.Tensor, new_sizes: Mapping[int, int]) -> torch.Tensor:

@@ -13,7 +13,7 @@ import math
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 SCHEMA = "harness.results/1"
 # Results files are strict JSON: a non-finite float is written as the string
@@ -120,6 +120,24 @@ def status_of(value: str) -> Status | str:
         return Status(value)
     except ValueError:
         return value
+
+
+def worst_of_each(records: list["CaseResult"], key: Callable[["CaseResult"], Any]) -> tuple[list["CaseResult"], int]:
+    """One record per key, in first-seen order: of records of one run (overlapping shards, a journal that holds a
+    run twice), the one with the worst status (`Status` order: failures first), never just the first; and how
+    many were dropped. A pass and a fail of one run are a failure."""
+    chosen: dict[Any, CaseResult] = {}
+    for record in records:
+        k = key(record)
+        kept = chosen.get(k)
+        if kept is None or _rank(record.status) < _rank(kept.status):
+            chosen[k] = record
+    return list(chosen.values()), len(records) - len(chosen)
+
+
+def _rank(status: Any) -> int:
+    known = status_of(status)
+    return known.rank if isinstance(known, Status) else -1  # a status the harness does not know: worst
 
 
 def is_failing(status: str) -> bool:

@@ -146,6 +146,9 @@ def identity_difference(record: R.CaseResult, identity: dict[str, Any]) -> str |
         return "it was made by a harness that did not record its run's identity"
     different = [f"{key} {record.run_identity.get(key)!r}, not {value!r}" for key, value in identity.items()
                  if record.run_identity.get(key) != value]
+    # The record's own fields must say what its identity says: one forged or edited apart is not this run's.
+    different += [f"its {key} {getattr(record, key)!r}, not {identity[key]!r}" for key in ("device", "backend")
+                  if key in identity and getattr(record, key) != identity[key]]
     return "; ".join(different) or None
 
 

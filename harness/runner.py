@@ -453,16 +453,23 @@ def _dynamic_run(observed: _Observation, dtype: torch.dtype, config: RunConfig, 
     """Eager at the second size first (the first plan it accepts: which dims vary), then one compile at the
     declared size with those dims marked, and the same compiled program run at the second size. The size
     whose results fail first (or the first) is the one concluded and localized."""
-    from .dynamic_shapes import plans_for, shapes
+    from .dynamic_shapes import BadDynamicDims, check_second_size, plans_for, shapes
     from .inductor_compat import compile_ids, dynamo_graph_counts, recompile_reasons
 
     program = observed.program
-    plans = plans_for(program.inputs, program.kwargs, observed.case.dynamic_dims)
+    try:
+        plans = plans_for(program.inputs, program.kwargs, observed.case.dynamic_dims)
+    except BadDynamicDims as exc:
+        raise CaseFailure(R.Stage.BUILD, exc) from None
     if isinstance(plans, str):
         raise CaseFailure(R.Stage.BUILD, NoSecondSize(plans))
     second, rejected = None, None
     for plan in plans:
         args, kwargs = plan.second(program.inputs, program.kwargs)
+        try:
+            check_second_size((program.inputs, program.kwargs), (args, kwargs), observed.case.dynamic_dims)
+        except BadDynamicDims as exc:
+            raise CaseFailure(R.Stage.BUILD, exc) from None
         try:
             second = _Observation.make(observed.case, dtype, observed.mode, config, device, record,
                                        program=dataclasses.replace(program, inputs=args, kwargs=kwargs))

@@ -297,3 +297,28 @@ def test_dynamic_strict_is_a_word_after_the_flag_and_anything_else_a_usage_error
     assert "dynamic_strict" not in run_config_from(values("--dynamic")).identity()
     with pytest.raises(SystemExit):
         values("--dynamic", "relu_mlp")  # a case name after --dynamic is no mode: name cases before it
+
+
+@pytest.mark.parametrize("dims, said", [
+    ({0: (-1,)}, None),  # the last dim, as torch counts: it varies
+    ({0: (2,)}, "has no dim 2"),
+    ({0: "0"}, "needs a tuple of dims"),
+])
+def test_dynamic_dims_count_from_the_end_and_a_dim_the_input_lacks_is_an_error(dims, said):
+    case = Case(name="dynamic_declared", build=lambda d: Program(lambda x: x * 2, [contiguous((16, 8))]),
+                dynamic_dims=dims)
+    record = run_case(case, torch.float32, "inference", DYNAMIC)
+    if said is None:
+        assert (record.status, record.dynamic_sizes) == (R.PASS, [[[16, 8]], [[16, 9]]]), record.summary()
+        return
+    assert (record.status, record.stage) == (R.ERROR, R.Stage.BUILD), record.summary()
+    assert said in record.error.message and "dynamic_dims" in record.error.message, record.error.message
+
+
+def test_a_second_size_equal_to_the_first_is_an_error_naming_the_declaration():
+    from harness.dynamic_shapes import BadDynamicDims, check_second_size
+
+    same = ([TensorSpec((16, 8))], {})
+    with pytest.raises(BadDynamicDims, match=r"dynamic_dims \{0: \(1,\)\} made the second size equal"):
+        check_second_size(same, same, {0: (1,)})
+    check_second_size(same, ([TensorSpec((17, 8))], {}), None)  # a size that changed: no error

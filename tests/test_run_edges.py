@@ -289,3 +289,56 @@ def test_against_a_baseline_bisect_localizes_only_the_new_failures(cases, tmp_pa
     found = records_of(out)
     assert found["diverges"]["status"] == "fail" and found["diverges"].get("first_divergent_kernel") is None
     assert found["diverges_too"]["status"] == "fail" and found["diverges_too"]["first_divergent_kernel"] is not None
+
+
+def test_a_run_recorded_twice_counts_once_with_its_worse_status_in_report_and_resume(cases, tmp_path):
+    """A journal holding a pass and then a fail of one run (a retried shard, an edited file): the report's
+    --check fails on it, and --resume carries the failure once."""
+    out = tmp_path / "r.json"
+    assert harness("run", "adds_one", "--case-path", str(cases), "--backend", "eager",
+                   "--json", str(out)).returncode == EXIT_OK
+    journal = out.with_suffix(".jsonl")
+    (passed,) = journal.read_text().splitlines()
+    failed = json.loads(passed)
+    failed.update(status="fail", stage="compare", symptom="divergence")
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(passed + "\n" + json.dumps(failed) + "\n")
+    report = harness("report", str(twice), "-o", str(tmp_path / "r.html"), "--check")
+    assert report.returncode == EXIT_FAILED and "== 1 fail ==" in report.stdout, report.stdout + report.stderr
+    resumed = harness("run", "adds_one", "--case-path", str(cases), "--backend", "eager", "--json",
+                      str(tmp_path / "again.json"), "--resume", str(twice))
+    assert resumed.returncode == EXIT_FAILED and "1 run carried from" in resumed.stdout, resumed.stdout
+    assert [r["status"] for r in json.loads((tmp_path / "again.json").read_text())["records"]] == ["fail"]
+
+
+def test_a_resumed_record_whose_device_was_edited_apart_from_its_identity_is_refused(cases, tmp_path):
+    out = tmp_path / "r.json"
+    assert harness("run", "adds_one", "--case-path", str(cases), "--backend", "eager",
+                   "--json", str(out)).returncode == EXIT_OK
+    forged = json.loads(out.with_suffix(".jsonl").read_text())
+    forged["device"] = "cuda"  # its run_identity still says cpu
+    journal = tmp_path / "forged.jsonl"
+    journal.write_text(json.dumps(forged) + "\n")
+    result = harness("run", "adds_one", "--case-path", str(cases), "--backend", "eager", "--resume", str(journal))
+    assert result.returncode == EXIT_USAGE and "its device 'cuda', not 'cpu'" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "adds_one", "--json", "{tmp}/x", "--junit", "{tmp}/x"], "--json {tmp}/x and --junit {tmp}/x are one file"),
+    (["run", "adds_one", "--json", "{tmp}/x.jsonl"], "--json {tmp}/x.jsonl and the journal {tmp}/x.jsonl are one file"),
+    (["run", "adds_one", "--json", "{tmp}/known.toml", "--known-issues", "{tmp}/known.toml"],
+     "--json {tmp}/known.toml would overwrite --known-issues {tmp}/known.toml"),
+    (["report", "{tmp}/in.json", "-o", "{tmp}/in.json"], "-o {tmp}/in.json would overwrite its input {tmp}/in.json"),
+    (["report", "{tmp}/in.json", "--json", "{tmp}/out.json", "--junit", "{tmp}/out.json"],
+     "--json {tmp}/out.json and --junit {tmp}/out.json are one file"),
+])
+def test_two_outputs_or_an_output_and_an_input_that_are_one_file_are_refused(cases, tmp_path, args, message):
+    (tmp_path / "known.toml").write_text("")
+    (tmp_path / "in.json").write_text((REPO / "tests" / "fixtures" / "report_results.json").read_text())
+    before = (tmp_path / "in.json").read_text()
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    extra = ["--case-path", str(cases), "--backend", "eager"] if args[0] == "run" else []
+    result = harness(*argv, *extra)
+    assert result.returncode == EXIT_USAGE, result.stdout + result.stderr
+    assert message.replace("{tmp}", str(tmp_path)) in result.stderr, result.stderr
+    assert (tmp_path / "in.json").read_text() == before and "running" not in result.stdout

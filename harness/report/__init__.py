@@ -94,19 +94,15 @@ def merge_results(result_paths: list[str]) -> tuple[dict[str, Any], list[CaseRes
 
 
 def _once_each(records: list[CaseResult]) -> tuple[list[CaseResult], int]:
-    """Each run once (the first record of it): overlapping shards, or one file given twice, must not count a run
-    twice. A run is its case, dtype and mode under one run identity (`CaseResult.run_identity`)."""
+    """Each run once: overlapping shards, or one file given twice, must not count a run twice, and of two
+    records of one run with different statuses the worse stands (`records.worst_of_each`). A run is its case,
+    dtype and mode under one run identity (`CaseResult.run_identity`)."""
     import json
 
-    seen: set[tuple] = set()
-    kept = []
-    for record in records:
-        key = (record.run_id, record.device, record.backend, record.emulation,
-               json.dumps(record.run_identity, sort_keys=True, default=str))
-        if key not in seen:
-            seen.add(key)
-            kept.append(record)
-    return kept, len(records) - len(kept)
+    from harness.records import worst_of_each
+
+    return worst_of_each(records, lambda record: (record.run_id, record.device, record.backend, record.emulation,
+                                                  json.dumps(record.run_identity, sort_keys=True, default=str)))
 
 
 def write_report(result_paths: list[str], output: str, baseline_path: str | None = None) -> str:

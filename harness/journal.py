@@ -89,7 +89,7 @@ def read_records(path: str) -> list[R.CaseResult]:
     for number, line in enumerate(lines, 1):
         try:
             record = R.CaseResult.from_dict(json.loads(line))
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
             if number == len(lines):
                 break  # the last line, cut short by a kill
             raise ValueError(f"{path}: line {number} is not a harness record") from None

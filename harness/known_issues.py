@@ -69,6 +69,8 @@ def load_known_issues(path: str) -> list[KnownIssue]:
             data = tomllib.loads(raw.decode("utf-8"))
     except (OSError, ValueError, ModuleNotFoundError) as exc:
         raise ValueError(f"{path}: not a usable known-issues file ({type(exc).__name__}: {exc})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not a usable known-issues file (nested too deeply to read)") from None
     entries = data.get("issue") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise ValueError(f"{path}: expected a list of [[issue]] tables")

@@ -835,12 +835,14 @@ def read_results(path: str | os.PathLike) -> tuple[dict[str, Any], list[CaseResu
             payload = json.load(handle)
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path}: not a harness results file ({exc})") from None
+    except RecursionError:  # JSON nested deeper than Python's parser recurses: no file the harness writes
+        raise ValueError(f"{path}: not a harness results file (nested too deeply to read)") from None
     if not isinstance(payload, dict) or payload.get("schema") != SCHEMA:
         schema = payload.get("schema") if isinstance(payload, dict) else type(payload).__name__
         raise ValueError(f"{path}: not a harness results file (schema {schema!r})")
     try:
         records = [CaseResult.from_dict(r) for r in payload["records"]]
-    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+    except (KeyError, TypeError, AttributeError, ValueError, RecursionError) as exc:
         raise ValueError(f"{path}: a record cannot be read ({type(exc).__name__}: {exc})") from None
     for number, record in enumerate(records, 1):
         check_record(record, f"{path}: record {number}")

@@ -315,3 +315,34 @@ def test_run_case_hands_over_the_judged_record_before_extracting(tmp_path):
                       "inference", RunConfig(bisect=True, extract_dir=str(tmp_path)),
                       on_verdict=lambda r: judged.append((r.status, r.extracted)))
     assert judged == [(R.XFAIL, None)] and record.extracted == "reproduces"
+
+
+class ReprIsCode(float):
+    """A tolerance as a hostile case module writes it: a float whose repr is a statement."""
+
+    def __repr__(self):
+        return "__import__('pathlib').Path('PWNED').touch() or 0.0"
+
+
+def scaled(x):
+    return torch.sin(x) * 3
+
+
+def test_ids_that_slug_alike_extract_apart_and_no_case_repr_reaches_the_generated_code(tmp_path):
+    from harness.registry import Case, Program
+    from harness.inputs import contiguous
+    from harness.tolerances import Tolerance
+
+    hostile = {torch.float32: Tolerance(rtol=ReprIsCode(1.3e-6), atol=ReprIsCode(1e-5))}
+    folders = []
+    for name in ("ex-a", "ex_a"):
+        case = Case(name=name, build=lambda d: Program(scaled, [contiguous((8, 8))]), tolerances=hostile)
+        record = run_case(case, torch.float32, "inference",
+                          RunConfig(bisect=True, extract_dir=str(tmp_path), inject="fault-scale@0"))
+        assert record.extracted == "reproduces", record.extraction and record.extraction.notes
+        folders.append(record.extraction.directory)
+        text = Path(record.extraction.case_file).read_text()
+        assert "PWNED" not in text and "Tolerance(rtol=1.3e-06, atol=1e-05)" in text, text
+    assert folders[0] != folders[1] and Path(folders[1]).name == "ex_a_float32_inference"
+    assert Path(folders[0]).name.startswith("ex_a_float32_inference_") and Path(folders[0]).is_dir()
+    assert not (REPO / "PWNED").exists() and not (tmp_path / "PWNED").exists()

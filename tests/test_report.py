@@ -693,3 +693,15 @@ def test_console_keeps_diagnoses_on_failing_runs_and_says_where_the_kernel_is():
     assert "    diagnosis: layout: values differ from eager even on narrowed inputs" in lines
     noisy = record("model.noisy", "nondeterministic", diagnosis="two eager runs differ (loss)")
     assert "diagnosis: two eager runs differ (loss)" in noisy.summary()
+
+
+def test_junit_xml_holds_control_characters_of_names_and_tags_as_escapes():
+    import xml.etree.ElementTree as ET
+
+    from harness.report.junit import junit_xml
+
+    record = CaseResult(case="nul\x00case", device="cpu", backend="inductor", dtype="float32", mode="inference",
+                        status="fail", tags=["tag\x01", "x"], reason="bell\x07", duration_s=1.0)
+    document = junit_xml([record])
+    case = ET.fromstring(document).find("testsuite/testcase")  # well-formed XML 1.0
+    assert case.get("name") == "nul\\x00case[float32-inference]" and case.get("classname") == "harness.cpu.tag\\x01"

@@ -342,3 +342,15 @@ def test_two_outputs_or_an_output_and_an_input_that_are_one_file_are_refused(cas
     assert result.returncode == EXIT_USAGE, result.stdout + result.stderr
     assert message.replace("{tmp}", str(tmp_path)) in result.stderr, result.stderr
     assert (tmp_path / "in.json").read_text() == before and "running" not in result.stdout
+
+
+@pytest.mark.parametrize("how", ["report", "baseline", "resume", "last-failed"])
+def test_json_nested_too_deeply_is_one_usage_line(cases, tmp_path, how):
+    deep = tmp_path / "deep.json"
+    deep.write_text('{"schema": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    if how == "report":
+        result = harness("report", str(deep), "-o", str(tmp_path / "r.html"))
+    else:
+        result = harness("run", "adds_one", "--case-path", str(cases), "--backend", "eager", f"--{how}", str(deep))
+    assert result.returncode == EXIT_USAGE, result.stdout + result.stderr
+    assert "nested too deeply" in result.stderr and "Traceback" not in result.stderr, result.stderr

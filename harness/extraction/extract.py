@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import re
@@ -64,7 +65,10 @@ def slug(text: str) -> str:
 def extract(captured: CapturedLaunch, parent: Parent) -> R.Extraction:
     started = time.perf_counter()
     dtype_name = str(parent.dtype).replace("torch.", "")
-    name = slug(f"{parent.case.name}_{dtype_name}_{parent.mode}")
+    exact = f"{parent.case.name}_{dtype_name}_{parent.mode}"
+    name = slug(exact)
+    if name != exact:  # the slug lost characters (`ex-a` and `ex_a` both slug to ex_a): the exact id's hash keeps
+        name += "_" + hashlib.sha256(exact.encode("utf-8", "surrogatepass")).hexdigest()[:8]  # them apart
     directory = Path(parent.config.extract_dir).resolve() / name
     if directory.exists():
         shutil.rmtree(directory)
@@ -339,17 +343,20 @@ def _case_text(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, specs:
                case_name: str, widened: int, values: str, injection: str | None, dynamic: bool = False) -> str:
     case = parent.case
     options = {**case.compile_options, **parent.config.compile_options}
+    # Generated code holds literals written here, never a case's own `repr` (which could be any code).
     kwargs: dict[str, str] = {}
     if case.tolerances:
-        kwargs["tolerances"] = "{" + ", ".join(f"{d}: Tolerance(rtol={t.rtol!r}, atol={t.atol!r})"
-                                                for d, t in case.tolerances.items()) + "}"
+        kwargs["tolerances"] = "{" + ", ".join(
+            f"torch.{str(d).removeprefix('torch.')}: Tolerance(rtol={float(t.rtol)!r}, atol={float(t.atol)!r})"
+            for d, t in case.tolerances.items() if isinstance(d, torch.dtype)) + "}"
     if options:
-        kwargs["compile_options"] = repr(options)
-    for field_name, default in (("reference", "auto"), ("cosine_fallback", False), ("strict_eager", False)):
+        kwargs["compile_options"] = _literal(options)
+    for field_name, default, kind in (("reference", "auto", str), ("cosine_fallback", False, bool),
+                                      ("strict_eager", False, bool)):
         if getattr(case, field_name) != default:
-            kwargs[field_name] = repr(getattr(case, field_name))
+            kwargs[field_name] = repr(kind(getattr(case, field_name)))
     if case.issue:
-        kwargs["issue"] = repr(case.issue)
+        kwargs["issue"] = repr(str(case.issue))
     if dynamic:
         kwargs["always_dynamic"] = "True"
     where = "its own subgraph" if widened == 0 else f"widened by {widened} ring(s) of neighbouring kernels"
@@ -373,6 +380,22 @@ def _case_text(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, specs:
     parent_info = {"case": case.name, "dtype": str(parent.dtype).replace("torch.", ""), "mode": parent.mode,
                    "graph": captured.graph, "kernel": captured.kernel_name, "command": parent.record.command}
     return forms.case_module(case_name, sub.code, sub.imports, specs, parent.dtype, docstring, kwargs, parent_info)
+
+
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _literal(value: Any) -> str:
+    """Python source for a plain value (numbers, text, None, and lists, tuples and dicts of them), written from
+    the value itself; a value of any other type is refused rather than pasted as its `repr`."""
+    if type(value) in _PLAIN:
+        return repr(value)
+    if type(value) in (list, tuple):
+        items = ", ".join(_literal(v) for v in value)
+        return f"[{items}]" if type(value) is list else f"({items}{',' if len(value) == 1 else ''})"
+    if type(value) is dict:
+        return "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in value.items()) + "}"
+    raise ValueError(f"a compile option of type {type(value).__name__} cannot be written as a literal")
 
 
 def _extract_root(parent: Parent) -> str:

@@ -104,6 +104,7 @@ def case_module(name: str, subgraph_code: str, imports: list[str], specs: list[I
         inputs = "[\n" + "".join(f"        {spec.case_text()},\n" for spec in specs) + "    ]"
         extra = []
     kwargs = "".join(f", {key}={value}" for key, value in case_kwargs.items())
+    summary = f"The subgraph of {parent['kernel']}, cut out of {parent['case']} ({parent['graph']})."
     return "\n".join([
         _header(docstring), "", "import torch", *extra, *imports, "",
         "from harness import Program, Tolerance, case, contiguous, strided  # noqa: F401",
@@ -112,7 +113,7 @@ def case_module(name: str, subgraph_code: str, imports: list[str], specs: list[I
         subgraph_code, "", "",
         f'@case(tags=("extracted",), dtypes=({_dtype(dtype)},){kwargs})',
         f"def {name}(dtype):",
-        f'    """The subgraph of {parent["kernel"]}, cut out of {parent["case"]} ({parent["graph"]})."""',
+        f"    {summary!r}",  # a string literal Python writes: no case name can close it early
         f"    return Program(graph, {inputs})", ""])
 
 

@@ -32,11 +32,11 @@ def junit_xml(records: Sequence[CaseResult], name: str = "torch.compile accuracy
     outcomes = [outcome(r) for r in records]
     total_time = sum(_seconds(r) for r in records)
     lines = ['<?xml version="1.0" encoding="utf-8"?>',
-             f'<testsuites><testsuite name={quoteattr(name)} tests="{len(records)}" '
+             f'<testsuites><testsuite name={quoteattr(_clean(name))} tests="{len(records)}" '
              f'failures="{outcomes.count("failure")}" errors="{outcomes.count("error")}" '
              f'skipped="{outcomes.count("skipped") + outcomes.count("known")}" time="{total_time:.3f}">']
     for record, result in zip(records, outcomes):
-        lines.append(f'<testcase classname={quoteattr(_group(record))} name={quoteattr(record.run_id)} '
+        lines.append(f'<testcase classname={quoteattr(_clean(_group(record)))} name={quoteattr(_clean(record.run_id))} '
                      f'time="{_seconds(record):.3f}">')
         body = escape(_clean(record.summary() + (f"\nreproduce: {record.command}" if record.command else "")))
         if result in ("error", "failure"):
@@ -66,9 +66,11 @@ def _message(record: CaseResult) -> str:
 
 
 def _clean(text: str) -> str:
-    """XML 1.0 allows no control characters and no lone surrogates."""
+    """XML 1.0 allows no control characters, no lone surrogates and not U+FFFE or U+FFFF: each is written as its
+    escape (`\\x00`), so a name that holds one stays readable and distinct."""
     text = text.encode("utf-8", errors="backslashreplace").decode("utf-8")
-    return "".join(c for c in text if c in "\t\n\r" or ord(c) >= 0x20)
+    return "".join(c if c in "\t\n\r" or (0x20 <= ord(c) and c not in "\ufffe\uffff") else c.encode("unicode_escape")
+                   .decode("ascii") for c in text)
 
 
 def write_junit(records: Sequence[CaseResult], path: str, known_in_baseline: Collection[tuple[str, ...]] = ()) -> str:

@@ -200,10 +200,18 @@ def check_values(values: Mapping[str, Any], options: Sequence[Option]) -> dict[s
 
 def run_config_from(values: Mapping[str, Any]):
     """The RunConfig for parsed option values; raises ValueError for a combination that cannot run."""
-    from .inductor_compat.dynamo import inductor_option_problem
+    from .inductor_compat.dynamo import backend_problem, compile_mode_problem, inductor_option_problem
     from .run_identity import RunConfig
 
     device = values.get("device") or "cpu"
+    if values.get("npu_backend") and device != "npu":
+        raise ValueError(f"--npu-backend {values['npu_backend']}: applies to --device npu only, not {device}")
+    # Checked only when given, as the options below; on the NPU torch_npu registers backends of its own as it loads.
+    if (values.get("backend") or "inductor") != "inductor" and device != "npu":
+        if problem := backend_problem(values["backend"]):
+            raise ValueError(problem)
+    if values.get("compile_mode") and (problem := compile_mode_problem(values["compile_mode"])):
+        raise ValueError(problem)
     options = dict(values.get("compile_option") or [])
     # Only options given are checked: the check imports the compiler (2 s of a run's start otherwise).
     for key, value in options.items():

@@ -354,3 +354,14 @@ def test_json_nested_too_deeply_is_one_usage_line(cases, tmp_path, how):
         result = harness("run", "adds_one", "--case-path", str(cases), "--backend", "eager", f"--{how}", str(deep))
     assert result.returncode == EXIT_USAGE, result.stdout + result.stderr
     assert "nested too deeply" in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--npu-backend", "triton_experimental"], "--npu-backend triton_experimental: applies to --device npu only"),
+    (["--backend", "bogus"], "--backend bogus: Dynamo has no such backend"),
+    (["--compile-mode", "bogus"], "--compile-mode bogus: Unrecognized mode=bogus"),
+])
+def test_an_option_the_run_cannot_use_is_a_usage_error_not_a_harness_bug(cases, tmp_path, args, message):
+    result = harness("run", "adds_one", "--case-path", str(cases), *args)
+    assert result.returncode == EXIT_USAGE and message in result.stderr, result.stdout + result.stderr
+    assert "running" not in result.stdout and "harness bug" not in result.stdout

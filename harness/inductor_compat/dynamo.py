@@ -133,6 +133,28 @@ def mode_options(mode: str) -> dict[str, Any]:
     return dict(list_mode_options(mode))
 
 
+def backend_problem(backend: str) -> str | None:
+    """Why `--backend` cannot compile, or None: a name Dynamo has no backend for (`torch._dynamo.list_backends`,
+    its entry-point backends included)."""
+    import torch._dynamo
+
+    known = torch._dynamo.list_backends(exclude_tags=())
+    if backend in known:
+        return None
+    return f"--backend {backend}: Dynamo has no such backend (it has {', '.join(sorted(known))})"
+
+
+def compile_mode_problem(mode: str) -> str | None:
+    """Why `--compile-mode` cannot be used, or None (`torch._inductor.list_mode_options` knows the modes)."""
+    from torch._inductor import list_mode_options
+
+    try:
+        list_mode_options(mode)
+    except RuntimeError as exc:
+        return f"--compile-mode {mode}: {exc}"
+    return None
+
+
 def inductor_option_names() -> set[str]:
     """Every Inductor config option of this torch (`torch._inductor.config.get_config_copy`)."""
     from torch._inductor import config as inductor_config

@@ -153,9 +153,24 @@ class Case:
     source: str = ""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise ValueError(f"case {self.name!r}: its name must be text")
+        # Sequences given as lists are kept as tuples (a case is immutable); text is no sequence of tags.
+        for name in ("tags", "modes", "dtypes", "requires"):
+            value = getattr(self, name)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
         problems = []
         if not self.name.isidentifier() and not all(part.isidentifier() for part in self.name.split("-")):
             problems.append(f"name {self.name!r} is not made of identifier characters")
+        for name in ("tags", "modes", "requires"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple) or not all(isinstance(item, str) for item in value):
+                problems.append(f"{name} must be a tuple of text, not {value!r}"[:200])
+        if not isinstance(self.description, str):
+            problems.append("description must be text")
+        if problems:  # the checks below read these fields
+            raise ValueError(f"case {self.name!r}: " + "; ".join(problems))
         if bad := [m for m in self.modes if m not in MODES]:
             problems.append(f"modes {bad} not in {MODES}")
         if self.size not in SIZES:

@@ -255,3 +255,26 @@ def test_pytest_runs_no_case_code_itself_a_module_that_exits_at_import_fails_its
     assert "exits_at_import.py: the process importing it exited with code 0" in result.stdout
     assert "segfaults_at_import.py: the process importing it was killed by SIGSEGV" in result.stdout
     assert no_process_left(marker) == []
+
+
+@pytest.mark.parametrize("tags", ["None", "(1, 2)", '"abc"'])
+def test_case_metadata_of_the_wrong_type_is_its_modules_load_error_alone(tmp_path, tags):
+    cases = write_modules(tmp_path / "cases", {
+        "bad_tags.py": f'''
+            from harness import Program, case, contiguous
+
+            @case(tags={tags})
+            def badly_tagged(dtype):
+                return Program(lambda x: x + 1, [contiguous((4,))])
+        ''',
+        "fine.py": '''
+            from harness import Program, case, contiguous
+
+            @case(tags=["listed"])
+            def listed_tags(dtype):
+                return Program(lambda x: x + 1, [contiguous((4,))])
+        '''})
+    result = harness("list", "--case-path", str(cases))
+    assert result.returncode == EXIT_USAGE and "Traceback" not in result.stderr, result.stdout + result.stderr
+    assert "bad_tags.py: ValueError: case 'badly_tagged': tags must be a tuple of text" in result.stderr
+    assert "listed_tags" in result.stdout and "malformed" not in result.stderr

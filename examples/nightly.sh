@@ -56,10 +56,19 @@ run_shard() {
     # night must run its cases, not carry last night's records.
     [[ ${RESUME:-} == 1 && -s "$OUT/$name.jsonl" ]] && args+=(--resume "$OUT/$name.jsonl")
     # SELECT as shell words (quotes kept: SELECT="-k 'seed and int64'"), without running it as shell code.
-    local selected=()
+    # The words are split first, into a variable: a SELECT that does not split (an unbalanced quote) stops the
+    # job with one line, rather than running every case without the selection.
+    local selected=() words
     if [[ -n ${SELECT:-} ]]; then
-        mapfile -t selected < <(python3 -c 'import shlex, sys; print("\n".join(shlex.split(sys.argv[1])))' "$SELECT") \
-            || { echo "SELECT is not a list of shell words: $SELECT" >&2; return 2; }
+        words=$(python3 -c '
+import shlex, sys
+try:
+    sys.stdout.write("\0".join(shlex.split(sys.argv[1])))
+except ValueError as exc:
+    sys.exit(f"SELECT is not a list of shell words ({exc}): {sys.argv[1]}")' "$SELECT" | tr '\0' '\036') \
+            || return 2  # (pipefail: the split's own status)
+        # Words joined by the record separator (no word holds one), split back into an array, newlines kept.
+        [[ -n $words ]] && IFS=$'\036' read -r -d '' -a selected < <(printf '%s' "$words")
     fi
     # shellcheck disable=SC2086  # HARNESS is a word list on purpose
     $HARNESS "${args[@]}" "${selected[@]}"
@@ -70,8 +79,13 @@ run_shard() {
 }
 
 merge() {
-    local parts=("$OUT"/shard-*.json)
-    [[ -e ${parts[0]} ]] || parts=("$OUT/all.json")
+    # One host merges the run it just made; a matrix's merge takes the shards copied together. (A workspace
+    # reused from a matrix night keeps its shard files: they are not tonight's one-host run.)
+    local parts=("$OUT/all.json")
+    if [[ $phase == merge ]]; then
+        parts=("$OUT"/shard-*.json)
+        [[ -e ${parts[0]} ]] || parts=("$OUT/all.json")
+    fi
     local args=(report "${parts[@]}" --json "$OUT/results.json" -o "$OUT/index.html" --junit "$OUT/junit.xml" --check)
     [[ -n ${BASELINE:-} && -f ${BASELINE:-} ]] && args+=(--baseline "$BASELINE")
     if [[ $phase == all ]]; then

@@ -382,3 +382,30 @@ def test_the_nightly_extracts_its_new_failures_and_drops_last_nights_repros(case
     case_file = Path(record["extraction"]["case_file"])
     assert case_file.is_file() and case_file.is_relative_to(out / "repros" / "all")
     assert f'href="./repros/all/{case_file.parent.name}/{case_file.name}"' in (out / "index.html").read_text()
+
+
+def test_a_nightly_select_that_does_not_split_stops_the_job_in_one_line(cases, tmp_path):
+    env = {**os.environ, "OUT": str(tmp_path / "night"), "HARNESS": f"{sys.executable} -m harness",
+           "SELECT": f"--case-path '{cases}' --backend eager -k 'adds_one"}  # the quote is never closed
+    result = subprocess.run(["bash", str(REPO / "examples" / "nightly.sh"), "run"], cwd=REPO, capture_output=True,
+                            text=True, timeout=300, env=env)
+    assert result.returncode == EXIT_USAGE, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines() == [f"SELECT is not a list of shell words (No closing quotation): "
+                                                  f"{env['SELECT']}"], result.stderr
+    assert "running" not in result.stdout
+
+
+def test_a_one_host_night_in_a_folder_with_a_matrix_nights_shards_reports_tonight(cases, tmp_path):
+    out = tmp_path / "night"
+    env = {**os.environ, "OUT": str(out), "HARNESS": f"{sys.executable} -m harness",
+           "SELECT": f"--case-path '{cases}' --backend eager"}
+
+    def nightly(*args, **more):
+        return subprocess.run(["bash", str(REPO / "examples" / "nightly.sh"), *args], cwd=REPO, capture_output=True,
+                              text=True, timeout=600, env={**env, **more})
+
+    last_night = nightly("run", SHARD="1/1", KEYWORD="adds_one")  # a matrix night left shard-1-of-1.json
+    assert last_night.returncode == EXIT_OK and (out / "shard-1-of-1.json").exists(), last_night.stderr
+    tonight = nightly(KEYWORD="diverges")
+    assert tonight.returncode == EXIT_FAILED, tonight.stdout + tonight.stderr
+    assert [key[0] for key in records_of(out / "results.json")] == ["diverges"]

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from . import records as R
+from . import process_state, records as R
 from .colliding_writes import CollidingWrites, LowPrecisionSums, undefined_elements
 from .compare import Verdict, differs_only_where_undefined, missing_result
 from .devices import BackendMismatch, Device, get_device
@@ -65,7 +65,7 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig,
     started = time.perf_counter()
     changed: list[str] = []
     captured: Any = None  # the localized launch, kept for `--extract` (written once the run is over)
-    with device.numerics(), torch_state.preserved(changed):
+    with device.numerics(), torch_state.preserved(changed), process_state.preserved(changed):
         record.compile_config = {**torch_state.config_set(), NPU_PATCHES: npu_patches_active()}
         try:
             observed = _Observation.make(case, dtype, mode, config, device, record)
@@ -107,8 +107,8 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig,
             record.duration_s = round(time.perf_counter() - started, 3)
             _release(device, record)
     if changed:
-        shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
-        record.warnings.append(f"the case changed global torch state, restored after it: {shown}")
+        shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
+        record.warnings.append(f"the case changed global torch state or the process's, restored after it: {shown}")
     record = apply_known_failure(record, case)
     if captured is not None:
         if on_verdict is not None:

@@ -227,6 +227,40 @@ def test_global_config_a_case_changes_is_restored_and_said():
     assert "warning: the case changed global torch state" in leaking.summary()
 
 
+def leaks_process_wide_state(dtype):
+    import os
+    import signal
+
+    torch.set_default_device("meta")
+    torch.set_anomaly_enabled(True)
+    torch.set_autocast_enabled("cpu", True)
+    os.environ["HARNESS_TEST_LEAKED"] = "1"
+    os.umask(0o077)
+    os.chdir("/")
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+
+def test_process_wide_state_a_case_leaves_is_restored_before_the_next_case_and_said():
+    import os
+    import signal
+
+    cwd, umask = os.getcwd(), os.umask(0o022)
+    os.umask(umask)
+    leaking = run_case(Case(name="leaky", build=leaks_process_wide_state), torch.float32, "inference", EAGER)
+    said = " ".join(leaking.warnings)
+    for name in ("torch.get_default_device()", "torch.is_anomaly_enabled()", "torch.is_autocast_enabled('cpu')",
+                 "environment variable HARNESS_TEST_LEAKED", "umask", "cwd", "signal SIGUSR2"):
+        assert name in said, said
+    assert (torch.get_default_device(), torch.is_anomaly_enabled(), torch.is_autocast_enabled("cpu")) == \
+        (torch.device("cpu"), False, False)
+    assert "HARNESS_TEST_LEAKED" not in os.environ and os.getcwd() == cwd and os.umask(umask) == umask
+    assert signal.getsignal(signal.SIGUSR2) != signal.SIG_IGN
+    after = run_case(Case(name="next", build=lambda d: Program(lambda x: x * 3, [contiguous((4,))])),
+                     torch.float32, "inference", EAGER)
+    assert after.status == R.PASS and after.warnings == [], after.summary()
+
+
 @torch._dynamo.register_backend
 def harness_test_broken_backend(gm, example_inputs):
     raise RuntimeError("this backend always fails")

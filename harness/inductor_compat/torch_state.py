@@ -39,9 +39,37 @@ def _config_modules() -> dict[str, Any]:
     return found
 
 
+def _set_default_device(device: torch.device) -> None:
+    # No default set reads as the CPU: restored as none set (setting "cpu" would enter a TorchFunctionMode).
+    torch.set_default_device(None if device == torch.device("cpu") else device)
+
+
+def _set_mkldnn(enabled: bool) -> None:
+    with backend_flags_mutable():
+        torch.backends.mkldnn.enabled = enabled
+
+
+def _autocast(device_type: str) -> tuple[Callable[[], Any], Callable[[Any], None]]:
+    """Read and write autocast's state of one device type (torch 2.4 on: `is_autocast_enabled(device_type)`)."""
+    def read() -> tuple[bool, torch.dtype]:
+        return torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)
+
+    def write(value: tuple[bool, torch.dtype]) -> None:
+        torch.set_autocast_enabled(device_type, value[0])
+        torch.set_autocast_dtype(device_type, value[1])
+
+    return read, write
+
+
 # name -> (read, write) of a process-wide flag.
 _FLAGS: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {
     "torch.get_default_dtype()": (torch.get_default_dtype, torch.set_default_dtype),
+    "torch.get_default_device()": (torch.get_default_device, _set_default_device),
+    "torch.is_anomaly_enabled()": (lambda: (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
+                                   lambda v: torch.set_anomaly_enabled(v[0], v[1])),
+    "torch.is_autocast_enabled('cpu')": _autocast("cpu"),
+    "torch.is_autocast_enabled('cuda')": _autocast("cuda"),
+    "torch.backends.mkldnn.enabled": (lambda: torch.backends.mkldnn.enabled, _set_mkldnn),
     "torch.is_grad_enabled()": (torch.is_grad_enabled, torch.set_grad_enabled),
     "torch.are_deterministic_algorithms_enabled()": (
         lambda: (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()),

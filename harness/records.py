@@ -863,6 +863,10 @@ def check_record(record: CaseResult, where: str) -> None:
                          f"(known: {', '.join(s.value for s in Status)})")
     if not isinstance(record.duration_s, (int, float)) or isinstance(record.duration_s, bool):
         raise ValueError(f"{where} ({record.run_id}) has a duration_s that is not a number: {record.duration_s!r}")
+    for name in ("tags", "warnings", "outputs"):  # lists every reader iterates
+        value = getattr(record, name)
+        if not isinstance(value, list) or (name != "outputs" and not all(isinstance(v, str) for v in value)):
+            raise ValueError(f"{where} ({record.run_id}): its {name} is {value!r}, not a list"[:300])
 
 
 def encode_json(value: Any) -> Any:

@@ -278,3 +278,14 @@ def test_case_metadata_of_the_wrong_type_is_its_modules_load_error_alone(tmp_pat
     assert result.returncode == EXIT_USAGE and "Traceback" not in result.stderr, result.stdout + result.stderr
     assert "bad_tags.py: ValueError: case 'badly_tagged': tags must be a tuple of text" in result.stderr
     assert "listed_tags" in result.stdout and "malformed" not in result.stderr
+
+
+@pytest.mark.parametrize("field, value", [("tags", None), ("tags", [1]), ("warnings", "text"), ("outputs", None)])
+def test_report_on_a_record_whose_list_field_is_not_a_list_is_one_usage_line(tmp_path, field, value):
+    fixture = json.loads((REPO / "tests" / "fixtures" / "report_results.json").read_text())
+    fixture["records"][0][field] = value
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(fixture))
+    result = harness("report", str(path), "-o", str(tmp_path / "r.html"), "--check")
+    assert result.returncode == EXIT_USAGE and "Traceback" not in result.stderr, result.stdout + result.stderr
+    assert f"its {field} is {value!r}, not a list" in result.stderr, result.stderr

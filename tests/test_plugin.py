@@ -5,6 +5,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch  # noqa: F401 - in sys.modules before pytester's in-process runs, which would import it again each
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -82,6 +82,12 @@ def harness(*args, env=None, **kw):
                           env={**os.environ, **(env or {})}, timeout=kw.pop("timeout", 300), **kw)
 
 
+def nightly_sh(env, *args, **more):
+    """examples/nightly.sh with `env` (and `more` variables on top), as a CI step calls it."""
+    return subprocess.run(["bash", str(REPO / "examples" / "nightly.sh"), *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, env={**env, **more})
+
+
 def records_of(path):
     payload = json.loads(Path(path).read_text(), parse_constant=lambda t: pytest.fail(f"non-standard JSON {t}"))
     return {(r["case"], r["dtype"], r["mode"]): r for r in payload["records"]}
@@ -268,8 +274,7 @@ def test_the_example_nightly_script_shards_merges_and_fails_only_on_what_changed
            "SELECT": f"--tag nightly --case-path {cases} --backend eager"}
 
     def nightly(*args, **more):
-        return subprocess.run(["bash", str(REPO / "examples" / "nightly.sh"), *args], cwd=REPO, capture_output=True,
-                              text=True, timeout=600, env={**env, **more})
+        return nightly_sh(env, *args, **more)
 
     shards = [nightly("run", SHARD=f"{i}/2") for i in (1, 2)]
     assert [s.returncode for s in shards] == [EXIT_OK, EXIT_OK], shards[0].stderr
@@ -294,8 +299,7 @@ def test_a_reused_nightly_folder_runs_its_cases_and_resumes_only_when_asked_into
            "SELECT": f"--case-path '{cases}' --backend eager", "KEYWORD": "adds_one or doubles"}
 
     def nightly(*args, **more):
-        return subprocess.run(["bash", str(REPO / "examples" / "nightly.sh"), *args], cwd=REPO, capture_output=True,
-                              text=True, timeout=600, env={**env, **more})
+        return nightly_sh(env, *args, **more)
 
     first = nightly()
     assert first.returncode == EXIT_OK and "running 2 case runs" in first.stdout, first.stdout + first.stderr
@@ -387,8 +391,7 @@ def test_the_nightly_extracts_its_new_failures_and_drops_last_nights_repros(case
 def test_a_nightly_select_that_does_not_split_stops_the_job_in_one_line(cases, tmp_path):
     env = {**os.environ, "OUT": str(tmp_path / "night"), "HARNESS": f"{sys.executable} -m harness",
            "SELECT": f"--case-path '{cases}' --backend eager -k 'adds_one"}  # the quote is never closed
-    result = subprocess.run(["bash", str(REPO / "examples" / "nightly.sh"), "run"], cwd=REPO, capture_output=True,
-                            text=True, timeout=300, env=env)
+    result = nightly_sh(env, "run")
     assert result.returncode == EXIT_USAGE, result.stdout + result.stderr
     assert result.stderr.strip().splitlines() == [f"SELECT is not a list of shell words (No closing quotation): "
                                                   f"{env['SELECT']}"], result.stderr
@@ -401,8 +404,7 @@ def test_a_one_host_night_in_a_folder_with_a_matrix_nights_shards_reports_tonigh
            "SELECT": f"--case-path '{cases}' --backend eager"}
 
     def nightly(*args, **more):
-        return subprocess.run(["bash", str(REPO / "examples" / "nightly.sh"), *args], cwd=REPO, capture_output=True,
-                              text=True, timeout=600, env={**env, **more})
+        return nightly_sh(env, *args, **more)
 
     last_night = nightly("run", SHARD="1/1", KEYWORD="adds_one")  # a matrix night left shard-1-of-1.json
     assert last_night.returncode == EXIT_OK and (out / "shard-1-of-1.json").exists(), last_night.stderr

@@ -1,20 +1,28 @@
-"""Case modules are imported in a child process: the harness's own process never runs a line of case code.
+"""Case modules are imported in child processes: the harness's own process never runs a line of case code.
 
 A case module is arbitrary Python: at import it may exit (`os._exit(0)`,
 which would end a run with exit 0 and no record: a silent pass), crash
-(a segfault), patch torch or print. The CLI and the pytest plugin therefore
-ask a loader process (`python -m harness.case_loader`) for a selection.
-It imports the modules, selects, and sends back each case as a plain
-description (`describe`). The harness rebuilds `Case` objects from those
+(a segfault), patch torch or the harness, or print. The CLI and the pytest
+plugin therefore ask a loader process (`python -m harness.case_loader`) for
+the cases. The loader imports torch and the harness and then imports each
+module in a process forked from it (`_in_module_process`), so no module's
+import meets another's: one cannot drop, rename or answer for another
+module's cases. Each module's process sends back its cases as plain
+descriptions (`describe`); the loader checks that each reads back and names
+its own module as its source (what does not is a load error of that module
+alone), and the harness makes the selection itself from the descriptions.
+Case sources (OpInfo) generate the cases a selection can match in their
+module's process too. The harness rebuilds `Case` objects from the
 descriptions; their `build` only says where it runs (`BuiltInWorker`),
-because a case is built in the worker that runs it, which imports the
+because a case is built in the process that runs it, which imports the
 module itself.
 
-The loader process speaks on the framed channel (`harness.channel`), naming
-each module before it imports it. If it dies, hangs past the import
-deadline or sends what it did not write, the module it was importing becomes
-a load error naming it, and a fresh loader goes on without that module. A
-worker never imports a module found broken so (`broken_modules`).
+The loader speaks on the framed channel (`harness.channel`), naming each
+module before it imports it. A module whose process dies, hangs past the
+import deadline or answers what is no answer is a load error naming it. If
+the loader itself dies or hangs, the module it was importing becomes a load
+error, and a fresh loader goes on without that module. A worker never
+imports a module found broken so (`broken_modules`).
 """
 
 from __future__ import annotations
@@ -22,7 +30,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import select
 import selectors
+import signal
 import subprocess
 import sys
 import tempfile
@@ -31,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import process_tree
-from .channel import ChannelCorrupted, Receiver, Sender, new_token, take_private
+from .channel import ChannelCorrupted, Receiver, Sender, new_token, private_copy, take_private
 
 # Beyond the registry's own import deadline (a hang in Python code), before the harness gives up on a module
 # whose import hangs in C code.
@@ -130,7 +140,7 @@ def load(request: dict[str, Any]) -> Loaded:
         outcome = _one_loader({**request, "skip": sorted(broken)}, DEFAULT_IMPORT_TIMEOUT_S + IMPORT_GRACE_S)
         if isinstance(outcome, dict):
             try:
-                loaded = _loaded_from(outcome)
+                loaded = _loaded_from(outcome, request)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 raise LoaderFailed(f"the case loader's answer is malformed ({type(exc).__name__}: {exc})") from None
             loaded.errors[:0] = [LoadError(name, why) for name, why in broken.items()]
@@ -142,19 +152,39 @@ def load(request: dict[str, Any]) -> Loaded:
         broken[module] = why
 
 
-def _loaded_from(answer: dict[str, Any]) -> Loaded:
+def _loaded_from(answer: dict[str, Any], request: dict[str, Any]) -> Loaded:
+    """The loader's answer read back; for a selection, the selection made here from the cases it described."""
     from .registry import LoadError
 
     def errors(pairs: list) -> list:
-        return [LoadError(source, message) for source, message in pairs]
+        return [LoadError(str(source), str(message)) for source, message in pairs]
 
-    return Loaded(chosen=[undescribe(d) for d in answer.get("chosen", [])], errors=errors(answer.get("errors", [])),
-                  sources=answer.get("sources", []), case_count=answer.get("case_count", 0),
-                  usage=answer.get("usage"),
-                  by_module={m: ([undescribe(d) for d in cases], errors(errs))
-                             for m, (cases, errs) in answer.get("by_module", {}).items()},
-                  skipped=None if answer.get("skipped") is None else [tuple(p) for p in answer["skipped"]],
-                  skipped_error=answer.get("skipped_error"))
+    loaded = Loaded(errors=errors(answer.get("errors", [])), sources=answer.get("sources", []),
+                    by_module={m: ([undescribe(d) for d in cases], errors(errs))
+                               for m, (cases, errs) in answer.get("by_module", {}).items()},
+                    skipped=None if answer.get("skipped") is None else [tuple(p) for p in answer["skipped"]],
+                    skipped_error=answer.get("skipped_error"), case_count=answer.get("case_count", 0))
+    if request["kind"] == "select":
+        _select_from(loaded, [undescribe(d) for d in answer["cases"]], request)
+    return loaded
+
+
+def _select_from(loaded: Loaded, cases: list[Any], request: dict[str, Any]) -> None:
+    """The selection, made by the harness from the described cases (the modules' processes made none of it)."""
+    from .registry import Registry
+
+    registry = Registry()
+    for case in cases:
+        registry.add(case, case.source)
+    loaded.errors += registry.errors  # a name two modules define
+    loaded.case_count = len(registry.cases)
+    try:
+        loaded.chosen = registry.select(request["names"], request.get("keyword"), request.get("tags", ()),
+                                        include_full=request.get("include_full", False))
+    except KeyError as exc:
+        loaded.usage = exc.args[0]
+    except Exception as exc:  # noqa: BLE001 - a malformed -k expression
+        loaded.usage = f"bad selection: {exc}"
 
 
 def _one_loader(request: dict[str, Any], import_deadline_s: float) -> dict[str, Any] | tuple[str | None, str]:
@@ -227,55 +257,240 @@ def _death(code: int | None, tail: str) -> str:
     return f"the process importing it {what}" + (f" (its last output: {tail})" if tail else "")
 
 
-# The loader process.
+# The loader process: it imports torch and the harness, and each case module in a process forked from it, so
+# that no module's import meets another's (a module cannot drop, rename or answer for another module's cases).
 
-def _answer(request: dict[str, Any], importing: Callable[[str], None], selecting: Callable[[], None]) -> dict[str, Any]:
-    """What the request asks for. `kind`: "select" (the CLI: a selection over every case path), "pytest" (each
-    module's cases, as pytest collects them), "skipped" (what the selected case sources leave out)."""
-    from .registry import load_registry
+@dataclass(frozen=True)
+class _SourceSketch:
+    """A case source as a module process declared it: enough for `source_selection.wanted`."""
+
+    name: str
+    prefix: str
+    tags: tuple[str, ...]
+    module: str
+
+
+def _answer(request: dict[str, Any], importing: Callable[[str], None], selecting: Callable[[], None],
+            forget: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """What the request asks for. `kind`: "select" (the CLI: every case of every case path, for the harness to
+    select from), "pytest" (each module's cases, as pytest collects them), "skipped" (what the selected case
+    sources leave out). `forget` closes the loader's channel in a module's process."""
+    from .registry import CASE_SOURCE_ORIGIN, Registry, _module_loaders, module_key
 
     kind = request["kind"]
     if kind == "pytest":
-        from .sources import load_for_pytest
-
         by_module = {}
         for module in request["modules"]:
-            registry = load_for_pytest(module, request.get("keyword"), request.get("include_full", False),
-                                       skip=request["skip"], on_import=importing)
-            by_module[module] = ([describe(c) for c in registry.cases.values()],
-                                 [[e.source, e.message] for e in registry.errors])
+            if module_key(module) in {module_key(m) for m in request["skip"]}:
+                continue
+            importing(module)
+            answer = _accepted(_in_module_process(module, forget, lambda module=module: _pytest_module(module, request)),
+                               module)
+            by_module[module] = (answer["cases"], answer["errors"])
         return {"by_module": by_module}
-    registry = load_registry(request["paths"], include_default=request.get("include_default", True),
-                             skip=request["skip"], on_import=importing)
-    selecting()  # case sources generate their cases now: no module is being imported
-    answer: dict[str, Any] = {"sources": registry.sources}
     if kind == "skipped":
+        from .registry import load_registry
         from .sources import skipped_by_sources
 
-        answer["skipped"], answer["skipped_error"] = skipped_by_sources(registry, request)
-    else:
+        registry = load_registry(request["paths"], include_default=request.get("include_default", True),
+                                 skip=request["skip"], on_import=importing)
+        selecting()
+        skipped, error = skipped_by_sources(registry, request)
+        return {"sources": registry.sources, "skipped": skipped, "skipped_error": error,
+                "errors": [[e.source, e.message] for e in registry.errors], "case_count": len(registry.cases)}
+
+    from .registry import DEFAULT_CASE_DIR
+    from .source_selection import wanted
+
+    listing = Registry()  # the modules to import, and the paths that name none
+    paths = ([str(DEFAULT_CASE_DIR)] if request.get("include_default", True) and DEFAULT_CASE_DIR.is_dir() else [])
+    skipped = {module_key(m) for m in request["skip"]}
+    modules = [name for path in paths + list(request["paths"]) for name, _ in _module_loaders(path, listing)
+               if module_key(name) not in skipped]
+    cases: list[dict[str, Any]] = []
+    errors = [[e.source, e.message] for e in listing.errors]
+    sketches: list[_SourceSketch] = []
+    for module in modules:
+        importing(module)
+        answer = _accepted(_in_module_process(module, forget, lambda module=module: _module_cases(module)), module)
+        cases += answer["cases"]
+        errors += answer["errors"]
+        sketches += [_SourceSketch(d["name"], d["prefix"], tuple(d["tags"]), module) for d in answer["sources"]]
+    selecting()  # case sources generate their cases now, each in its module's process
+    known_tags = {t for d in cases for t in d["tags"]}
+    names = list(request["names"])
+    for sketch in sketches:
+        named = [n for n in names if n.startswith(sketch.prefix) and n not in {d["name"] for d in cases}]
+        if named or (not names and wanted(sketch, request.get("keyword"), request.get("tags", ()),
+                                          request.get("include_full", False), known_tags)):
+            answer = _accepted(_in_module_process(sketch.module, forget, lambda sketch=sketch, named=named: _generated_cases(
+                sketch, named, not names, request.get("include_full", False)), SELECTION_DEADLINE_S),
+                sketch.module, generated=CASE_SOURCE_ORIGIN + sketch.name)
+            cases += answer["cases"]
+            errors += answer["errors"]
+    return {"sources": modules, "cases": cases, "errors": errors}
+
+
+def _module_cases(module: str) -> dict[str, Any]:
+    """In a module's process: its cases and the case sources it declares."""
+    from .registry import DEFAULT_IMPORT_TIMEOUT_S, load_registry
+
+    registry = load_registry([module], include_default=False, import_timeout_s=DEFAULT_IMPORT_TIMEOUT_S)
+    return {**_described(registry),
+            "sources": [{"name": s.name, "prefix": s.prefix, "tags": list(s.tags)} for s in registry.case_sources]}
+
+
+def _generated_cases(sketch: _SourceSketch, named: list[str], generate: bool, include_full: bool) -> dict[str, Any]:
+    """In a module's process: the cases its source `sketch` makes that the selection can match."""
+    from .registry import CASE_SOURCE_ORIGIN, DEFAULT_IMPORT_TIMEOUT_S, Registry, load_registry
+
+    registry = load_registry([sketch.module], include_default=False, import_timeout_s=DEFAULT_IMPORT_TIMEOUT_S)
+    generated = Registry(errors=registry.errors)
+    for source in registry.case_sources:
+        if source.name != sketch.name:
+            continue
+        if generate:
+            registry.load_source(source, include_full)
+        for name in named:
+            registry.lookup(name)
+        origin = CASE_SOURCE_ORIGIN + source.name
+        for case in registry.cases.values():
+            if case.source == origin:
+                generated.cases[case.name] = case
+    return _described(generated)
+
+
+def _pytest_module(module: str, request: dict[str, Any]) -> dict[str, Any]:
+    from .sources import load_for_pytest
+
+    return _described(load_for_pytest(module, request.get("keyword"), request.get("include_full", False)))
+
+
+def _described(registry: Any) -> dict[str, Any]:
+    """In a module's process: its registry's cases as descriptions, and its load errors."""
+    cases, errors = [], [[e.source, e.message] for e in registry.errors]
+    for case in registry.cases.values():
         try:
-            chosen = registry.select(request["names"], request.get("keyword"), request.get("tags", ()),
-                                     include_full=request.get("include_full", False))
-            answer["chosen"] = [describe(c) for c in chosen]
-        except KeyError as exc:
-            answer["usage"] = exc.args[0]
-        except Exception as exc:  # noqa: BLE001 - a malformed -k expression
-            answer["usage"] = f"bad selection: {exc}"
-    answer["errors"] = [[e.source, e.message] for e in registry.errors]
-    answer["case_count"] = len(registry.cases)
-    return answer
+            cases.append(describe(case))
+        except Exception as exc:  # noqa: BLE001 - metadata that cannot be described: this case's module's error
+            errors.append([str(getattr(case, "source", "")), f"case {str(getattr(case, 'name', ''))[:80]!r} cannot "
+                           f"be described ({type(exc).__name__})"])
+    return {"cases": cases, "errors": errors}
+
+
+def _accepted(answer: dict[str, Any], module: str, generated: str | None = None) -> dict[str, Any]:
+    """A module process's answer, checked here (where no case code runs): each case must read back and come from
+    `module` (or, for a case source's, from `generated`); what does not is a load error of this module alone."""
+    from .registry import CASE_SOURCE_ORIGIN, module_key
+
+    cases, errors = [], []
+    for pair in answer.get("errors", []):
+        if isinstance(pair, list) and len(pair) == 2:
+            errors.append([str(pair[0])[:500], str(pair[1])[:2000]])
+    for description in answer.get("cases", []):
+        try:
+            case = undescribe(description)
+        except Exception as exc:  # noqa: BLE001 - whatever is wrong with it, it is no description of a case
+            errors.append([module, f"a case description that does not read back ({type(exc).__name__}): left out"])
+            continue
+        source = str(case.source)
+        ours = (source == generated) if generated else (
+            module_key(source) == module_key(module) or source.startswith(CASE_SOURCE_ORIGIN))
+        if not ours:
+            errors.append([module, f"case {case.name[:80]!r} names another module as its source "
+                                   f"({source[:200]!r}): left out"])
+            continue
+        cases.append(description)
+    sources = [d for d in answer.get("sources", []) if isinstance(d, dict) and isinstance(d.get("name"), str)
+               and isinstance(d.get("prefix"), str) and isinstance(d.get("tags"), list)]
+    return {"cases": cases, "errors": errors, "sources": sources}
+
+
+def _in_module_process(module: str, forget: Callable[[], None], work: Callable[[], dict[str, Any]],
+                       deadline_s: float | None = None) -> dict[str, Any]:
+    """`work()` in a process forked from this one: its answer, or the module's load error if the process died,
+    hung or wrote what is no answer."""
+    from .registry import DEFAULT_IMPORT_TIMEOUT_S
+
+    deadline_s = deadline_s or DEFAULT_IMPORT_TIMEOUT_S + IMPORT_GRACE_S / 2  # before the harness's own
+    read_end, write_end = os.pipe()
+    log = tempfile.TemporaryFile(mode="w+", prefix="harness-loader-module-")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the module's process: never returns
+        code = 0
+        try:
+            os.close(read_end)
+            forget()
+            process_tree.signal_on_parent_death(signal.SIGKILL)
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            out = os.fdopen(private_copy(write_end), "wb")
+            os.close(write_end)
+            data = json.dumps(work()).encode()
+            out.write(data)
+            out.flush()
+        except BaseException as exc:  # noqa: BLE001 - this process must never go on as the loader
+            print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+            code = 70
+        os._exit(code)
+    os.close(write_end)
+    chunks: list[bytes] = []
+    started = time.monotonic()
+    why = None
+    try:
+        while True:
+            ready, _, _ = select.select([read_end], [], [], 1.0)
+            if ready:
+                chunk = os.read(read_end, 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            elif time.monotonic() - started > deadline_s:
+                why = f"importing it took more than {deadline_s - IMPORT_GRACE_S / 2:g}s"
+                break
+    finally:
+        os.close(read_end)
+        process_tree.kill_tree(pid)
+        _, status = os.waitpid(pid, 0)
+        process_tree.kill_descendants(os.getpid())
+    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    if why is None:
+        try:
+            answer = json.loads(b"".join(chunks)) if code == 0 and chunks else None
+            if answer is not None and not (isinstance(answer.get("cases"), list) and isinstance(answer.get("errors"), list)):
+                answer = None
+        except (ValueError, RecursionError, AttributeError):
+            answer = None
+        if answer is not None:
+            return answer
+        why = (_death(code, _tail(log)) if code != 0 or not chunks
+               else "it wrote to the loader's channel what is no answer")
+    log.close()
+    return {"cases": [], "errors": [[module, why]], "sources": []}
 
 
 def main() -> int:
-    import signal
-
     process_tree.signal_on_parent_death(signal.SIGKILL)
     process_tree.become_subreaper()
     tasks, result_stream = take_private("HARNESS_LOADER_FD")
     sender = Sender(result_stream, tasks.readline().strip())
     request = json.loads(tasks.readline())
-    answer = _answer(request, lambda name: sender.send({"importing": name}), lambda: sender.send({"selecting": True}))
+    import torch  # noqa: F401 - imported once here, by every module's process through the fork
+
+    from . import registry  # noqa: F401
+
+    def forget() -> None:
+        """In a module's process: the loader's channel to the harness, closed."""
+        for stream in (tasks, result_stream):
+            try:
+                os.close(stream.fileno())
+            except OSError:
+                pass
+
+    answer = _answer(request, lambda name: sender.send({"importing": name}), lambda: sender.send({"selecting": True}),
+                     forget)
     sender.send({"answer": answer})
     os._exit(0)  # no atexit hook or thread a case module left may run, or keep the harness waiting
 

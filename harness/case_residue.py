@@ -129,22 +129,22 @@ def foreign_processes(before: Snapshot) -> list[tuple[int, str]]:
     return [(pid, _command_line(pid)) for pid in found if pid not in trusted]
 
 
-def left_behind(before: Snapshot) -> list[str]:
-    """One line per thing the case left that a later case must not meet; empty when nothing."""
+def left_behind(before: Snapshot, ending: bool = False) -> list[str]:
+    """One line per thing the case left that a later case must not meet; empty when nothing. `ending`: the
+    process that ran the case ends with it (one case, one process), so nothing is left for a later case."""
+    then = ("the process that ran it ended with it, so no other case runs or is judged with them" if ending else
+            "its process was retired, so that no later case runs or is judged with them")
     lines = []
     replaced = replaced_functions(before)
     if replaced:
         shown = ", ".join(replaced[:5]) + (f" and {len(replaced) - 5} more" if len(replaced) > 5 else "")
-        lines.append(f"the case replaced torch functions ({shown}): its worker was retired, so that no later case "
-                     "runs or is judged with them")
+        lines.append(f"the case replaced torch functions ({shown}): {then}")
     threads = foreign_threads(before)
     if threads:
         names = ", ".join(repr(t.name) for t in threads[:5])
-        lines.append(f"the case left {len(threads)} thread(s) running ({names}): its worker was retired, so that "
-                     "they cannot act during a later case")
+        lines.append(f"the case left {len(threads)} thread(s) running ({names}): {then}")
     processes = foreign_processes(before)
     if processes:
         shown = ", ".join(f"{pid} {command[:60]!r}" for pid, command in processes[:3])
-        lines.append(f"the case left {len(processes)} process(es) running ({shown}): its worker was retired and "
-                     "they were killed with it")
+        lines.append(f"the case left {len(processes)} process(es) running ({shown}): they were killed, and {then}")
     return lines

@@ -36,7 +36,7 @@ def new_token() -> str:
     return secrets.token_hex(TOKEN_BYTES)
 
 
-def _private_copy(fd: int) -> int:
+def private_copy(fd: int) -> int:
     """A close-on-exec copy of `fd` at a high number (the original is left to the caller)."""
     return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, PRIVATE_FD_FLOOR)
 
@@ -47,9 +47,9 @@ def take_private(fd_variable: str) -> tuple[IO[str], IO[str]]:
     The results pipe is the descriptor `fd_variable` names; the tasks come on stdin. fd 0 becomes /dev/null.
     """
     result_fd = int(os.environ.pop(fd_variable))
-    private_results = _private_copy(result_fd)
+    private_results = private_copy(result_fd)
     os.close(result_fd)
-    private_tasks = _private_copy(0)
+    private_tasks = private_copy(0)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
@@ -72,26 +72,30 @@ class Sender:
 
 
 class Receiver:
-    """The parent's side: whole messages out of the bytes read so far."""
+    """The parent's side: whole messages out of the bytes read so far (in time linear in their size)."""
 
     def __init__(self, token: str):
         self.token = token
-        self._buffer = ""
+        self._pieces: list[bytes] = []
 
     def feed(self, chunk: bytes) -> Iterator[dict[str, Any]]:
         """The messages completed by `chunk`; ChannelCorrupted at the first line that is not one."""
-        self._buffer += chunk.decode("utf-8", errors="backslashreplace")
-        while "\n" in self._buffer:
-            line, self._buffer = self._buffer.split("\n", 1)
-            yield self._decode(line)
+        while chunk:
+            end = chunk.find(b"\n")
+            if end < 0:
+                self._pieces.append(chunk)
+                return
+            line = b"".join(self._pieces) + chunk[:end]
+            self._pieces, chunk = [], chunk[end + 1:]
+            yield self._decode(line.decode("utf-8", errors="backslashreplace"))
 
     def _decode(self, line: str) -> dict[str, Any]:
         token, _, text = line.partition(" ")
-        if not secrets.compare_digest(token, self.token):
+        if not secrets.compare_digest(token.encode("utf-8", "backslashreplace"), self.token.encode()):
             raise ChannelCorrupted(f"a line the harness did not write: {line[:80]!r}")
         try:
             message = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise ChannelCorrupted(f"a message that is not JSON: {text[:80]!r}") from None
         if not isinstance(message, dict):
             raise ChannelCorrupted(f"a message that is not an object: {text[:80]!r}")

@@ -1,18 +1,20 @@
 """Runs cases in worker processes, so one that crashes, hangs or OOMs takes down only itself.
 
-Each worker (`harness.worker`) runs tasks one after another (keeping Inductor's
-in-process caches warm), in a process session of its own: a timeout, a signal
-to the harness or its exit kills the worker and every process it started (the
-worker is a subreaper: a case's children stay its descendants, even in a
-session of their own). The worker answers on a private, framed channel
-(`harness.channel`): a line a case forged, or a worker lost mid-message, makes
-that task an error record and the run goes on. When a task kills its worker or outlives its
-timeout (counted from the moment the worker starts it), that task gets an
-error record, with the end of the worker's log, and the next task starts a
-fresh worker; so does the task after one that left the device faulted (the
-worker retires). Several workers run side by side with `workers=N`; on a
-device with several GPUs or NPUs each is pinned to one through its visibility
-variable, and all share Inductor's compile cache.
+Each worker (`harness.worker`) runs no case code: it forks a process for
+each task (`harness.case_process`), judges the values that process sends
+(`harness.judge`) and answers here. Workers run in a process session of
+their own: a timeout, a signal to the harness or its exit kills the worker
+and every process it started (the worker is a subreaper: a case's children
+stay its descendants, even in a session of their own). Every answer names
+its task's run id and is checked against the task in flight
+(`WorkerPool._message`): a line a case forged, a record of another case, or
+a worker lost mid-message makes that task an error record and the run goes
+on. A case process that dies costs its task's record alone; a task that
+outlives its timeout (counted from the moment its process starts the case)
+costs its worker too, and the next task starts a fresh one. Several workers
+run side by side with `workers=N`; on a device with several GPUs or NPUs
+each is pinned to one through its visibility variable, and all share
+Inductor's compile cache.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ if TYPE_CHECKING:  # the registry imports torch: imported where it is used, not 
     from .registry import Case
 
 POLL_S = 0.25
+# What a worker answers a task with (`harness.worker`); each message names the task's run id.
+WORKER_MESSAGES = ("loading", "started", "verdict", "record", "missing", "lost", "corrupted")
 # Beyond the import deadline the worker enforces itself (the registry's), before the parent gives up on an import.
 IMPORT_GRACE_S = 10.0
 LOG_TAIL_CHARS = 2000
@@ -75,6 +79,7 @@ class _Worker:
     log_path: str
     receiver: Receiver
     task: Task | None = None
+    run: str | None = None  # the task's run id
     loading: float | None = None
     started: float | None = None
     # The system's count of out-of-memory kills when the task was sent (None where the kernel does not say).
@@ -89,12 +94,16 @@ class _Worker:
     def busy(self) -> bool:
         return self.task is not None
 
-    def send(self, task: Task) -> None:
+    def send(self, task: Task, config) -> None:
         """Give the worker its next task; OSError (a broken pipe) when the worker is gone."""
+        from .judge import policy_of
+
+        run = new_token()[:16]  # every answer to this task names it
         self.process.stdin.write(json.dumps({"case": task.case.name, "source": task.case.source, "dtype": task.dtype,
-                                             "mode": task.mode, "localize": task.localize}) + "\n")
+                                             "mode": task.mode, "localize": task.localize, "run": run,
+                                             "policy": policy_of(task.case, config)}) + "\n")
         self.process.stdin.flush()
-        self.task, self.loading, self.started, self.verdict = task, None, None, None
+        self.task, self.run, self.loading, self.started, self.verdict = task, run, None, None, None
         self.oom_kills_before = oom_kills()
 
     def kill(self) -> None:
@@ -138,11 +147,26 @@ class WorkerPool:
     early_device: str = "cpu"
     # Case modules the loader found broken (exits or crashes at import): workers never import them.
     broken_modules: set[str] = field(default_factory=set)
+    # One case, one process ("case"), or one process for consecutive cases of a module ("module"):
+    # `harness.case_process`.
+    isolation: str = "case"
+    # Where the case processes write the values the workers judge (removed on close).
+    _values: str | None = None
+
+    def _values_root(self) -> str:
+        if self._values is None:
+            self._values = tempfile.mkdtemp(prefix="harness-values-")
+        return self._values
 
     def configure(self, config: object, case_paths: list[str], timeout_s: float, size: int = 1,
-                  log_dir: str | None = None, broken_modules: Iterable[str] = ()) -> "WorkerPool":
+                  log_dir: str | None = None, broken_modules: Iterable[str] = (),
+                  isolation: str | None = None) -> "WorkerPool":
         """Give an early pool its run: workers already started get their setup now."""
         self.config, self.case_paths, self.timeout_s = config, list(case_paths), timeout_s
+        if isolation and isolation != self.isolation:  # workers started for the other isolation: their set-up differs
+            for worker in list(self.workers.values()):
+                self._stop(worker)
+            self.isolation = isolation
         self.broken_modules = set(broken_modules)
         self.log_dir = log_dir or self.log_dir
         if size != self.size or (size > 1 and getattr(config, "device", "cpu") != self.early_device):
@@ -190,7 +214,7 @@ class WorkerPool:
                 if worker is None:
                     worker = self.workers[slot] = self._start(slot)
                 try:
-                    worker.send(task)
+                    worker.send(task, self.config)
                     break
                 except OSError as exc:
                     tail = worker.log_tail()
@@ -216,7 +240,7 @@ class WorkerPool:
                         yield record
             except ChannelCorrupted as exc:
                 if worker.busy:
-                    yield self._lost(worker, "crash", f"the worker's result channel was written to by the case: {exc}",
+                    yield self._lost(worker, "crash", f"the worker's answer is not one to its task: {exc}",
                                      kind="ChannelCorrupted")
                 else:
                     self._stop(worker)
@@ -235,32 +259,73 @@ class WorkerPool:
                                  f"importing the case module took more than {import_deadline_s() - IMPORT_GRACE_S:g}s")
 
     def _message(self, worker: _Worker, message: dict) -> R.CaseResult | None:
-        if "loading" in message:
-            worker.loading = time.perf_counter()
+        """One answer of the worker, checked against the task in flight: ChannelCorrupted for one that is not
+        an answer to it. Only the first `loading` and `started` of a task set its clocks."""
+        kinds = [k for k in WORKER_MESSAGES if k in message]
+        if not worker.busy or message.get("run") != worker.run or len(kinds) != 1:
+            raise ChannelCorrupted(f"a message that answers no task in flight: {json.dumps(message)[:120]}")
+        kind = kinds[0]
+        if kind == "loading":
+            worker.loading = worker.loading or time.perf_counter()
             return None
-        if "started" in message:
-            worker.started = time.perf_counter()
+        if kind == "started":
+            worker.started = worker.started or time.perf_counter()
             return None
-        if "verdict" in message:
-            worker.verdict = R.CaseResult.from_dict(message["verdict"])
+        if kind == "verdict":
+            worker.verdict = self._record_of(worker, message["verdict"])
             return None
-        task, worker.task = worker.task, None
-        if "missing" in message:
+        if kind == "lost":
+            return self._lost(worker, "crash", f"{message['lost']}", stop=False)
+        if kind == "corrupted":
+            return self._lost(worker, "crash", f"the case process's channel was written to by the case: "
+                              f"{message['corrupted']}", kind="ChannelCorrupted", stop=False)
+        if kind == "missing":
+            task, worker.task = worker.task, None
             return _failed(task, self.config, "setup", "crash", "CaseNotLoaded",
                            f"the worker could not load case {message['missing']!r}: "
                            f"{message.get('reason') or 'see the load errors'}", 0.0)
+        record = self._record_of(worker, message["record"])
+        worker.task = None
         worker.retiring = bool(message.get("retire"))
-        return R.CaseResult.from_dict(message["record"])
+        return record
 
-    def _lost(self, worker: _Worker, symptom: str, message: str, kind: str | None = None) -> R.CaseResult:
+    def _record_of(self, worker: _Worker, data: object) -> R.CaseResult:
+        """A record the worker sent for the task in flight; ChannelCorrupted if it is none, or another run's."""
+        from .judge import OVERRULED
+        from .run_identity import apply_known_failure
+
+        task = worker.task
+        try:
+            record = R.CaseResult.from_dict(data)  # type: ignore[arg-type]
+        except Exception as exc:  # noqa: BLE001 - whatever is wrong with it, it is no record of the runner's
+            raise ChannelCorrupted(f"a record that cannot be read ({type(exc).__name__})") from None
+        if (record.case, record.dtype, record.mode) != task.key:
+            raise ChannelCorrupted(f"a record of {record.case}[{record.dtype}-{record.mode}] for the task "
+                                   f"{task.case.name}[{task.dtype}-{task.mode}]")
+        if record.verdict_source == OVERRULED:  # the judge's status: the task's known failure applies to it
+            record = apply_known_failure(record, task.case)
+        return record
+
+    def _lost(self, worker: _Worker, symptom: str, message: str, kind: str | None = None,
+              stop: bool = True) -> R.CaseResult:
+        """The task in flight's record when its answer will not come. `stop`: the worker goes too (it died, timed
+        out or corrupted its channel); else only the task's case process was lost, and the worker stays."""
         elapsed = time.perf_counter() - (worker.started or time.perf_counter())
         task, verdict = worker.task, worker.verdict
         tail = worker.log_tail()
-        self._stop(worker)
+        if stop:
+            self._stop(worker)
+        else:
+            worker.task = None
         if verdict is not None:  # lost while extracting: the run was judged, and its verdict stands
+            from .extraction.extract import discard_unfinished
+
             verdict.extracted = "does-not-reproduce"
-            verdict.warnings.append(f"--extract: the worker was lost while extracting ({symptom}: {message}); the "
-                                    "run's verdict stands, no repro was kept")
+            removed = self.config.extract_dir and discard_unfinished(self.config.extract_dir, task.case.name,
+                                                                     task.dtype, task.mode)
+            verdict.warnings.append(f"--extract: the case's process was lost while extracting ({symptom}: {message}); "
+                                    "the run's verdict stands, no repro was kept"
+                                    + (" (the unfinished one was removed)" if removed else ""))
             return verdict
         if symptom == "crash" and "SIGKILL" in message:
             # Nothing here sent it. The kernel counts its out-of-memory kills: one since the task began is
@@ -282,6 +347,10 @@ class WorkerPool:
         read_end, write_end = os.pipe()
         env = dict(os.environ, HARNESS_RESULT_FD=str(write_end), HARNESS_PARENT_PID=str(os.getpid()),
                    PYTHONUNBUFFERED="1")
+        if self.isolation == "case":
+            # Inductor's pool of compile workers would start anew in every case process (each imports torch),
+            # and one the worker started would be unusable in its forks: compiles run in the case's process.
+            env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
         device_name = getattr(self.config, "device", self.early_device)
         # Looked up only to pin a worker: the lookup imports torch, which an early start must not wait for.
         device = _device(device_name) if self.size > 1 and device_name != "cpu" else None
@@ -315,7 +384,8 @@ class WorkerPool:
 
     def _send_setup(self, worker: _Worker) -> None:
         setup = {"config": base64.b64encode(pickle.dumps(self.config)).decode("ascii"),
-                 "case_paths": self.case_paths, "broken_modules": sorted(self.broken_modules)}
+                 "case_paths": self.case_paths, "broken_modules": sorted(self.broken_modules),
+                 "isolation": self.isolation, "values_dir": os.path.join(self._values_root(), f"worker-{worker.slot}")}
         try:
             worker.process.stdin.write(json.dumps(setup) + "\n")
             worker.process.stdin.flush()
@@ -329,14 +399,17 @@ class WorkerPool:
             pass
         worker.kill()
         self.workers.pop(worker.slot, None)
+        if self._values:  # what its case process was writing when the worker went
+            shutil.rmtree(os.path.join(self._values, f"worker-{worker.slot}"), ignore_errors=True)
 
     def close(self) -> None:
         for worker in list(self.workers.values()):
             self._stop(worker)
         self.selector.close()
-        for directory in self._temporary_logs:
+        for directory in self._temporary_logs + ([self._values] if self._values else []):
             shutil.rmtree(directory, ignore_errors=True)
         self._temporary_logs.clear()
+        self._values = None
 
 
 def _failed(task: Task, config, stage: str, symptom: str, kind: str, message: str, elapsed: float) -> R.CaseResult:

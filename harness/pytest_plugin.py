@@ -36,6 +36,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="seconds one case may run in its worker process (default 1800)")
     group.addoption("--harness-shipped-cases", action="store_true",
                     help="also collect the cases shipped with the harness (an installed package's harness_cases)")
+    group.addoption("--harness-isolation", choices=("case", "module"), default="case",
+                    help="a fresh process for every case run (case, the default), or one for consecutive runs of "
+                    "one case module (module)")
     group.addoption("--harness-no-isolation", action="store_true",
                     help="run cases in the pytest process itself (for a debugger; a crash then ends the session)")
 
@@ -335,7 +338,8 @@ class _CaseRunner:
 
             self.pool = WorkerPool(self.run_config, list(self.config.getoption("case_path")),
                                    self.config.getoption("harness_timeout"),
-                                   broken_modules=self.config.stash.get(BROKEN_KEY, set()))
+                                   broken_modules=self.config.stash.get(BROKEN_KEY, set()),
+                                   isolation=self.config.getoption("harness_isolation"))
         return self.pool.run_one(task)
 
     def close(self) -> None:

@@ -619,6 +619,11 @@ class CaseResult:
     # The device the float64 reference ran on, when it ran somewhere other than the case's device (the NPU
     # has no float64: "cpu", from copies of the inputs); None when it ran on the case's device or not at all.
     reference_device: str | None = None
+    # Who decided the status that stands (`harness.judge`): "judge" (the values judged again in a process where
+    # no case code ran, agreeing with the case's process), "judge-overruled" (the judge's verdict replaced the
+    # case's process's), "case-process" (no values reached the judge; why is a warning), None (no value verdict:
+    # an error, a skip, or a run in the harness's own process).
+    verdict_source: str | None = None
     # Filled by localization (`--bisect`): the answer and its evidence.
     first_divergent_kernel: Localization | None = None
     # `--extract`: whether the repro written from the first divergent kernel reproduces ("reproduces",

@@ -20,12 +20,13 @@ import torch
 
 from . import process_state, records as R
 from .colliding_writes import CollidingWrites, LowPrecisionSums, undefined_elements
-from .compare import Verdict, differs_only_where_undefined, missing_result
+from .compare import Verdict, differs_only_where_undefined
 from .devices import BackendMismatch, Device, get_device
 from .emulation import NARROWED_DTYPES, make_handler, parse_injection
 from .execution import Inputs, OutputNotComparable, Results, Session, materialize_inputs, module_state
 from .dynamic_shapes import DynamicPlan
 from .inputs import seed_for
+from .judge import SizeValues, all_pass, compare_results, result_pairs as _result_pairs
 from .layout import clone_exact, is_non_overlapping, overlaps_beyond_broadcast
 from .registry import Case, Program
 from .run_identity import EXTRA_FOR, RunConfig, apply_known_failure, dtype_name, missing_requirements, new_record
@@ -41,9 +42,11 @@ class CaseFailure(Exception):
 
 
 def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig,
-             on_verdict: Callable[[R.CaseResult], None] | None = None) -> R.CaseResult:
+             on_verdict: Callable[[R.CaseResult], None] | None = None,
+             on_values: Callable[[list[SizeValues]], None] | None = None) -> R.CaseResult:
     """One run of a case. With `--extract`, a failure's repros are written after it was judged; `on_verdict`
-    gets the judged record first (a worker sends it, so a crash while extracting cannot cost the verdict)."""
+    gets the judged record first (a worker sends it, so a crash while extracting cannot cost the verdict).
+    `on_values` gets what each size was judged on, once the run is concluded (for the judge, `harness.judge`)."""
     from .inductor_compat import quiet_torch_logging, remember_vec_isa_checks, torch_state
 
     quiet_torch_logging()
@@ -73,10 +76,14 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig,
                 observed, compiled, sizes = _dynamic_run(observed, dtype, config, device, record)
                 _conclude(observed, compiled, config, record)
                 _conclude_sizes(sizes, record, observed.case, config.dynamic_strict)
+                judged = sizes.judged
             else:
                 compiled = _compiled_run(observed, config, record)
                 _conclude(observed, compiled, config, record)
+                judged = [(observed, compiled)]
             _say_low_precision_atomics(observed, record)
+            if on_values is not None:
+                on_values([_values_of(*pair) for pair in judged])
             if config.extract_dir and record.status == R.FAIL:
                 captured = _captured_launch(observed, compiled, config, record)
         except CaseFailure as failure:
@@ -171,6 +178,8 @@ class _Observation:
     dynamic: DynamicPlan | None = None
     # The compiled program's atomic adds in float16/bfloat16, "kernel (pointer, dtype)" (set once it compiled).
     low_precision_atomics: list[str] = field(default_factory=list)
+    # Eager's second run (the judge decides nondeterminism from it too).
+    again: Results | None = None
 
     @classmethod
     def make(cls, case: Case, dtype: torch.dtype, mode: str, config: RunConfig, device: Device,
@@ -211,7 +220,7 @@ class _Observation:
         observed = cls(case, mode, device, seed, program, inputs, expected, policy, verdict, timings, record)
         # As torchbench: a program whose eager result is not repeatable cannot be judged (eager_two_runs_differ).
         with _stage(R.Stage.EAGER, timings):
-            again = eager.run()
+            again = observed.again = eager.run()
         if not all_pass(again, expected, None, verdict):  # the quick check first: most runs repeat exactly
             comparisons = compare_results(again, expected, None, dataclasses.replace(verdict, eager_repeat=True))
             observed.nondeterministic = [c.name for c in comparisons if not c.passed]
@@ -324,53 +333,6 @@ class _Observation:
                        prepare=self.dynamic.mark if self.dynamic is not None else None)
 
 
-def compare_results(actual: Results, expected: Results, references: Results | None,
-                    verdict: Verdict) -> list[R.OutputComparison]:
-    """Every result of either side, judged: outputs, gradients, parameters, and state changed by either side."""
-    comparisons = []
-    for name, a, e, reference in _result_pairs(actual, expected, references):
-        if a is _MISSING:
-            comparison = missing_result(name, "eager", e)
-        elif e is _MISSING:
-            comparison = missing_result(name, "compiled", a)
-        else:
-            comparison = verdict.values(name, a, e, reference)
-        comparison.path = expected.paths.get(name, actual.paths.get(name))
-        comparisons.append(comparison)
-    return comparisons
-
-
-def all_pass(actual: Results, expected: Results, references: Results | None, verdict: Verdict,
-             only: set[str] | None = None) -> bool:
-    """Whether every result (of those named in `only`, if given) passes, stopping at the first that does not
-    (for the probe's many reruns)."""
-    for name, a, e, reference in _result_pairs(actual, expected, references):
-        if only is not None and name not in only:
-            continue
-        if a is _MISSING or e is _MISSING:
-            return False
-        if isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor) and verdict.quick_match(a, e):
-            continue
-        if not verdict.values(name, a, e, reference).passed:
-            return False
-    return True
-
-
-_MISSING = object()
-
-
-def _result_pairs(actual: Results, expected: Results, references: Results | None):
-    """(name, compiled, eager, float64 reference) for every result either side has; _MISSING where one has none."""
-    references = references or Results()
-    for name in list(expected.values) + [n for n in actual.values if n not in expected.values]:
-        yield (name, actual.values.get(name, _MISSING), expected.values.get(name, _MISSING),
-               references.values.get(name))
-    # Judged by value: an input one side changed in place and the other did not is a divergence.
-    for name in [n for n in expected.state if n in expected.changed | actual.changed]:
-        if name in actual.state:
-            yield name, actual.state[name], expected.state[name], references.state.get(name)
-
-
 @dataclass
 class _Compiled:
     """The compiled side: its session (run again by localization without recompiling) and first results."""
@@ -446,6 +408,8 @@ class _Sizes:
     second: list[R.OutputComparison]
     recompiled: bool
     recompile_reasons: list[str] = field(default_factory=list)  # Dynamo's: the guards that failed
+    # Each size's eager and compiled sides, in order: what the judge gets.
+    judged: list[tuple["_Observation", "_Compiled"]] = field(default_factory=list)
 
 
 def _dynamic_run(observed: _Observation, dtype: torch.dtype, config: RunConfig, device: Device,
@@ -501,7 +465,8 @@ def _dynamic_run(observed: _Observation, dtype: torch.dtype, config: RunConfig, 
                             shapes(second.inputs.args, second.inputs.kwargs)]
     recompiled = dynamo_graph_counts()["graphs"] > graphs
     sizes = _Sizes(compiled.comparisons, second_compiled.comparisons, recompiled=recompiled,
-                   recompile_reasons=recompile_reasons(compiled_before) if recompiled else [])
+                   recompile_reasons=recompile_reasons(compiled_before) if recompiled else [],
+                   judged=[(observed, compiled), (second, second_compiled)])
     # The second size is concluded when only it fails, or when eager's result is not repeatable there (no verdict).
     if second.nondeterministic or (all(c.passed for c in compiled.comparisons)
                                    and not all(c.passed for c in second_compiled.comparisons)):
@@ -532,6 +497,14 @@ def _conclude_sizes(sizes: _Sizes, record: R.CaseResult, case: Case, strict: boo
         if record.status == R.PASS:
             record.status, record.stage, record.symptom = R.FAIL, R.Stage.COMPILE, R.Symptom.RECOMPILED
         record.diagnosis = f"{record.diagnosis}; {said}" if record.diagnosis else said
+
+
+def _values_of(observed: _Observation, compiled: _Compiled) -> SizeValues:
+    """What one size's verdict was computed from, as the run ends (the float64 reference made on need)."""
+    verdict = observed.verdict
+    return SizeValues(compiled.results, observed.expected, observed.references, observed.again,
+                      undefined=dict(verdict.undefined), atomic_baseline=dict(verdict.atomic_baseline),
+                      accumulated=verdict.accumulated)
 
 
 def _say_low_precision_atomics(observed: _Observation, record: R.CaseResult) -> None:

@@ -1,21 +1,24 @@
-"""A worker process: runs case after case for its parent, and dies with it, its descendants included.
+"""A worker process: runs case after case for its parent, each in a process of its own, and dies with the parent.
 
 Started by `harness.executor` as `python -m harness.worker` in a process
 session of its own, with stdout and stderr going to a log file (a case's own
 output, or a child process it starts, never holds the harness's console).
-Before any case code runs it takes its two channels out of the case's reach
-(`harness.channel`): tasks arrive as JSON lines on what was stdin, answers go
-out as framed lines on the pipe HARNESS_RESULT_FD named: `{"loading": ...}`
-while it imports the case's module (under the import deadline),
-`{"started": ...}` when the case begins (the timeout counts from there), then
-`{"record": ...}`.
+It imports torch, the compiler and the harness, and runs no case code: each
+task runs in a case process forked from it (`harness.case_process`), whose
+values it judges itself (`harness.judge`). Its two channels to the harness
+(`harness.channel`) are closed in every case process: tasks arrive as JSON
+lines on what was stdin, answers go out as framed lines on the pipe
+HARNESS_RESULT_FD named, each naming the task's run id: `{"loading": ...}`
+while the case process imports the case's module (under the import
+deadline), `{"started": ...}` when the case begins (the timeout counts from
+there), then `{"record": ...}`, or `{"lost": ...}` / `{"corrupted": ...}`
+when the case process died or wrote what the harness did not.
 
 It is a child subreaper (`harness.process_tree`): every process a case starts
-stays its descendant. If the parent dies (SIGKILL, a cancelled CI job), the
-worker kills all of them and itself (a parent-death signal, and a watchdog
-thread in case the signal's handler cannot run). After a case that left the
-device faulted, replaced one of torch's functions or left a thread running
-(`harness.case_residue`), the worker exits and the pool starts a fresh one.
+stays its descendant, and is killed when its case process is done. If the
+parent dies (SIGKILL, a cancelled CI job), the worker kills all of them and
+itself (a parent-death signal, and a watchdog thread in case the signal's
+handler cannot run); no case code runs here, so neither can be undone.
 """
 
 from __future__ import annotations
@@ -58,21 +61,21 @@ def _die_with_parent(parent: int) -> None:
 
 
 def main() -> int:
-    parent = int(os.environ.get("HARNESS_PARENT_PID", os.getppid()))
+    parent = int(os.environ.pop("HARNESS_PARENT_PID", os.getppid()))
     _die_with_parent(parent)
     tasks, result_stream = take_private("HARNESS_RESULT_FD")
     results = Sender(result_stream, tasks.readline().strip())
+    # torch.cuda.is_available() through NVML, which leaves CUDA uninitialised here: a process forked from this
+    # one can still use the device.
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
     import gc
 
-    import torch
+    import torch  # noqa: F401 - imported once here, by every case process through the fork
 
-    from . import case_residue
-    from .inductor_compat import pick_cpu_vec_isa, preload_compiler
-    from .executor import task_config
-    from .records import encode_json
-    from .registry import CASE_SOURCE_ORIGIN, DEFAULT_IMPORT_TIMEOUT_S, Registry, load_registry
-    from .runner import run_case
+    from . import case_residue, judge, runner  # noqa: F401 - the case processes' code, imported before any case
+    from .case_process import Template
+    from .inductor_compat import pick_cpu_vec_isa, preload_compiler, warm_compiler
 
     case_residue.track_thread_starts()
     # What is imported now lives as long as the worker: out of the collector's sight, its collections scan
@@ -88,70 +91,26 @@ def main() -> int:
     config = pickle.loads(base64.b64decode(setup["config"]))
     if getattr(config, "device", "") == "cpu":  # Inductor's CPU ISA probe, before the first case's clock starts
         pick_cpu_vec_isa()
-    # Modules the harness's loader found broken (one that exits or crashes at import) are never imported here.
-    broken = set(setup.get("broken_modules") or ())
-    clean = case_residue.snapshot()
+    if setup.get("isolation") == "case" and getattr(config, "backend", "") == "inductor":
+        warm_compiler()  # every case process is forked from here: its first compile's set-up is done once
+    gc.collect()
+    gc.freeze()
 
-    # Only the module a task's case comes from is imported (once): a worker never pays for the whole registry.
-    # A generated case (a case source's, e.g. OpInfo) is looked up by name in the registry of every case path.
-    registries: dict[str, Registry] = {}
-    frozen_origins: set[str] = set()
+    def forget() -> None:
+        """In a case process: the worker's channel to the harness, closed."""
+        for stream in (tasks, result_stream):
+            try:
+                os.close(stream.fileno())
+            except OSError:
+                pass
 
-    def registry_of(source: str) -> Registry:
-        if source not in registries:
-            # Importing the case's module has the registry's deadline; the case's timeout starts with the case.
-            results.send({"loading": source})
-            paths = [source] if source else setup["case_paths"]
-            registries[source] = load_registry(paths, include_default=not source, skip=broken,
-                                               import_timeout_s=DEFAULT_IMPORT_TIMEOUT_S)
-        return registries[source]
-
-    for line in tasks:
-        task = json.loads(line)
-        source = origin = task.get("source") or ""
-        if source.startswith(CASE_SOURCE_ORIGIN):
-            source = ""
-        registry = registry_of(source)
-        case = registry.lookup(task["case"])
-        if case is None and source:  # a source that is not a loadable module: look everywhere
-            registry = registry_of("")
-            case = registry.lookup(task["case"])
-        if case is None:
-            reasons = "; ".join(str(e) for e in registry.errors) or "no case of that name there"
-            results.send({"missing": task["case"], "reason": reasons})
-            continue
-        if origin not in frozen_origins:
-            # A case module, or what a case source loads for its first case (OpInfo's op_db: the most objects
-            # of the worker), lives as long as the worker too. Loaded now, before the case's clock starts.
-            frozen_origins.add(origin)
-            registry.prepare(case)
-            gc.collect()
-            gc.freeze()
-        results.send({"started": task["case"]})
-        record = run_case(case, getattr(torch, task["dtype"]), task["mode"],
-                          task_config(config, task.get("localize", True)),
-                          on_verdict=lambda judged: results.send({"verdict": encode_json(judged.to_dict())}))
-        # A kernel fault (misaligned address, illegal access) poisons the process's device context: every later
-        # case here would fail with it. So do torch functions a case replaced and threads it left running.
-        residue = case_residue.left_behind(clean)
-        record.warnings.extend(residue)
-        retire = bool(residue) or not _device_usable(config.device)
-        results.send({"record": encode_json(record.to_dict()), "retire": retire})
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if retire:
-            return 0
-    return 0
-
-
-def _device_usable(name: str) -> bool:
-    from .devices import get_device
-
+    template = Template(setup, config, results, forget)
     try:
-        get_device(name).synchronize()
-        return True
-    except Exception:  # noqa: BLE001 - whatever the device runtime raises, this process cannot use it
-        return False
+        for line in tasks:
+            template.run(json.loads(line))
+    finally:
+        template.close()
+    return 0
 
 
 if __name__ == "__main__":

@@ -309,6 +309,21 @@ def test_a_worker_lost_while_extracting_keeps_the_runs_verdict(tmp_path):
     assert any("lost while extracting" in w and "verdict stands" in w for w in record["warnings"]), record["warnings"]
 
 
+def test_a_repro_left_unfinished_by_a_lost_process_is_removed(tmp_path):
+    module = tmp_path / "cases" / "dies.py"
+    module.parent.mkdir()
+    # The folder, its kernel-level repro and its manifest are written; the process dies before they are verified.
+    module.write_text(DIES_WHILE_EXTRACTING.replace("extraction.extract = ", "extraction._graph_forms = "))
+    out, repros = tmp_path / "r.json", tmp_path / "repros"
+    result = harness("run", "--case-path", str(module.parent), "--inject", "fault-scale@0", "--extract",
+                     str(repros), "--json", str(out))
+    assert result.returncode == 1, result.stdout + result.stderr
+    (record,) = json.loads(out.read_text())["records"]
+    assert (record["status"], record["extracted"]) == ("fail", "does-not-reproduce")
+    assert any("the unfinished one was removed" in w for w in record["warnings"]), record["warnings"]
+    assert repros.is_dir() and list(repros.iterdir()) == []
+
+
 def test_run_case_hands_over_the_judged_record_before_extracting(tmp_path):
     judged = []
     record = run_case(load_registry().cases["upstream_197895_float_floor_divide_off_by_one"], torch.float32,

@@ -44,6 +44,7 @@ from . import subgraph as S
 
 CASE_PREFIX = "extracted_"
 PLAIN_FILE = "plain_repro.py"
+UNFINISHED = "UNFINISHED"
 REPRO_FILE = "repro.py"
 
 
@@ -62,17 +63,36 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]+", "_", text).strip("_")
 
 
-def extract(captured: CapturedLaunch, parent: Parent) -> R.Extraction:
-    started = time.perf_counter()
-    dtype_name = str(parent.dtype).replace("torch.", "")
-    exact = f"{parent.case.name}_{dtype_name}_{parent.mode}"
+def folder_name(case: str, dtype_name: str, mode: str) -> str:
+    """The folder a run's repros are written to, under the extraction directory."""
+    exact = f"{case}_{dtype_name}_{mode}"
     name = slug(exact)
     if name != exact:  # the slug lost characters (`ex-a` and `ex_a` both slug to ex_a): the exact id's hash keeps
         name += "_" + hashlib.sha256(exact.encode("utf-8", "surrogatepass")).hexdigest()[:8]  # them apart
+    return name
+
+
+def discard_unfinished(extract_dir: str, case: str, dtype_name: str, mode: str) -> bool:
+    """Remove a run's repro folder that an extraction left unfinished (its process lost); True if there was one."""
+    directory = Path(extract_dir).resolve() / folder_name(case, dtype_name, mode)
+    if not (directory / UNFINISHED).exists():
+        return False
+    shutil.rmtree(directory, ignore_errors=True)
+    return True
+
+
+def extract(captured: CapturedLaunch, parent: Parent) -> R.Extraction:
+    started = time.perf_counter()
+    dtype_name = str(parent.dtype).replace("torch.", "")
+    name = folder_name(parent.case.name, dtype_name, parent.mode)
     directory = Path(parent.config.extract_dir).resolve() / name
     if directory.exists():
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
+    # Until the extraction ends, the folder says it holds nothing verified: a process lost meanwhile (a timeout, a
+    # crash) leaves it marked, and the harness removes it.
+    (directory / UNFINISHED).write_text("an extraction that did not finish wrote this folder: nothing here is a "
+                                        "verified repro\n")
     found = R.Extraction("does-not-reproduce", str(directory), kernel=captured.kernel_name, graph=captured.graph,
                          command=parent.record.command)
     found.kernel_injection = _narrowed(parent.config.inject, captured.kernel_name)
@@ -103,6 +123,7 @@ def extract(captured: CapturedLaunch, parent: Parent) -> R.Extraction:
     found.seconds = round(time.perf_counter() - started, 3)
     manifest["result"] = dataclasses.asdict(found)
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    (directory / UNFINISHED).unlink()
     return found
 
 

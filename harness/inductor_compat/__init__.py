@@ -60,7 +60,7 @@ from .cpu_isa import pick_cpu_vec_isa, remember_vec_isa_checks
 from .versions import OLDEST_TORCH, NEWEST_TESTED_TORCH, torch_version_problem
 from .dynamo import (compile_cache_hits, compile_caches_off, compile_ids, distinct_inductor, dynamo_graph_counts,
                      graph_break_reasons, load_kernels_afresh, mode_options, preload_compiler, quiet_torch_logging,
-                     recompile_reasons, reset_dynamo_counters, room_to_recompile)
+                     recompile_reasons, reset_dynamo_counters, room_to_recompile, warm_compiler)
 from .passes import GraphPass, left_in_lowered, observing_passes
 from .graphs import (STATE_BEFORE_IN_PLACE, BufferFact, Capture, GraphInfo, GraphObserver, adopt_facts, capture_graphs,
                      float64_copy, graph_info, install_lowering_hook, program_accumulates, written_inputs)

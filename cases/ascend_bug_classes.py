@@ -56,9 +56,15 @@ class BroadcastBias(nn.Module):
         return torch.relu(x + self.bias) * x
 
 
+# Each bug class's sample in the quick run (`--tag quick`).
+QUICK = {"stores_first_launch_pointwise", "stores_masked_tail", "scalar_float16_scale", "columns_k4_sums",
+         "padding_row_sums"}
+
+
 def _family(injection, issue, members, compile_options=None):
     return [
-        Case(name=name, build=build, tags=("bug-class", injection, role, *extra), dtypes=dtypes, modes=modes,
+        Case(name=name, build=build, tags=("bug-class", injection, role, *extra, *(("quick",) if name in QUICK else ())),
+             dtypes=dtypes, modes=modes,
              issue=issue, description=description, compile_options=(compile_options or {}).get(name, {}))
         for name, build, role, dtypes, modes, extra, description in members
     ]

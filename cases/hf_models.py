@@ -87,7 +87,7 @@ class HFModel:
 MODELS = [
     HFModel(
         name="longformer", model_class="LongformerForMaskedLM", config_class="LongformerConfig",
-        inputs=masked_lm_inputs, tags=("seed", "longformer"),
+        inputs=masked_lm_inputs, tags=("seed", "quick", "longformer"),
         # allenai/longformer-base-4096
         full=dict(vocab_size=50265, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                   intermediate_size=3072, attention_window=512, max_position_embeddings=4098, type_vocab_size=1,

@@ -38,7 +38,8 @@ def _input_case(layout, spec, dense):
     return Case(
         name=f"layout_input_{layout}",
         build=lambda dtype: Program(read_and_scale, [spec]),
-        tags=("layout", "input-side", "dense" if dense else "non-dense", layout),
+        tags=("layout", "input-side", "dense" if dense else "non-dense", layout,
+              *(("quick",) if layout == "overlapping" else ())),  # the family's sample in the quick run
         dtypes=WIDE_DTYPES, issue=ISSUE,
         description=f"A kernel reads an argument laid out as {layout} ({spec.describe()}).",
     )
@@ -62,7 +63,7 @@ CASES += [
     Case(
         name="layout_output_inplace_gapped",
         build=lambda dtype: Program(scale_in_place, [gapped((48, 64), step=2, fill="arange", low=START)]),
-        tags=("layout", "output-side", "non-dense", "gapped_slice", "inplace"),
+        tags=("layout", "output-side", "non-dense", "gapped_slice", "inplace", "quick"),
         dtypes=WIDE_DTYPES, issue=ISSUE,
         description="A kernel updates a gapped slice in place (an in/out argument with holes).",
     ),

@@ -95,7 +95,8 @@ CASES = [
     Case(
         name=f"reduction_axes{axes}_{layout}_{size}",
         build=_build(axes, layout, size),
-        tags=("reduction", "emulation-target", f"axes{axes}", layout, f"{size}-chunk"),
+        tags=("reduction", "emulation-target", f"axes{axes}", layout, f"{size}-chunk",
+              *(("quick",) if (axes, layout, size) == (2, "permuted", "above") else ())),  # the quick run's sample
         dtypes=(torch.float32,), issue=ISSUE,
         description=f"A sum over {axes} axis{'es' if axes > 1 else ''} ({layout} layout), "
                     f"{size} one loop chunk{' (4100 elements)' if size == 'above' else ''}.",

@@ -22,7 +22,7 @@ class LayerNormGelu(nn.Module):
         return nn.functional.gelu(self.proj(self.norm(x)))
 
 
-@case(tags=("reordering", "norm", "training"), dtypes=(torch.bfloat16, torch.float32), modes=("training",))
+@case(tags=("reordering", "norm", "training", "quick"), dtypes=(torch.bfloat16, torch.float32), modes=("training",))
 def layernorm_gelu(dtype):
     """bf16/fp32 layer norm + linear + GELU, forward and backward."""
     torch.manual_seed(0)  # parameters: nn.Module initialisation draws from the global generator

@@ -40,14 +40,14 @@ def index_producer_from_view(view):
     return view.contiguous().view(-1)
 
 
-@case(tags=("seed", "layout", "overlapping", "index"), dtypes=(torch.int64, torch.int32), issue=ISSUE,
+@case(tags=("seed", "quick", "layout", "overlapping", "index"), dtypes=(torch.int64, torch.int32), issue=ISSUE,
       known_failures=(NPU_BOUNDARY_DOWNCAST,))
 def seed_index_as_strided_base(dtype):
     """The report's repro: arange base in, overlapping view built inside the graph."""
     return Program(index_producer_from_base, [contiguous((BASE_NUMEL,), fill="arange")])
 
 
-@case(tags=("seed", "layout", "overlapping", "index"), dtypes=(torch.int64, torch.int32), issue=ISSUE,
+@case(tags=("seed", "quick", "layout", "overlapping", "index"), dtypes=(torch.int64, torch.int32), issue=ISSUE,
       known_failures=(NPU_BOUNDARY_DOWNCAST,))
 def seed_index_as_strided_view(dtype):
     """As the backward graph sees it: the overlapping view is the graph input."""
@@ -66,7 +66,7 @@ def index_put_backward(view, grad, weight):
     return scattered.neg(), scaled.sum(0)
 
 
-@case(tags=("seed", "layout", "overlapping", "index"), dtypes=(torch.int64, torch.int32), issue=ISSUE,
+@case(tags=("seed", "quick", "layout", "overlapping", "index"), dtypes=(torch.int64, torch.int32), issue=ISSUE,
       known_failures=(NPU_BOUNDARY_DOWNCAST,))
 def seed_index_as_strided_index_put(dtype):
     """The overlapping view inside a larger graph (a scatter of a gradient through it): what `harness extract`

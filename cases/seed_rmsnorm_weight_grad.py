@@ -34,14 +34,14 @@ def _inputs(batch, seq, heads, head_dim):
     ]
 
 
-@case(tags=("seed", "reduction", "permute"), dtypes=(torch.bfloat16,), issue=ISSUE,
+@case(tags=("seed", "quick", "reduction", "permute"), dtypes=(torch.bfloat16,), issue=ISSUE,
       tolerances=REPORT_TOLERANCE, size="full")
 def seed_rmsnorm_weight_grad(dtype):
     """The report's shapes: batch 2, seq 4096, heads 64, head_dim 128."""
     return Program(rms_norm_weight_grad, _inputs(2, 4096, 64, 128))
 
 
-@case(tags=("seed", "reduction", "permute"), dtypes=(torch.bfloat16,), issue=ISSUE,
+@case(tags=("seed", "quick", "reduction", "permute"), dtypes=(torch.bfloat16,), issue=ISSUE,
       tolerances=REPORT_TOLERANCE)
 def seed_rmsnorm_weight_grad_small(dtype):
     """The same program at shapes two CPU cores afford (head_dim kept at 128)."""
@@ -61,7 +61,7 @@ class PermutedRMSNorm(nn.Module):
         return (x.float() * inv_rms).to(x.dtype) * self.weight.to(x.dtype)
 
 
-@case(tags=("seed", "reduction", "permute", "training"), dtypes=(torch.float32, torch.bfloat16),
+@case(tags=("seed", "quick", "reduction", "permute", "training"), dtypes=(torch.float32, torch.bfloat16),
       modes=("training",), issue=ISSUE)
 def rmsnorm_permuted_training(dtype):
     """The same weight gradient as autograd derives it: forward + backward of a permuted RMSNorm."""

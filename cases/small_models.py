@@ -27,7 +27,7 @@ class ReluMLP(nn.Module):
         return self.head(torch.relu(h)).softmax(-1)
 
 
-@case(tags=("model", "relu", "training"), dtypes=(torch.float32,), modes=("inference", "training"))
+@case(tags=("model", "relu", "training", "quick"), dtypes=(torch.float32,), modes=("inference", "training"))
 def relu_mlp(dtype):
     """A residual MLP with ReLU in forward and backward (threshold_backward)."""
     torch.manual_seed(0)  # parameters come from the global generator

@@ -10,13 +10,15 @@
 #   DEVICE        cpu | cuda | npu (default cpu)
 #   NPU_BACKEND   e.g. triton_experimental (with DEVICE=npu)
 #   SELECT        selection and run options, as shell words, e.g. "--full --tag seed --mode train_step"
-#   KEYWORD       a -k expression over case names and tags, e.g. "seed and int64"
+#   KEYWORD       a -k expression over each run's name, tags, size, dtype and mode, e.g. "seed and int64"
 #   WORKERS       worker processes, one device each (default: 1)
 #   TIMEOUT       seconds one case may run (default 1800)
 #   OUT           results directory (default nightly)
 #   BASELINE      last night's $OUT/results.json: only what changed since then fails the job
 #   KNOWN_ISSUES  a known-issues TOML: triaged failures run as strict expected failures
-#   HARNESS       how to call the harness (default: python -m harness)
+#   HARNESS       how to call the harness (default: $HARNESS_PYTHON -m harness)
+#   HARNESS_PYTHON  the Python that has the harness installed (default: the checkout's .venv/bin/python if
+#                 there is one, else python3 on PATH)
 #   RESUME        1: a retried job continues from its journal in $OUT (only into a run of the same
 #                 setup: the harness refuses another); otherwise every night runs everything anew
 #
@@ -36,7 +38,22 @@ DEVICE=${DEVICE:-cpu}
 OUT=${OUT:-nightly}
 WORKERS=${WORKERS:-1}
 TIMEOUT=${TIMEOUT:-1800}
-HARNESS=${HARNESS:-python -m harness}
+checkout=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+if [[ -n ${HARNESS_PYTHON:-} ]]; then
+    python=$HARNESS_PYTHON
+elif [[ -x $checkout/.venv/bin/python ]]; then
+    python=$checkout/.venv/bin/python
+else
+    python=$(command -v python3 || echo python3)
+fi
+if [[ -z ${HARNESS:-} ]]; then
+    if ! "$python" -c "import harness.cli" >/dev/null 2>&1; then
+        echo "error: $python cannot import the harness: set HARNESS_PYTHON to the Python it is installed in" \
+             "(after the README's set-up, $checkout/.venv/bin/python)" >&2
+        exit 2
+    fi
+    HARNESS="$python -m harness"
+fi
 mkdir -p "$OUT"
 
 run_shard() {
@@ -60,7 +77,7 @@ run_shard() {
     # job with one line, rather than running every case without the selection.
     local selected=() words
     if [[ -n ${SELECT:-} ]]; then
-        words=$(python3 -c '
+        words=$("$python" -c '
 import shlex, sys
 try:
     sys.stdout.write("\0".join(shlex.split(sys.argv[1])))

@@ -180,7 +180,8 @@ def _select_from(loaded: Loaded, cases: list[Any], request: dict[str, Any]) -> N
     loaded.case_count = len(registry.cases)
     try:
         loaded.chosen = registry.select(request["names"], request.get("keyword"), request.get("tags", ()),
-                                        include_full=request.get("include_full", False))
+                                        include_full=request.get("include_full", False),
+                                        dynamic=bool(request.get("dynamic")))
     except KeyError as exc:
         loaded.usage = exc.args[0]
     except Exception as exc:  # noqa: BLE001 - a malformed -k expression
@@ -319,10 +320,17 @@ def _answer(request: dict[str, Any], importing: Callable[[str], None], selecting
     selecting()  # case sources generate their cases now, each in its module's process
     known_tags = {t for d in cases for t in d["tags"]}
     names = list(request["names"])
+
+    def asked(sketch: _SourceSketch) -> bool:
+        try:
+            return wanted(sketch, request.get("keyword"), request.get("tags", ()), request.get("include_full", False),
+                          known_tags)
+        except Exception:  # noqa: BLE001 - a malformed -k: the harness's selection says so in one line
+            return False
+
     for sketch in sketches:
         named = [n for n in names if n.startswith(sketch.prefix) and n not in {d["name"] for d in cases}]
-        if named or (not names and wanted(sketch, request.get("keyword"), request.get("tags", ()),
-                                          request.get("include_full", False), known_tags)):
+        if named or (not names and asked(sketch)):
             answer = _accepted(_in_module_process(sketch.module, forget, lambda sketch=sketch, named=named: _generated_cases(
                 sketch, named, not names, request.get("include_full", False)), SELECTION_DEADLINE_S),
                 sketch.module, generated=CASE_SOURCE_ORIGIN + sketch.name)

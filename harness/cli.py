@@ -46,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--injections", action="store_true", help="list the --inject names instead")
     listing.add_argument("--skipped", action="store_true", help="list what case sources (OpInfo) leave out, and why")  # harness/sources.py
 
-    run = commands.add_parser("run", help="run cases: eager vs compiled, element by element")
+    run = commands.add_parser("run", help="run cases: eager vs compiled, element by element",
+                              epilog=CONSOLE_LEGEND, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_run_arguments(run)
     extract = commands.add_parser("extract", help="run cases with --bisect and write a verified, standalone repro "
                                   "of each kernel it names")
@@ -91,6 +92,37 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
                      "journal (with the selection, only those it also selects)")
 
 
+class _Progress:
+    """A progress line on stderr at least every `EVERY_S` seconds while runs are in flight: done/total, an ETA
+    from the pace so far, and the runs that have run longer than `EVERY_S`."""
+
+    EVERY_S = 30.0
+
+    def __init__(self, total: int, quiet: bool = False):
+        self.total, self.quiet, self.done = total, quiet, 0
+        self.started = self.last = time.perf_counter()
+
+    def waiting(self, running: list[tuple[str, float]]) -> None:
+        now = time.perf_counter()
+        if self.quiet or now - self.last < self.EVERY_S:
+            return
+        self.last = now
+        say(self.line(now - self.started, running), error=True)
+
+    def line(self, elapsed: float, running: list[tuple[str, float]]) -> str:
+        eta = (f"about {_duration(elapsed / self.done * (self.total - self.done))} left" if self.done
+               else "no estimate before the first run ends")
+        long = [f"{run} {_duration(seconds)}" for run, seconds in sorted(running, key=lambda r: -r[1])
+                if seconds >= self.EVERY_S]
+        return (f"progress: {self.done}/{self.total} done in {_duration(elapsed)}, {eta}"
+                + (f"; running long: {', '.join(long[:3])}" if long else ""))
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
 def _shard(text: str) -> tuple[int, int]:
     index, _, count = text.partition("/")
     if not (index.isdigit() and count.isdigit() and 1 <= int(index) <= int(count)):
@@ -111,9 +143,16 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+# What a failing output's console line says (docs/verdict.md, "Reading a failure").
+CONSOLE_LEGEND = """a failing output's line: bad=elements beyond tolerance/all (%), max_abs and max_rel (the largest absolute
+and relative differences), out_max (the largest finite value in the compiled output), cos (the cosine similarity of
+compiled and eager), [rule FAILED: what the rule that judged it asks] (docs/verdict.md)"""
+
+
 def _add_selection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("cases", nargs="*", help="case names (default: all but full-size cases)")
-    parser.add_argument("-k", dest="keyword", help="pytest-style expression over case names and tags")
+    parser.add_argument("-k", dest="keyword", help="pytest-style expression over each run's words: case name, tags, size, "
+                        "dtype, mode, and dynamic for a dynamic run (as pytest ids and keywords)")
     parser.add_argument("--tag", action="append", default=[], help="only cases with this tag (repeatable)")
     add_to_argparse(parser, SELECTION_OPTIONS)
     parser.add_argument("--shipped-cases", action="store_true",
@@ -184,7 +223,8 @@ def _select(args: argparse.Namespace, in_process: bool = False):
     """The cases the selection names, and what loading them found (`case_loader.Loaded`, or the registry itself
     with `in_process`). Case modules are imported in a loader process unless the run is in-process anyway."""
     request = {"kind": "select", "paths": list(args.case_path), "names": list(args.cases), "keyword": args.keyword,
-               "tags": list(args.tag), "include_full": args.full, "include_default": _with_shipped(args)}
+               "tags": list(args.tag), "include_full": args.full, "include_default": _with_shipped(args),
+               "dynamic": bool(getattr(args, "dynamic", None))}
     if in_process:
         loaded = _select_in_process(request)
     else:
@@ -219,7 +259,7 @@ def _select_in_process(request: dict[str, Any]):
     loaded = Loaded(sources=registry.sources)
     try:
         loaded.chosen = registry.select(request["names"], request["keyword"], request["tags"],
-                                        include_full=request["include_full"])
+                                        include_full=request["include_full"], dynamic=request["dynamic"])
     except KeyError as exc:
         loaded.usage = exc.args[0]
     except Exception as exc:  # noqa: BLE001 - a malformed -k expression
@@ -251,7 +291,7 @@ def _list(args: argparse.Namespace) -> int:
     runs = 0
     listed = 0
     for case in chosen:
-        kept = runs_of(case, args.dtype, args.mode)  # what `run` with the same --dtype/--mode would run
+        kept = runs_of(case, args.dtype, args.mode, args.keyword)  # what `run` with the same selection would run
         if not kept:
             continue
         listed += 1
@@ -260,7 +300,9 @@ def _list(args: argparse.Namespace) -> int:
         dtypes = ",".join(dict.fromkeys(dtype_name(dtype) for dtype, _ in kept))
         say(f"{case.name:40} {case.size:4} {modes:20} {dtypes:22} {R.one_line(' '.join(case.tags))}")
     say(f"{_plural(listed, 'case')}, {_plural(runs, 'case run')}", error=True)
-    return EXIT_USAGE if loaded.errors else EXIT_OK
+    if not runs:
+        say("error: no case, dtype and mode matches the selection", error=True)
+    return EXIT_USAGE if loaded.errors or not runs else EXIT_OK
 
 
 def _list_skipped(args: argparse.Namespace) -> int:
@@ -497,15 +539,18 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any, stop: _StopSigna
             + (f", {_plural(len(plan.carried), 'run')} carried from {args.resume}" if plan.carried else "")
             + (f", shard {args.shard[0]}/{args.shard[1]}" if args.shard else ""))
         stop.raising()
-        records = pool.run(plan.tasks) if pool is not None else run_in_process(plan.tasks, config)
+        progress = _Progress(len(plan.tasks), quiet=args.quiet)
+        records = pool.run(plan.tasks, on_wait=progress.waiting) if pool is not None else \
+            run_in_process(plan.tasks, config)
         for position, record in enumerate(records, 1):
+            progress.done = position
             apply_known_issues(record, inputs.known)
             results.append(record)
             if journal:
                 journal.append(record)
             if args.quiet and not R.is_failing(record.status):
                 continue
-            say(f"[{position}/{len(plan.tasks)}] {record.summary()}")
+            say(f"[{position}/{len(plan.tasks)}] {record.summary(verbose=args.verbose)}")
             if record.command and (R.is_failing(record.status) or args.verbose):
                 say(f"    reproduce: {record.command}")
             if record.status == R.FAIL and not config.bisect and record.command:
@@ -574,7 +619,7 @@ def _plan(args: argparse.Namespace, chosen: list, resumed: list[R.CaseResult],
     known = {key[:3] for key in known_failing(baseline)} if baseline and args.bisect != "always" else set()
     tasks = [Task(case, str(dtype).removeprefix("torch."), mode,
                   localize=(case.name, str(dtype).removeprefix("torch."), mode) not in known)
-             for case in chosen for dtype, mode in runs_of(case, args.dtype, args.mode)]
+             for case in chosen for dtype, mode in runs_of(case, args.dtype, args.mode, args.keyword, bool(args.dynamic))]
     if not tasks:
         raise UsageError("no case, dtype and mode matches the selection (`harness list` shows the cases)")
     if args.shard:
@@ -692,12 +737,11 @@ def _report(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"cannot write the report: {exc.strerror or exc} ({exc.filename or output})") from None
-    if not args.check:
-        return EXIT_OK
+    # What changed is always said; `--check` decides whether the exit code says it too.
     say(totals(records))
-    if baseline is not None:
-        return _against_baseline(records, baseline)
-    return EXIT_FAILED if any(R.is_failing(r.status) for r in records) else EXIT_OK
+    code = _against_baseline(records, baseline) if baseline is not None else (
+        EXIT_FAILED if any(R.is_failing(r.status) for r in records) else EXIT_OK)
+    return code if args.check else EXIT_OK
 
 
 def totals(results: Sequence[R.CaseResult]) -> str:

@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Iterable, Iterator
+from typing import IO, TYPE_CHECKING, Callable, Iterable, Iterator
 
 from . import process_tree
 from . import records as R
@@ -186,7 +186,10 @@ class WorkerPool:
     def run_one(self, task: Task) -> R.CaseResult:
         return next(iter(self.run([task])))
 
-    def run(self, tasks: list[Task]) -> Iterator[R.CaseResult]:
+    def run(self, tasks: list[Task], on_wait: Callable[[list[tuple[str, float]]], None] | None = None
+            ) -> Iterator[R.CaseResult]:
+        """The tasks' records as they end. `on_wait` hears, at every poll, the runs in flight and how long each
+        has run (a progress line's material)."""
         if self.config is None:
             raise RuntimeError("WorkerPool.run before configure()")
         pending = list(tasks)
@@ -197,6 +200,10 @@ class WorkerPool:
             # journal's fsync, the console) then overlaps the workers' cases instead of holding them up.
             undelivered = self._dispatch(pending)
             yield from finished
+            if on_wait is not None:
+                now = time.perf_counter()
+                on_wait([(f"{w.task.case.name}[{w.task.dtype}-{w.task.mode}]", now - (w.started or now))
+                         for w in self.workers.values() if w.busy])
 
     def _dispatch(self, pending: list[Task]) -> list[R.CaseResult]:
         """Give every idle worker slot the next pending task (starting a worker where the slot has none). A task

@@ -22,6 +22,8 @@ from .layout import clone_exact, contiguous_stride, extent, is_non_overlapping, 
 
 @dataclass(frozen=True)
 class TensorSpec:
+    # The view's size, stride and offset (what the program sees); the storage under it is `storage_numel`
+    # elements (a permuted or gapped input's base is that storage, not a size given here).
     size: tuple[int, ...]
     dtype: torch.dtype | None = None  # None: the case's dtype
     stride: tuple[int, ...] | None = None  # None: contiguous

@@ -132,9 +132,14 @@ def _collect_case_paths(config: pytest.Config) -> None:
     positional arguments (pytest would otherwise collect only its testpaths or the paths named)."""
     from .shipped import SHIPPED_CASE_DIR
 
-    named = [Path(arg.split("::")[0]).resolve() for arg in config.args]
     shipped = [str(SHIPPED_CASE_DIR)] if config.getoption("harness_shipped_cases") else []
-    for given in [*config.getoption("case_path"), *shipped]:
+    given = [*config.getoption("case_path"), *shipped]
+    if given and getattr(config, "args_source", None) != pytest.Config.ArgsSource.ARGS:
+        # `--case-path` without paths of its own: those cases alone, as `harness run --case-path` runs them (not
+        # the testpaths, nor the directory pytest started in).
+        config.args[:] = []
+    named = [Path(arg.split("::")[0]).resolve() for arg in config.args]
+    for given in given:
         path = Path(given).resolve()
         if path.exists() and not any(path == n or n in path.parents for n in named):
             config.args.append(str(path))
@@ -235,16 +240,15 @@ class CaseFile(pytest.File):
             yield LoadErrorItem.from_parent(self, name="load-error", message=str(error))
         dynamic = bool(self.config.getoption("dynamic"))
         for case in cases:
-            # A dynamic run says so in its id (`-k dynamic`), as its record's run id does.
-            tags = (*case.tags, "dynamic") if (dynamic or case.always_dynamic) and "dynamic" not in case.tags \
-                else case.tags
+            # The id is the run's, as its record and the CLI name it (a dynamic run's says so: `-k dynamic`); -k
+            # matches the tags and the size too, through the item's keywords (as markers do).
+            suffix = "-dynamic" if dynamic or case.always_dynamic else ""
             for dtype in case.dtypes:
                 for mode in case.modes:
-                    name = f"{case.name}[{dtype_name(dtype)}-{mode}-{'-'.join(tags)}]"
+                    name = f"{case.name}[{dtype_name(dtype)}-{mode}{suffix}]"
                     item = CaseItem.from_parent(self, name=name, case=case, dtype=dtype, mode=mode)
                     item.add_marker(pytest.mark.harness_case)
-                    for tag in tags:
-                        item.extra_keyword_matches.add(tag)
+                    item.extra_keyword_matches.update((*case.tags, case.size))
                     if case.size == "full":
                         item.add_marker(pytest.mark.full)
                     yield item

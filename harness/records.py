@@ -95,6 +95,10 @@ class Symptom(_Named):
     BACKEND_MISMATCH = "backend-mismatch"
 
 
+# The console line naming a kernel's generated source file (a path in the compile cache).
+KERNEL_SOURCE_LINE = "kernel source: "
+
+
 class Answer(_Named):
     """What localization concluded for a run (`Localization.answer`)."""
 
@@ -435,7 +439,7 @@ class Localization:
         """
         if self.answer not in (Answer.KERNEL, Answer.DRIFT):
             return []
-        lines = [f"kernel source: {self.module_path}"] if self.module_path else []
+        lines = [f"{KERNEL_SOURCE_LINE}{self.module_path}"] if self.module_path else []
         for arg in self.args[:most]:
             buffer = f" = {arg.buffer}" if arg.buffer and arg.buffer != arg.name else ""
             offset = f" offset {arg.storage_offset}" if arg.storage_offset else ""
@@ -661,9 +665,12 @@ class CaseResult:
     def run_id(self) -> str:
         return f"{self.case}[{self.dtype}-{self.mode}{'-dynamic' if self.dynamic else ''}]"
 
-    def summary(self) -> str:
-        """The console block: one head line, then what a reader must see (failures, the answer, notes)."""
-        head = f"{self.status.upper():5} {self.run_id} {self.duration_s:.1f}s"
+    def summary(self, verbose: bool = False, stable: bool = False) -> str:
+        """The console block: one head line, then what a reader must see (failures, the answer, notes). The notes
+        on a passing run's outputs (a pass by the float64 rule) are for `verbose` and the report only. `stable`:
+        the same text every night for the same failure (JUnit's), without the duration and the kernel's path in
+        the compile cache."""
+        head = f"{self.status.upper():5} {self.run_id}" + ("" if stable else f" {self.duration_s:.1f}s")
         if self.surrogate:
             head += f" ({self.surrogate})"
         if self.emulation:
@@ -674,14 +681,16 @@ class CaseResult:
         if self.reason and self.status in (SKIP, XFAIL, XPASS):
             head += f" ({one_line(self.reason)})"
         lines = [o.summary() for o in self.outputs if not o.passed][:5]
-        lines += [f"note: {o.name}: {o.note}" for o in self.outputs if o.passed and o.note][:3]
         failing = is_failing(self.status)
+        if failing or verbose:
+            lines += [f"note: {o.name}: {o.note}" for o in self.outputs if o.passed and o.note][:3]
         if self.dynamic_sizes and (failing or self.recompiled):
             lines.append(self.sizes_line())
         if self.first_divergent_kernel is not None:
             lines.append(self.first_divergent_kernel.line())
             if failing:
-                lines += self.first_divergent_kernel.kernel_lines()
+                lines += [line for line in self.first_divergent_kernel.kernel_lines()
+                          if not (stable and line.startswith(KERNEL_SOURCE_LINE))]
         if self.extraction is not None:
             lines.append(self.extraction.line())
         if self.diagnosis and failing:

@@ -188,6 +188,12 @@ class Case:
     def keywords(self) -> tuple[str, ...]:
         return (self.name, *self.tags, self.size)
 
+    def run_keywords(self, dtype: torch.dtype, mode: str, dynamic: bool = False) -> tuple[str, ...]:
+        """What `-k` matches for one run: the case's keywords, the dtype, the mode, and "dynamic" for a dynamic
+        run (the words of a pytest id, `case[dtype-mode-dynamic]`, and its tags and size)."""
+        dynamic = dynamic or self.always_dynamic
+        return (*self.keywords, str(dtype).removeprefix("torch."), mode, *(("dynamic",) if dynamic else ()))
+
     def known_failure(self, surrogate: bool = False, **run: str | None) -> KnownFailure | None:
         return next((k for k in self.known_failures if k.matches(surrogate, **run)), None)
 
@@ -335,8 +341,9 @@ class Registry:
         return None
 
     def select(self, names: Sequence[str] = (), keyword: str | None = None, tags: Sequence[str] = (),
-               include_full: bool = False) -> list[Case]:
-        """Cases by exact name, then filtered by tag and -k expression.
+               include_full: bool = False, dynamic: bool = False) -> list[Case]:
+        """Cases by exact name, then filtered by tag and -k expression (a case with any run it matches:
+        `Case.run_keywords`, with `dynamic` for a dynamic run).
 
         Named cases are always taken whatever their size; otherwise `full`
         cases need `include_full`. Case sources the selection can match are
@@ -359,7 +366,7 @@ class Registry:
             chosen = [c for c in chosen if set(tags) & set(c.tags)]
         if keyword:
             matcher = keyword_matcher(keyword)
-            chosen = [c for c in chosen if matcher(c.keywords)]
+            chosen = [c for c in chosen if any(matcher(c.run_keywords(d, m, dynamic)) for d in c.dtypes for m in c.modes)]
         return chosen
 
 

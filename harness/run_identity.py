@@ -167,8 +167,13 @@ def apply_known_failure(record: R.CaseResult, case: Case) -> R.CaseResult:
     return record
 
 
-def runs_of(case: Case, dtypes: list[str] | None, modes: list[str] | None) -> list[tuple[torch.dtype, str]]:
-    """The (dtype, mode) pairs of a case that the user's filters keep."""
+def runs_of(case: Case, dtypes: list[str] | None, modes: list[str] | None, keyword: str | None = None,
+            dynamic: bool = False) -> list[tuple[torch.dtype, str]]:
+    """The (dtype, mode) pairs of a case that the user's filters keep: `--dtype`, `--mode`, and a `-k` expression
+    over each run's words (`Case.run_keywords`)."""
+    from .registry import keyword_matcher
+
     chosen_dtypes = [d for d in case.dtypes if not dtypes or dtype_name(d) in dtypes]
     chosen_modes = [m for m in case.modes if not modes or m in modes]
-    return [(d, m) for d in chosen_dtypes for m in chosen_modes]
+    matches = keyword_matcher(keyword) if keyword else (lambda words: True)
+    return [(d, m) for d in chosen_dtypes for m in chosen_modes if matches(case.run_keywords(d, m, dynamic))]

@@ -83,6 +83,26 @@ def test_list_shows_the_seed_cases(capsys):
     assert "seed_index_as_strided_view" in out and "layout_input_gapped_slice" not in out
 
 
+def test_k_matches_each_runs_dtype_mode_and_size_as_pytest_ids_do(capsys, tmp_path):
+    assert main(["list", "-k", "seed and int64"]) == EXIT_OK
+    out = capsys.readouterr().out
+    rows = [line.split()[0] for line in out.splitlines()[1:]]
+    assert rows and all(name.startswith("seed_index_as_strided") for name in rows)
+    assert all(line.split()[3] == "int64" for line in out.splitlines()[1:])  # the int32 runs are not listed
+    # The README's tour: only the int64 runs of the seeds run.
+    result = cli("run", "-k", "seed and int64 and view", "--backend", "eager", "--json", str(tmp_path / "r.json"))
+    assert result.returncode == EXIT_OK, result.stdout + result.stderr
+    runs = [(r["case"], r["dtype"]) for r in json.loads((tmp_path / "r.json").read_text())["records"]]
+    assert runs == [("seed_index_as_strided_view", "int64")]
+    assert main(["list", "-k", "seed and ci and training"]) == EXIT_OK
+    assert all(line.split()[2] == "training" for line in capsys.readouterr().out.splitlines()[1:])
+
+
+def test_list_that_matches_nothing_is_a_usage_error(capsys):
+    assert main(["list", "-k", "no_case_is_called_this"]) == EXIT_USAGE
+    assert "no case, dtype and mode matches the selection" in capsys.readouterr().err
+
+
 def test_run_writes_json_records_and_exits_0(tmp_path):
     result = cli("run", "seed_index_as_strided_view", "--backend", "eager", "--json", str(tmp_path / "r.json"))
     assert result.returncode == EXIT_OK, result.stderr
@@ -196,3 +216,50 @@ def test_a_failure_says_how_to_localize_it_and_x_stops_at_the_first(tmp_path):
     again = cli("run", "--case-path", str(tmp_path), "--backend", "eager", "--json", str(tmp_path / "r.json"))
     rerun = cli("run", "--case-path", str(tmp_path), "--backend", "eager", "--last-failed", str(tmp_path / "r.json"))
     assert again.returncode == EXIT_FAILED and "running 1 case run" in rerun.stdout, rerun.stdout + rerun.stderr
+
+
+def test_report_against_a_baseline_prints_what_changed_and_check_decides_the_exit(tmp_path):
+    from harness import records as R
+
+    def results(path, status):
+        record = R.CaseResult(case="adds_one", device="cpu", backend="eager", dtype="float32", mode="inference",
+                              status=status)
+        R.write_results(str(path), [record], {"device": "cpu", "backend": "eager"})
+        return str(path)
+
+    before, after = results(tmp_path / "before.json", R.PASS), results(tmp_path / "after.json", R.FAIL)
+    plain = cli("report", after, "--baseline", before, "-o", str(tmp_path / "r.html"))
+    assert plain.returncode == EXIT_OK, plain.stderr
+    assert "against the baseline: 1 new failures" in plain.stdout
+    assert "new failure: adds_one[float32-inference] (pass -> fail)" in plain.stdout
+    checked = cli("report", after, "--baseline", before, "-o", str(tmp_path / "r.html"), "--check")
+    assert checked.returncode == EXIT_FAILED and "new failure: adds_one" in checked.stdout
+
+
+def test_run_help_gives_the_legend_of_a_failures_line(capsys):
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    legend = " ".join(capsys.readouterr().out.split())
+    for word in ("bad=", "max_abs", "max_rel", "out_max (the largest finite value in the compiled output)",
+                 "cos (the cosine similarity of compiled and eager)"):
+        assert word in legend
+
+
+def test_a_progress_line_says_done_total_an_eta_and_the_runs_that_run_long(capsys):
+    from harness.cli import _Progress
+
+    progress = _Progress(10)
+    progress.started -= 40
+    progress.waiting([("slow_case[float32-inference]", 45.0)])
+    assert capsys.readouterr().err == ""  # the first line comes 30 s after the start
+    progress.last -= 31
+    progress.done = 4
+    progress.waiting([("slow_case[float32-inference]", 45.0), ("quick_case[float32-inference]", 1.0)])
+    assert capsys.readouterr().err.strip() == ("progress: 4/10 done in 40s, about 1m00s left; running long: "
+                                               "slow_case[float32-inference] 45s")
+    progress.waiting([])
+    assert capsys.readouterr().err == ""  # not again within 30 s
+    quiet = _Progress(10, quiet=True)
+    quiet.last -= 31
+    quiet.waiting([])
+    assert capsys.readouterr().err == ""

@@ -411,3 +411,19 @@ def test_a_one_host_night_in_a_folder_with_a_matrix_nights_shards_reports_tonigh
     tonight = nightly(KEYWORD="diverges")
     assert tonight.returncode == EXIT_FAILED, tonight.stdout + tonight.stderr
     assert [key[0] for key in records_of(out / "results.json")] == ["diverges"]
+
+
+def test_the_nightly_finds_the_checkouts_python_or_says_in_one_line_how_to_name_one(cases, tmp_path):
+    env = {key: value for key, value in os.environ.items() if key not in ("HARNESS", "HARNESS_PYTHON", "VIRTUAL_ENV")}
+    # A Python that cannot import the harness: one line naming it and the variable, before anything runs.
+    wrong = nightly_sh(env, OUT=str(tmp_path / "wrong"), HARNESS_PYTHON="/bin/false")
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip().splitlines() == [
+        f"error: /bin/false cannot import the harness: set HARNESS_PYTHON to the Python it is installed in "
+        f"(after the README's set-up, {REPO}/.venv/bin/python)"]
+    assert "Traceback" not in wrong.stdout + wrong.stderr and not (tmp_path / "wrong").exists()
+    # Named, it runs the night (outside an activated environment: PATH has no harness).
+    named = nightly_sh(env, OUT=str(tmp_path / "named"), HARNESS_PYTHON=sys.executable, PATH="/usr/bin:/bin",
+                       SELECT=f"adds_one doubles --case-path {cases} --backend eager")
+    assert named.returncode == 0, named.stdout[-2000:] + named.stderr[-2000:]
+    assert (tmp_path / "named" / "results.json").exists()

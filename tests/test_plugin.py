@@ -48,20 +48,51 @@ def collected(result):
 def test_k_seed_collects_only_seed_cases(project):
     result = project.runpytest("--case-path", "mycases", "mycases", "--collect-only", "-q", "-k", "seed")
     assert collected(result) == [
-        "mycases/private.py::seed_alpha[float32-inference-seed-layout]",
-        "mycases/private.py::seed_alpha[float64-inference-seed-layout]",
+        "mycases/private.py::seed_alpha[float32-inference]",
+        "mycases/private.py::seed_alpha[float64-inference]",
     ]
 
 
 def test_k_longformer_selects_by_name_and_ids_carry_mode_and_tags(project):
     result = project.runpytest("--case-path", "mycases", "mycases", "--collect-only", "-q", "-k", "longformer and training")
-    assert collected(result) == ["mycases/private.py::longformer_tiny[float32-training-model]"]
+    assert collected(result) == ["mycases/private.py::longformer_tiny[float32-training]"]
+
+
+def test_ids_are_the_runs_and_k_still_matches_tags_size_dtype_and_mode(project):
+    def ids(*options):
+        return collected(project.runpytest("--case-path", "mycases", "mycases", "--collect-only", "-q", *options))
+
+    # A tag no longer sits in the id (a case tagged "training" has no "training" in its inference runs' ids).
+    (project.path / "mycases" / "tagged.py").write_text(textwrap.dedent('''
+        from harness import Program, case, contiguous
+
+        @case(tags=("training",), modes=("inference",))
+        def tagged_only(dtype):
+            return Program(lambda x: x + 1, [contiguous((4,))])
+    '''))
+    assert "mycases/tagged.py::tagged_only[float32-inference]" in ids("-k", "tagged_only")
+    assert ids("-k", "layout and float64") == ["mycases/private.py::seed_alpha[float64-inference]"]
+    assert ids("-k", "full and longformer") == ["mycases/private.py::longformer_full[float32-inference]"]
+    assert ids("-k", "model and ci and training") == ["mycases/private.py::longformer_tiny[float32-training]"]
+
+
+def test_case_path_alone_collects_those_cases_only(project):
+    # A test of the project's own beside the cases: pytest started here would collect it.
+    project.makepyfile(test_own="def test_own():\n    pass\n")
+    alone = collected(project.runpytest("--case-path", "mycases", "--collect-only", "-q", "-k", "seed"))
+    assert alone == ["mycases/private.py::seed_alpha[float32-inference]",
+                     "mycases/private.py::seed_alpha[float64-inference]"]
+    assert collected(project.runpytest("--case-path", "mycases", "--collect-only", "-q", "-k", "test_own")) == []
+    # Paths given as well are collected too.
+    both = collected(project.runpytest("--case-path", "mycases", "test_own.py", "--collect-only", "-q",
+                                       "-k", "test_own or seed_alpha"))
+    assert "test_own.py::test_own" in both and len(both) == 3
 
 
 def test_harness_dynamic_makes_every_run_dynamic_and_k_dynamic_selects_them(project):
     result = project.runpytest("--case-path", "mycases", "mycases", "--collect-only", "-q", "--harness-dynamic",
                                "-k", "longformer and dynamic and training")
-    assert collected(result) == ["mycases/private.py::longformer_tiny[float32-training-model-dynamic]"]
+    assert collected(result) == ["mycases/private.py::longformer_tiny[float32-training-dynamic]"]
     plain = project.runpytest("--case-path", "mycases", "mycases", "--collect-only", "-q", "-k", "dynamic")
     assert collected(plain) == []
 

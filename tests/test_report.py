@@ -705,3 +705,32 @@ def test_junit_xml_holds_control_characters_of_names_and_tags_as_escapes():
     document = junit_xml([record])
     case = ET.fromstring(document).find("testsuite/testcase")  # well-formed XML 1.0
     assert case.get("name") == "nul\\x00case[float32-inference]" and case.get("classname") == "harness.cpu.tag\\x01"
+
+
+def test_the_navigation_counts_failures_apart_from_runs_that_passed_with_differences():
+    nav = lambda page: re.search(r'<nav class="sections">(.*?)</nav>', page, re.S).group(1)  # noqa: E731
+    closer = passing_output("out0", bad=3, rule="rmse_vs_fp64", note="differs from eager beyond tolerance in 3 "
+                            "elements; closer to float64")
+    clean = nav(render_html([record("ops.add", "pass", outputs=[closer]), record("ops.mul", "pass")], RUN_META))
+    assert "Failures" not in clean and ">Other differences (1)</a>" in clean
+    mixed = render_html(sample_records() + [record("ops.sub", "pass", outputs=[closer])], RUN_META)
+    assert ">Failures (2)</a>" in nav(mixed) and ">Other differences (" in nav(mixed)
+    # The second link lands on the first run that did not fail.
+    after = mixed.split('id="divergences-passed"', 1)[1]
+    assert after.find("ops.sub") < after.find("ops.softmax") or "ops.softmax" not in after
+
+
+def test_a_junit_failure_reads_the_same_every_night():
+    from harness.report.junit import junit_xml
+
+    def night(duration, cache):
+        kernel = divergent_kernel()
+        kernel.module_path = f"/tmp/{cache}/xy/cxyabc.py"
+        return junit_xml([record("ops.softmax", "fail", duration_s=duration, outputs=[failing_output()],
+                                 first_divergent_kernel=kernel, command="python -m harness run ops.softmax")])
+
+    first, second = night(1.234, "torchinductor_alice"), night(9.87, "torchinductor_bob")
+    body = lambda document: re.search(r"<failure[^>]*>(.*?)</failure>", document, re.S).group(1)  # noqa: E731
+    assert body(first) == body(second)
+    assert "torchinductor" not in body(first) and "1.2s" not in body(first)
+    assert "cpp_fused" in body(first) or "triton" in body(first)  # the kernel is still named

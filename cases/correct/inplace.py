@@ -31,7 +31,7 @@ def index_put_fresh(values):
     return buffer, buffer.view(64, 64).sum(-1)
 
 
-@case(tags=("correct", "inplace", "index_put", "fresh-buffer"), dtypes=FLOATS, modes=("inference", "training"))
+@case(tags=("correct", "inplace", "index_put", "fresh-buffer", "quick"), dtypes=FLOATS, modes=("inference", "training"))
 def correct_index_put_fresh(dtype):
     """index_put_ of 2048 values at unique positions into a fresh zeros(4096), then a row sum."""
     return Program(index_put_fresh, [contiguous((32, 64), requires_grad=True)])

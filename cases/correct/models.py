@@ -32,7 +32,7 @@ class MLP(nn.Module):
         return self.head(h)
 
 
-@case(tags=("correct", "model", "mlp", "layer_norm", "gelu", "bf16"), dtypes=(torch.bfloat16, torch.float32),
+@case(tags=("correct", "model", "mlp", "layer_norm", "gelu", "bf16", "quick"), dtypes=(torch.bfloat16, torch.float32),
       modes=("inference", "training"))
 def correct_mlp_layernorm_gelu(dtype):
     """A 2-layer MLP (hidden 512) with LayerNorm and GELU and a linear head."""

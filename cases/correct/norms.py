@@ -15,7 +15,7 @@ HALF_AND_FLOAT = (torch.bfloat16, torch.float16, torch.float32)
 BOTH_MODES = ("inference", "training")
 
 
-@case(tags=("correct", "norm", "layer_norm", "bf16", "fp16"), dtypes=HALF_AND_FLOAT, modes=BOTH_MODES)
+@case(tags=("correct", "norm", "layer_norm", "bf16", "fp16", "quick"), dtypes=HALF_AND_FLOAT, modes=BOTH_MODES)
 def correct_layer_norm(dtype):
     """nn.LayerNorm over the last dim (768) with affine weight and bias."""
     torch.manual_seed(0)

@@ -20,7 +20,7 @@ def argmin_of_transposed(x):
     return (x.t() + 0.5).argmin(), (x.t() + 0.5).argmax()
 
 
-@case(tags=("upstream", "inductor", "reduction", "argmin", "layout"), dtypes=(torch.float32,), issue=ISSUE, culprit="aten.argmin",
+@case(tags=("upstream", "inductor", "reduction", "argmin", "layout", "quick"), dtypes=(torch.float32,), issue=ISSUE, culprit="aten.argmin",
       known_failures=(
           KnownFailure("argmin/argmax flat index of a transposed intermediate in storage order (pytorch#197739)",
                        device="cpu", torch="2.13"),

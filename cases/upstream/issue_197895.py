@@ -20,7 +20,7 @@ def floor_div(a, b):
     return a // b, torch.div(a, b, rounding_mode="floor")
 
 
-@case(tags=("upstream", "inductor", "pointwise", "division"), dtypes=(torch.float32, torch.float64), issue=ISSUE, culprit="aten.div|floor_divide",
+@case(tags=("upstream", "inductor", "pointwise", "division", "quick"), dtypes=(torch.float32, torch.float64), issue=ISSUE, culprit="aten.div|floor_divide",
       known_failures=(
           KnownFailure("float floor division lowered to floor(a/b): 1.0 // 0.1 == 10 (pytorch#197895)",
                        device="cpu", torch="2.13"),

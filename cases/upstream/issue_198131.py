@@ -21,7 +21,7 @@ def copy_then_mutate_source(dst, src):
     return src
 
 
-@case(tags=("upstream", "inductor", "inplace", "aliasing", "fx-pass"), dtypes=(torch.float32,), issue=ISSUE, culprit="pass:remove_noop_ops",
+@case(tags=("upstream", "inductor", "inplace", "aliasing", "fx-pass", "quick"), dtypes=(torch.float32,), issue=ISSUE, culprit="pass:remove_noop_ops",
       known_failures=(
           KnownFailure("remove_noop_ops turns the copy of src into src, copied after src.add_(1) (pytorch#198131)",
                        device="cpu", torch="2.13"),

@@ -38,7 +38,8 @@ def junit_xml(records: Sequence[CaseResult], name: str = "torch.compile accuracy
     for record, result in zip(records, outcomes):
         lines.append(f'<testcase classname={quoteattr(_clean(_group(record)))} name={quoteattr(_clean(record.run_id))} '
                      f'time="{_seconds(record):.3f}">')
-        body = escape(_clean(record.summary() + (f"\nreproduce: {record.command}" if record.command else "")))
+        # The same text every night for the same failure: no duration, no path in the compile cache.
+        body = escape(_clean(record.summary(stable=True) + (f"\nreproduce: {record.command}" if record.command else "")))
         if result in ("error", "failure"):
             lines.append(f"<{result} message={quoteattr(_clean(_message(record)))}>{body}</{result}>")
         elif result == "known":

@@ -80,7 +80,7 @@ def test_the_seed_fails_on_the_surrogate_as_on_the_cpu_and_the_same_kernel_is_na
 
 
 def test_pytest_runs_the_seed_cases_on_the_surrogate(surrogate, tmp_path):
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-k", "seed_index",
+    result = subprocess.run([sys.executable, "-m", "pytest", "cases", "-q", "-p", "no:xdist", "-k", "seed_index",
                              "--device", "npu", "--harness-json", str(tmp_path / "results.json")],
                             env=surrogate, cwd=ROOT, capture_output=True, text=True, timeout=600)
     # On the surrogate's CPU kernels the seed is right; the NPU's known failure is not the surrogate's (xfail).

@@ -46,7 +46,9 @@ def test_the_kernel_is_named_without_the_kernel_map(no_provenance, name, dtype, 
     record = run_case(CASES[name], dtype, mode, RunConfig(inject=inject, bisect=True))
     found = record.first_divergent_kernel
     assert record.status == R.FAIL and found.answer == R.Answer.KERNEL, record.summary()
-    assert found.launch_index == launch and "kernel is wrong" in found.isolated, found.line()
+    # Wrong on eager values of its inputs (under a narrowing launcher: as that launcher calls it).
+    assert found.launch_index == launch and ("kernel is wrong" in found.isolated or found.isolated.startswith(
+        "kernel as the emulated launcher")) and "is wrong" in found.isolated, found.line()
     assert _kernels_named(record) == []  # the map was empty: the answer came from the buffers written
 
 

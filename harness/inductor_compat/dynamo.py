@@ -212,9 +212,11 @@ def warm_compiler() -> None:
     import torch
 
     torch.compile(lambda x: x + 1)(torch.ones(2))
-    # A module's first trace sets up Dynamo's nn.Module handling (a quarter of a second). No backward here: the
-    # autograd engine's threads would make every fork's backward refuse to run on a GPU.
-    torch.compile(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LayerNorm(2), torch.nn.GELU()))(torch.ones(1, 2))
+    # A module's first trace sets up Dynamo's nn.Module handling (a quarter of a second). Without grad: a training
+    # graph's tracing starts the autograd engine's device threads, and a fork's backward on a device then fails.
+    with torch.no_grad():
+        module = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LayerNorm(2), torch.nn.GELU()).requires_grad_(False)
+        torch.compile(module)(torch.ones(1, 2))
     torch.compiler.reset()
 
 

@@ -734,3 +734,18 @@ def test_a_junit_failure_reads_the_same_every_night():
     assert body(first) == body(second)
     assert "torchinductor" not in body(first) and "1.2s" not in body(first)
     assert "cpp_fused" in body(first) or "triton" in body(first)  # the kernel is still named
+
+
+def test_the_summary_charts_runs_by_family_and_outputs_by_difference_over_tolerance():
+    far = failing_output()  # beyond its tolerance
+    near = passing_output("out1", max_abs=5e-6, expected_max=1.0)  # half its tolerance (1e-5 + 1.3e-6)
+    records = [record("a", "fail", tags=["layout"], outputs=[far, near]), record("b", "pass", tags=["layout"]),
+               record("c", "pass", tags=["seed"], outputs=[passing_output("out0", max_abs=0.0)])]
+    summary = section(render_html(records, RUN_META), "summary")
+    family = re.search(r'<svg[^>]*class="chart status-by-family".*?</svg>', summary, re.S).group(0)
+    # The failing family comes first, its bar split by status.
+    assert family.index("layout") < family.index("seed")
+    assert "layout: 1 fail" in family and "layout: 1 pass" in family and "seed: 1 pass" in family
+    ratios = re.search(r'<svg[^>]*class="chart tolerance-ratio".*?</svg>', summary, re.S).group(0)
+    assert "0: 1 outputs passed" in ratios and "0.1-1: 1 outputs passed" in ratios
+    assert re.search(r"(1-10|10-100|&gt;100): 1 outputs failed", ratios), ratios

@@ -235,3 +235,65 @@ def _edge_labels(edges: Sequence[float], first_bin_x: float, slot_w: float, base
         for i, edge in enumerate(edges)
         if i % stride == 0 or i == len(edges) - 1
     ]
+
+
+# The summary's charts: where a run stands at a glance.
+STATUS_FILL = {"fail": "#c62828", "error": "#8e24aa", "xpass": "#b26a00", "nondeterministic": "#ad1457",
+               "xfail": "#6b6f9e", "skip": "#b0b8c1", "pass": "#2e7d32"}
+BARS_WIDTH = 560.0
+BARS_ROW = 16.0
+BARS_LABEL = 150.0
+
+
+def status_by_family_svg(rows: Sequence[tuple[str, Sequence[tuple[str, int]]]]) -> Markup:
+    """One bar per family (a record's first tag), its runs split by status, each bar as long as the family is
+    large: the failing families stand out first."""
+    if not rows:
+        return Markup("")
+    largest = max(sum(n for _, n in counts) for _, counts in rows) or 1
+    plot = BARS_WIDTH - BARS_LABEL - 40
+    body = []
+    for index, (family, counts) in enumerate(rows):
+        y = 4 + index * (BARS_ROW + 4)
+        body.append(_text(BARS_LABEL - 6, y + BARS_ROW - 4, family[:24], anchor="end"))
+        x = BARS_LABEL
+        for status, count in counts:
+            if not count:
+                continue
+            width = plot * count / largest
+            body.append(f'<rect x="{_num(x)}" y="{_num(y)}" width="{_num(max(width, 1))}" height="{_num(BARS_ROW)}" '
+                        f'fill="{STATUS_FILL.get(status, "#9aa7b4")}"><title>{escape(f"{family}: {count} {status}")}'
+                        "</title></rect>")
+            x += width
+        body.append(_text(x + 4, y + BARS_ROW - 4, str(sum(n for _, n in counts))))
+    height = 8 + len(rows) * (BARS_ROW + 4)
+    return _svg(BARS_WIDTH, height, "runs by family and status", body, "chart status-by-family")
+
+
+def tolerance_ratio_svg(buckets: Sequence[tuple[str, int, int]], limit_at: int | None = None) -> Markup:
+    """How far each compared output's largest difference is from its tolerance, as bars of (passed, failed)
+    outputs per decade; a dashed line before bucket `limit_at` marks the tolerance."""
+    if not any(passed or failed for _, passed, failed in buckets):
+        return Markup("")
+    largest = max(passed + failed for _, passed, failed in buckets) or 1
+    column = (HIST_WIDTH - 20) / len(buckets)
+    plot = HIST_HEIGHT - 34
+    body = []
+    for index, (label, passed, failed) in enumerate(buckets):
+        x = 10 + index * column
+        y = 8 + plot
+        for count, fill, what in ((passed, HIST_BAR_BELOW_ATOL, "passed"), (failed, HIST_BAR_ABOVE_ATOL, "failed")):
+            if not count:
+                continue
+            height = max(plot * count / largest, 1)
+            y -= height
+            body.append(f'<rect x="{_num(x + 2)}" y="{_num(y)}" width="{_num(column - 4)}" height="{_num(height)}" '
+                        f'fill="{fill}"><title>{escape(f"{label}: {count} outputs {what}")}</title></rect>')
+        body.append(_text(x + column / 2, HIST_HEIGHT - 12, label, anchor="middle"))
+    if limit_at is not None:
+        x = 10 + limit_at * column
+        body.append(f'<line x1="{_num(x)}" y1="4" x2="{_num(x)}" y2="{_num(8 + plot)}" stroke="#4a5563" '
+                    'stroke-dasharray="3,3"/>')
+        body.append(_text(x + 3, 12, "tolerance"))
+    return _svg(HIST_WIDTH, HIST_HEIGHT, "outputs by largest difference over tolerance", body,
+                "chart tolerance-ratio")

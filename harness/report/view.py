@@ -371,7 +371,47 @@ def summarize(records: list[CaseResult], run_meta: dict[str, Any]) -> dict[str, 
         "commands": [str(c) for c in _as_list(run_meta.get("command"))],
         "baseline": run_meta.get("baseline"),
         "other": _other_meta(run_meta),
+        "by_family": svg.status_by_family_svg(_status_by_family(records)),
+        "tolerance_ratios": svg.tolerance_ratio_svg(_tolerance_ratios(records), RATIO_LABELS.index("1-10")),
     }
+
+
+# Families shown one a row in the summary's chart; the rest are pooled.
+FAMILY_ROWS = 16
+# Decades of (largest difference) / (its tolerance), the summary's second chart; "0" is an exact match.
+RATIO_EDGES = (0.01, 0.1, 1.0, 10.0, 100.0)
+RATIO_LABELS = ("0", "<0.01", "0.01-0.1", "0.1-1", "1-10", "10-100", ">100")
+
+
+def _status_by_family(records: list[CaseResult]) -> list[tuple[str, list[tuple[str, int]]]]:
+    """(family, [(status, runs)]) with the families that fail first; a family is a record's first tag."""
+    counts: dict[str, Counter] = {}
+    for record in records:
+        counts.setdefault(record.tags[0] if record.tags else "untagged", Counter())[str(record.status)] += 1
+    ranked = sorted(counts.items(), key=lambda item: (-sum(n for s, n in item[1].items() if is_failing(s)),
+                                                       -sum(item[1].values()), item[0]))
+    if len(ranked) > FAMILY_ROWS:
+        rest = Counter()
+        for _, family in ranked[FAMILY_ROWS - 1:]:
+            rest.update(family)
+        ranked = ranked[:FAMILY_ROWS - 1] + [(f"{len(ranked) - FAMILY_ROWS + 1} more", rest)]
+    return [(name, [(str(s), family.get(str(s), 0)) for s in STATUS_ORDER]) for name, family in ranked]
+
+
+def _tolerance_ratios(records: list[CaseResult]) -> list[tuple[str, int, int]]:
+    """(decade, outputs that passed, outputs that failed) of max |compiled - eager| / (atol + rtol * |eager's
+    largest value|) over every float output compared by tolerance (an estimate: the verdict's tolerance is per
+    element)."""
+    passed, failed = Counter(), Counter()
+    for record in records:
+        for output in record.outputs:
+            if output.rule in ("equal", "missing", "exact", "shape") or not (output.atol or output.rtol):
+                continue
+            bound = output.atol + output.rtol * abs(output.expected_max or 0.0)
+            ratio = output.max_abs / bound if math.isfinite(output.max_abs) else math.inf
+            bucket = 0 if ratio == 0 else 1 + sum(ratio >= edge for edge in RATIO_EDGES)
+            (passed if output.passed else failed)[bucket] += 1
+    return [(label, passed[i], failed[i]) for i, label in enumerate(RATIO_LABELS)]
 
 
 def _device_label(record: CaseResult) -> str:

@@ -1,4 +1,4 @@
-"""One case, one clean process: the worker forks a process per task (or per case module) and judges its values.
+"""One case, one clean process: the worker forks a process per task (or per case module), and one to judge it.
 
 The worker (`harness.worker`) imports torch, the compiler and the harness,
 and then runs no case code: it is a template. For each task it forks a case
@@ -10,8 +10,9 @@ the dispatcher, `sys.modules`, an entered mode, the residue check itself)
 reaches another case.
 
 The worker checks every message against the task in flight (its run id; a
-record must name the task's case, dtype and mode), judges the values the
-case's process wrote (`harness.judge`), and only then answers the harness.
+record must name the task's case, dtype and mode), has the values the
+case's process wrote judged in a process forked from it for that
+(`harness.judge`), and only then answers the harness.
 When the case's process is done, the worker kills whatever it left running
 (the worker is a subreaper: a daemon in a session of its own included).
 
@@ -56,7 +57,8 @@ class _CaseProcess:
 
 
 class Template:
-    """The worker's side: forks case processes, relays and checks their messages, judges, answers the harness."""
+    """The worker's side: forks case processes, relays and checks their messages, has them judged, answers the
+    harness."""
 
     def __init__(self, setup: dict[str, Any], config: Any, answer: Sender, forget: Callable[[], None]):
         self.setup, self.config, self.answer = setup, config, answer

@@ -6,9 +6,9 @@ change anything in it: the tolerance table, `harness.compare`, `builtins`,
 torch's comparisons. So the case's process also writes the values it judged
 (`write_values`: eager's results, eager's second run, the compiled results,
 the float64 reference, the elements left out as undefined), as plain tensor
-files. The worker that forked it (`harness.case_process`), where no case
-code ever ran, loads them with `torch.load(weights_only=True)` and judges
-them again with the policy the harness's parent declared for the task
+files. A process forked for it from the worker (`harness.case_process`),
+where no case code ever ran, loads them with `torch.load(weights_only=True)`
+and judges them again with the policy the harness declared for the task
 (`judge_record`). Where both agree the record keeps its analyses with the
 judge's comparisons; where they differ the judge's verdict stands and the
 record says so.

@@ -5,7 +5,7 @@ session of its own, with stdout and stderr going to a log file (a case's own
 output, or a child process it starts, never holds the harness's console).
 It imports torch, the compiler and the harness, and runs no case code: each
 task runs in a case process forked from it (`harness.case_process`), whose
-values it judges itself (`harness.judge`). Its two channels to the harness
+values a process forked from it judges (`harness.judge`). Its two channels to the harness
 (`harness.channel`) are closed in every case process: tasks arrive as JSON
 lines on what was stdin, answers go out as framed lines on the pipe
 HARNESS_RESULT_FD named, each naming the task's run id: `{"loading": ...}`

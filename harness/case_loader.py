@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from . import process_tree
-from .channel import ChannelCorrupted, Receiver, Sender, new_token, private_copy, take_private
+from .channel import ChannelCorrupted, Receiver, Sender, closer, new_token, private_copy, take_private
 
 # Beyond the registry's own import deadline (a hang in Python code), before the harness gives up on a module
 # whose import hangs in C code.
@@ -489,16 +489,8 @@ def main() -> int:
 
     from . import registry  # noqa: F401
 
-    def forget() -> None:
-        """In a module's process: the loader's channel to the harness, closed."""
-        for stream in (tasks, result_stream):
-            try:
-                os.close(stream.fileno())
-            except OSError:
-                pass
-
     answer = _answer(request, lambda name: sender.send({"importing": name}), lambda: sender.send({"selecting": True}),
-                     forget)
+                     closer(tasks, result_stream))
     sender.send({"answer": answer})
     os._exit(0)  # no atexit hook or thread a case module left may run, or keep the harness waiting
 

@@ -350,13 +350,7 @@ def _exit_status(pid: int) -> int | None:
 
 
 def _exit_text(code: int) -> str:
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"case process killed by {name}"
-    return f"case process exited with code {code}"
+    return process_tree.exit_text(code, "case process")
 
 
 def _reap() -> None:

@@ -21,7 +21,7 @@ import fcntl
 import json
 import os
 import secrets
-from typing import Any, IO, Iterator
+from typing import Any, Callable, IO, Iterator
 
 # Descriptors the child keeps for itself start here: far above what a case opens by accident.
 PRIVATE_FD_FLOOR = 900
@@ -56,6 +56,19 @@ def take_private(fd_variable: str) -> tuple[IO[str], IO[str]]:
     tasks = os.fdopen(private_tasks, "r", encoding="utf-8")
     results = os.fdopen(private_results, "w", buffering=1, encoding="utf-8")
     return tasks, results
+
+
+def closer(*streams: IO[str]) -> Callable[[], None]:
+    """What a process forked from this one calls first: these streams (its parent's channel) closed in it."""
+
+    def close() -> None:
+        for stream in streams:
+            try:
+                os.close(stream.fileno())
+            except OSError:
+                pass
+
+    return close
 
 
 class Sender:

@@ -471,10 +471,4 @@ def _device(name: str):
 
 
 def _exit_text(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"worker process killed by {name}"
-    return f"worker process exited with code {code}"
+    return process_tree.exit_text(code, "worker process")

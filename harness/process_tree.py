@@ -65,6 +65,18 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def exit_text(code: int | None, what: str) -> str:
+    """How a process ended, as a record says it: "<what> killed by SIGSEGV", "<what> exited with code 3"
+    (`code` as subprocess and the wait status give it: a negative signal number when killed)."""
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"{what} killed by {name}"
+    return f"{what} exited with code {code}"
+
+
 def _signal(pid: int, signum: int) -> None:
     try:
         os.kill(pid, signum)

@@ -33,7 +33,7 @@ import threading
 import time
 
 from . import process_tree
-from .channel import Sender, take_private
+from .channel import Sender, closer, take_private
 
 PARENT_POLL_S = 0.25
 
@@ -96,15 +96,7 @@ def main() -> int:
     gc.collect()
     gc.freeze()
 
-    def forget() -> None:
-        """In a case process: the worker's channel to the harness, closed."""
-        for stream in (tasks, result_stream):
-            try:
-                os.close(stream.fileno())
-            except OSError:
-                pass
-
-    template = Template(setup, config, results, forget)
+    template = Template(setup, config, results, closer(tasks, result_stream))
     try:
         for line in tasks:
             template.run(json.loads(line))

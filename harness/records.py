@@ -508,6 +508,9 @@ class Extraction:
     # The injection each form was verified under (the run's, its selector narrowed to the kernel), if any.
     case_injection: str | None = None
     kernel_injection: str | None = None
+    # The injection the plain script carries inline (it imports no harness), and why none was written under one.
+    plain_script_injection: str | None = None
+    plain_script_reason: str | None = None
     command: str | None = None
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -520,7 +523,10 @@ class Extraction:
         head = f"extracted: {self.extracted}"
         if self.case_file:
             head += f" -> {self.case_file} ({self.graph_lines} lines of graph code, {self.values} inputs)"
-        forms = f"kernel-level repro {self.kernel_repro}, plain script {self.plain_script}"
+        plain = f"plain script {self.plain_script}" + (f" ({self.plain_script_reason})" if self.plain_script_reason
+                                                         else " (emulation inline)" if self.plain_script_injection
+                                                         else "")
+        forms = f"kernel-level repro {self.kernel_repro}, {plain}"
         return f"{head}; {forms}; in {self.directory}"
 
 

@@ -101,6 +101,23 @@ def test_boundary_downcast_names_the_kernel_that_reads_the_view():
     assert len(kernel.isolated) <= 200
 
 
+def norm_of_rows(x, w):
+    return torch.sqrt((x * w).sum(-1))  # one kernel: mul and sum into an accumulator, then sqrt
+
+
+NORM_OF_ROWS = Case(name="norm_of_rows", build=lambda d: Program(norm_of_rows, [contiguous((8, 64), dtype=d),
+                                                                               contiguous((8, 64), dtype=d)]))
+
+
+def test_the_answer_names_every_node_the_diverging_buffer_is_computed_from_in_its_kernel():
+    # The fused kernel writes only sqrt's buffer; its reduction is computed in the same kernel. The answer names
+    # the mul and the sum it is computed from, not sqrt alone.
+    record, kernel = bisect_case(NORM_OF_ROWS, inject="fault-scale@0")
+    assert record.status == R.FAIL and kernel.answer == R.Answer.KERNEL and kernel.launch_index == 0
+    assert kernel.nodes == ["mul", "sum_1", "sqrt"], kernel.nodes
+    assert kernel.aten_ops == ["aten.mul.Tensor", "aten.sqrt.default", "aten.sum.dim_IntList"]
+
+
 def amplify(x, w):
     a = x @ w                      # launch 0, extern mm: exactly 32.0 everywhere
     return (a / 32.0 - 1.0) * 1e6  # launch 1: turns one ulp of `a` (3.8e-6) into 0.119

@@ -116,7 +116,8 @@ def test_the_seed_inside_a_larger_graph_reduces_to_the_view_and_its_copy(tmp_pat
                        inject="boundary-downcast")
     assert record.status == R.FAIL and record.extracted == "reproduces"
     found = record.extraction
-    assert found.kernel_repro == "reproduces" and found.plain_script == "not-written"
+    assert found.kernel_repro == "reproduces" and found.plain_script == "reproduces"
+    assert found.plain_script_injection == "boundary-downcast" and found.plain_script_reason is None
     assert found.values == "regenerated" and found.graph_lines == 1 + 1
     assert "aten.clone.default(arg0_1" in found.code and "index_put" not in found.code
     case_file = Path(found.case_file)
@@ -130,6 +131,17 @@ def test_the_seed_inside_a_larger_graph_reduces_to_the_view_and_its_copy(tmp_pat
     clean = subprocess.run([sys.executable, "repro.py", "--without-injection"], cwd=directory, capture_output=True,
                            text=True, timeout=300)
     assert clean.returncode == 0, clean.stdout + clean.stderr
+    # The plain script carries the launcher's emulation inline, imports no harness, and shows the seed's figures
+    # on its own; without the emulation it passes.
+    plain = directory / "plain_repro.py"
+    text = plain.read_text()
+    assert "harness" not in text.split('"""', 2)[2] and "# --- Emulation (boundary-downcast)" in text
+    script = subprocess.run([sys.executable, str(plain)], cwd="/", capture_output=True, text=True, timeout=300)
+    assert script.returncode != 0 and "Mismatched elements: 2260992 / 2359296" in script.stderr, script.stderr
+    assert "Greatest absolute difference: 589824" in script.stderr
+    clean = subprocess.run([sys.executable, str(plain), "cpu", "--without-emulation"], cwd="/", capture_output=True,
+                           text=True, timeout=300)
+    assert clean.returncode == 0 and "compiled matches eager" in clean.stdout, clean.stdout + clean.stderr
     # The case is a registry case: listed, failing with the seed's figures under the emulation, passing without.
     listed = harness("list", "--case-path", str(tmp_path))
     assert found.case_name in listed.stdout
@@ -162,12 +174,37 @@ def test_a_backward_fault_extracts_a_short_case_that_passes_without_the_fault(tm
     record = extracted("relu_mlp", torch.float32, "training", tmp_path, inject="fault-scale@*threshold_backward*")
     found = record.extraction
     assert record.extracted == "reproduces" and found.graph.startswith("backward")
-    assert found.graph_lines < 30 and found.plain_script == "not-written"
+    assert found.graph_lines < 30 and found.plain_script == "reproduces"
     assert found.case_injection.startswith("fault-scale@") and "*" not in found.case_injection
+    # The plain script carries the fault inline, on the standalone program's kernel the case was verified with.
+    assert found.plain_script_injection == found.case_injection
+    plain = Path(found.directory) / "plain_repro.py"
+    assert f"SELECTED = {found.case_injection.partition('@')[2]!r}" in plain.read_text()
+    assert "plain script reproduces (emulation inline)" in found.line()
     out = tmp_path / "r.json"
     under = harness("run", "--case-path", str(tmp_path), "--inject", found.case_injection, "--json", str(out))
     assert under.returncode == 1, under.stdout + under.stderr
     assert harness("run", "--case-path", str(tmp_path)).returncode == 0
+
+
+@pytest.mark.parametrize("injection, carried", [
+    ("boundary-downcast", True), ("fault-scale@cpp_fused_relu_0", True), ("fault-stride-collapse@3", True),
+    ("fault-nan@aten:0", False), ("reduction-partial", False), ("masked-load-garbage", False),
+    ("first-launch-dropped-stores", False), ("glue-offset-dropped", False), ("boundary-downcast-strided", False),
+])
+def test_a_plain_script_carries_what_a_few_lines_of_torch_can_say_and_says_why_not_otherwise(injection, carried):
+    from harness.extraction import inline_emulation
+
+    why = inline_emulation.why_not(injection)
+    assert (why is None) == carried, why
+    if carried:  # the text is Python that defines the context manager the script enters
+        namespace = {"torch": torch}
+        exec("\n".join(inline_emulation.STDLIB_IMPORTS + inline_emulation.TORCH_IMPORTS
+                       + [inline_emulation.text(injection)]), namespace)
+        assert callable(namespace["emulated_launches"]) and callable(namespace["emulate"])
+    else:
+        found = R.Extraction("reproduces", "repros/x", plain_script_reason=why)
+        assert f"plain script not-written ({why})" in found.line()
 
 
 def test_what_does_not_reproduce_is_never_written(tmp_path):
@@ -269,6 +306,7 @@ print(json.dumps(outcomes))
 """
 
 
+@pytest.mark.nightly(reason="localizes and extracts from Longformer's backward (20 s)")
 def test_longformer_with_a_backward_fault_extracts_a_short_case(tmp_path):
     pytest.importorskip("transformers")
     record = extracted("longformer_ci", torch.float32, "train_step", tmp_path, inject="fault-scale@*gelu_backward*")
@@ -358,6 +396,9 @@ def test_ids_that_slug_alike_extract_apart_and_no_case_repr_reaches_the_generate
         folders.append(record.extraction.directory)
         text = Path(record.extraction.case_file).read_text()
         assert "PWNED" not in text and "Tolerance(rtol=1.3e-06, atol=1e-05)" in text, text
+        # The plain script (written under the injection, which it carries inline) holds the tolerance as numbers.
+        plain = (Path(record.extraction.directory) / "plain_repro.py").read_text()
+        assert "PWNED" not in plain and "rtol=1.3e-06, atol=1e-05" in plain, plain
     assert folders[0] != folders[1] and Path(folders[1]).name == "ex_a_float32_inference"
     assert Path(folders[0]).name.startswith("ex_a_float32_inference_") and Path(folders[0]).is_dir()
     assert not (REPO / "PWNED").exists() and not (tmp_path / "PWNED").exists()

@@ -209,6 +209,7 @@ def test_pytest_workers_keep_every_record_and_a_crash_is_a_record(cases, tmp_pat
     assert not list(tmp_path.glob("pytest.gw*.jsonl"))
 
 
+@pytest.mark.nightly(reason="runs a selection whole and in every shard (40 s); CI's nightly-script test shards and merges")
 def test_shards_add_up_to_the_whole_run(cases, tmp_path):
     whole = harness("run", "--tag", "nightly", "--case-path", str(cases), "--backend", "eager", "--json", str(tmp_path / "all.json"))
     parts = [harness("run", "--tag", "nightly", "--case-path", str(cases), "--backend", "eager", "--shard", f"{i}/2",

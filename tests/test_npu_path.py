@@ -203,6 +203,7 @@ def test_the_npu_backends_own_config_is_recorded_and_restored_after_a_case(surro
     assert plain["torch_npu._inductor.triton_experimental.config.elide_reduction_where"] is False
 
 
+@pytest.mark.nightly(reason='three surrogate runs, one and two workers (30 s)')
 def test_a_two_worker_run_gives_every_case_the_same_record_whatever_its_place(surrogate, tmp_path):
     names = ["seed_index_as_strided_view", "relu_mlp", "seed_index_as_strided_base"]
     selection = [*names, "--dtype", "int32", "--dtype", "float32", "--mode", "inference", "--device", "npu"]
@@ -221,6 +222,7 @@ def test_a_two_worker_run_gives_every_case_the_same_record_whatever_its_place(su
     assert {key: facts(r) for key, r in two.items()} == {key: facts(r) for key, r in one.items()}
 
 
+@pytest.mark.nightly(reason='all three forms extracted and run on the C++ surrogate (80 s); CI extracts on the Triton surrogate')
 def test_extraction_on_the_surrogate_writes_repros_that_run_there(surrogate, tmp_path):
     out = tmp_path / "repros"
     result = run_harness(surrogate, "extract", "seed_index_as_strided_index_put", "--dtype", "int64", "--device",
@@ -351,6 +353,7 @@ def test_torch_npus_own_kernels_run_right_and_each_variant_of_them_wrong(triton_
     assert all(error > 1.0 for error in variants.values()), variants
 
 
+@pytest.mark.nightly(reason='compiles the seed in both surrogate modes, twice each (55 s)')
 def test_a_program_compiled_in_one_mode_is_never_loaded_from_the_cache_in_the_other(triton_surrogate, surrogate,
                                                                                    tmp_path):
     # Inductor keys its caches on the device's codegen config: without that, the C++ mode loads the Triton

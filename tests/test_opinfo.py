@@ -228,6 +228,7 @@ _SELECT_AND_SAY_WHAT_WAS_IMPORTED = f"""
 """
 
 
+@pytest.mark.nightly(reason='builds the full OpInfo catalogue twice in fresh processes (40 s)')
 @needs_expecttest
 def test_a_second_selection_reads_the_catalogue_from_disk_without_op_db(ci_cases, full_cases, tmp_path):
     env = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path)}
@@ -243,6 +244,7 @@ def test_a_second_selection_reads_the_catalogue_from_disk_without_op_db(ci_cases
     assert second["full"] == len(full_cases) and second["known"] == sum(bool(c.known_failures) for c in full_cases)
 
 
+@pytest.mark.nightly(reason='builds the full OpInfo catalogue in a fresh process (45 s)')
 @needs_expecttest
 def test_a_worker_looks_remembered_cases_up_without_probing_and_loads_op_db_before_the_clock(full_cases, tmp_path):
     """A worker's lookup reads the file (no sample drawn or probed); `prepare` then loads op_db, which the
@@ -546,7 +548,10 @@ def _drifting(x):
     return x + next(_draws)
 
 
-@pytest.mark.parametrize("generated, status", [(True, R.SKIP), (False, R.NONDETERMINISTIC)])
+@pytest.mark.parametrize("generated, status", [
+    (True, R.SKIP),
+    pytest.param(False, R.NONDETERMINISTIC, marks=pytest.mark.nightly(reason="a case process per eager run (28 s)")),
+])
 def test_a_generated_sample_whose_eager_result_is_not_repeatable_is_skipped(generated, status):
     from harness.inputs import contiguous
     from harness.registry import Case, Program

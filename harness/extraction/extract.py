@@ -11,8 +11,10 @@ narrowed to the kernel) or none, and kept only if it diverges:
    the kernel's own subgraph does not diverge (its fusion differs out of
    context); with an injected fault, it must also pass without it;
 3. the plain script (`plain_repro.py`, no harness import): eager against
-   `torch.compile` with `assert_close`. Not written under an injection: a
-   script without the harness cannot inject the fault.
+   `torch.compile` with `assert_close`. Under an injection it carries the
+   emulation inline where a few lines of torch can (`inline_emulation.py`),
+   and must then also pass without it; otherwise it is not written, and the
+   console line says why.
 
 Verification runs in the worker's own process (no interpreter start, the
 compile pipeline warm), through the same `run_case` every case goes through.
@@ -36,7 +38,7 @@ from typing import Any
 import torch
 
 from .. import records as R
-from . import forms
+from . import forms, inline_emulation
 from .capture import CapturedLaunch
 from .kernel_repro import LAUNCH_FILE, MANIFEST, MODULE_FILE
 from . import kernel_repro
@@ -457,22 +459,30 @@ def _plain_form(sub: S.Subgraph, specs: list[forms.InputSpec] | None, tensors: l
                 directory: Path, found: R.Extraction) -> None:
     """The plain script, with the case's inputs: regenerated ones from its own seed first, then the values
     saved (`plain_inputs.pt` beside a case that regenerates its own), when a seed of its own does not show it."""
-    if parent.config.inject:
-        found.notes.append("plain script not written: the fault is injected by the harness, which a script "
-                           "without it cannot do")
+    emulation = found.case_injection if parent.config.inject else None
+    why = inline_emulation.why_not(emulation) if emulation else None
+    if why:
+        found.plain_script_reason = why
+        found.notes.append(f"plain script not written: {why}")
         return
     tolerance = parent.case.tolerances.get(parent.dtype) if parent.case.tolerances else None
+    close = None if tolerance is None else (float(tolerance.rtol), float(tolerance.atol))
     options = {**parent.case.compile_options, **parent.config.compile_options}
-    compile_kwargs: dict[str, Any] = {}
+    # Python source of each keyword, written from the values as `_case_text` writes them: never a case's `repr`.
+    compile_kwargs: dict[str, str] = {}
     if parent.config.backend != "inductor":
-        compile_kwargs["backend"] = parent.config.backend
+        compile_kwargs["backend"] = _literal(str(parent.config.backend))
     if parent.config.compile_mode:
-        compile_kwargs["mode"] = parent.config.compile_mode
+        compile_kwargs["mode"] = _literal(str(parent.config.compile_mode))
     elif options:
-        compile_kwargs["options"] = options
+        compile_kwargs["options"] = _literal(options)
     docstring = [f"{found.kernel} of {parent.case.name} ({parent.mode}): eager against torch.compile.", "",
                  f"Found by the harness: {parent.record.command}",
                  f"Run: python {PLAIN_FILE} [device]   (AssertionError: the bug reproduces)"]
+    if emulation:
+        docstring += ["", f"Carries the emulation {emulation} inline (the Emulation section below; torch and Inductor "
+                      "only): it is what diverges, on this machine, not real hardware.",
+                      f"Run: python {PLAIN_FILE} [device] --without-emulation   (compiled matches eager)"]
     path = directory / PLAIN_FILE
     choices = [(specs, forms.VALUES_FILE)] if specs is not None else [(None, forms.VALUES_FILE)]
     if specs is not None:
@@ -480,12 +490,11 @@ def _plain_form(sub: S.Subgraph, specs: list[forms.InputSpec] | None, tensors: l
     for chosen, values_file in choices:
         if chosen is None and values_file == PLAIN_VALUES_FILE:
             torch.save(tensors, directory / PLAIN_VALUES_FILE)
-        path.write_text(forms.plain_script(sub.code, sub.imports, chosen, docstring, compile_kwargs,
-                                           None if tolerance is None else (tolerance.rtol, tolerance.atol),
-                                           parent.config.device, values_file))
-        outcome = _run_plain(path, parent.config.device)
+        path.write_text(forms.plain_script(sub.code, sub.imports, chosen, docstring, compile_kwargs, close,
+                                           parent.config.device, values_file, emulation))
+        outcome = _run_plain(path, parent.config.device, emulated=emulation is not None)
         if outcome is None:
-            found.plain_script = "reproduces"
+            found.plain_script, found.plain_script_injection = "reproduces", emulation
             return
         found.notes.append(f"plain script ({'regenerated' if chosen else 'saved'} inputs): {outcome}")
     found.plain_script = "does-not-reproduce"
@@ -495,8 +504,9 @@ def _plain_form(sub: S.Subgraph, specs: list[forms.InputSpec] | None, tensors: l
 PLAIN_VALUES_FILE = "plain_inputs.pt"
 
 
-def _run_plain(path: Path, device: str) -> str | None:
-    """Run the plain script's `main` here: None when it raises AssertionError (it reproduces), else what it did."""
+def _run_plain(path: Path, device: str, emulated: bool = False) -> str | None:
+    """Run the plain script's `main` here: None when it raises AssertionError (it reproduces) and, carrying an
+    emulation, passes without it; else what it did."""
     spec = importlib.util.spec_from_file_location(f"harness_plain_{id(path):x}", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -505,10 +515,22 @@ def _run_plain(path: Path, device: str) -> str | None:
         torch.compiler.reset()
         module.main(device)
     except AssertionError:
-        return None
+        return _passes_without_emulation(module, device) if emulated else None
     except Exception as exc:  # noqa: BLE001
         return f"failed to run ({type(exc).__name__}: {R.exception_line(exc)}), not kept"
     return "assert_close passes (the harness's verdict rules differ), not kept"
+
+
+def _passes_without_emulation(module: Any, device: str) -> str | None:
+    """None when the script's compiled call matches eager without its inline emulation, else why not."""
+    try:
+        torch.compiler.reset()
+        module.main(device, emulated=False)
+    except AssertionError:
+        return "fails without its inline emulation too (the emulation is not what it shows), not kept"
+    except Exception as exc:  # noqa: BLE001
+        return f"failed to run without its emulation ({type(exc).__name__}: {R.exception_line(exc)}), not kept"
+    return None
 
 
 def _function(code: str, imports: list[str]) -> Any:

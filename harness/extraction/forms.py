@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from ..layout import contiguous_stride, extent
+from . import inline_emulation
 
 VALUES_FILE = "inputs.pt"
 
@@ -143,10 +144,12 @@ def copy_of(tensor, device):
 
 
 def plain_script(subgraph_code: str, imports: list[str], specs: list[InputSpec] | None, docstring: list[str],
-                 compile_kwargs: dict[str, Any], tolerance: tuple[float, float] | None, device: str,
-                 values_file: str = VALUES_FILE) -> str:
+                 compile_kwargs: dict[str, str], tolerance: tuple[float, float] | None, device: str,
+                 values_file: str = VALUES_FILE, emulation: str | None = None) -> str:
     """The upstream tracker's form: eager against torch.compile with assert_close, no harness import. Inputs
-    made from `specs`, or loaded from `values_file` beside it."""
+    made from `specs`, or loaded from `values_file` beside it; `compile_kwargs` are Python source, written by the
+    caller from plain values. With `emulation` (an injection a script can carry,
+    `inline_emulation.why_not`), the compiled call runs under it inline, and `--without-emulation` runs it plain."""
     if specs is None:
         make_inputs = ("def inputs(device):\n"
                        f"    return torch.load(Path(__file__).with_name({values_file!r}), weights_only=True)\n")
@@ -157,25 +160,39 @@ def plain_script(subgraph_code: str, imports: list[str], specs: list[InputSpec] 
                        f"    return [\n{rows}    ]\n" + PLAIN_HELPERS)
         extra = []
     close = "" if tolerance is None else f", rtol={tolerance[0]!r}, atol={tolerance[1]!r}"
+    compiled = f"torch.compile(graph{''.join(f', {k}={v}' for k, v in compile_kwargs.items())})(*compiled_args)"
+    if emulation is None:
+        signature, call = "main(device)", f"actual = {compiled}"
+        run = f"main(sys.argv[1] if len(sys.argv) > 1 else {device!r})"
+        emulated: list[str] = []
+    else:
+        signature = "main(device, emulated=True)"
+        call = (f"with emulated_launches() if emulated else contextlib.nullcontext():\n"
+                f"            actual = {compiled}")
+        run = ("main(next((a for a in sys.argv[1:] if not a.startswith('--')), "
+               f"{device!r}), emulated='--without-emulation' not in sys.argv)")
+        emulated = ["", inline_emulation.text(emulation)]
     body = textwrap.dedent(f'''
-    def main(device):
+    def {signature}:
         if device.startswith("npu"):
             import torch_npu  # noqa: F401  (registers the device and its compiler backend)
         made = inputs(device)
         eager_args = [copy_of(t, device) for t in made]
         compiled_args = [copy_of(t, device) for t in made]
         expected = graph(*eager_args)
-        actual = torch.compile(graph{"".join(f", {k}={v!r}" for k, v in compile_kwargs.items())})(*compiled_args)
+        {call}
         # Outputs, and the inputs after the call (a graph may write them in place).
         torch.testing.assert_close((actual, compiled_args), (expected, eager_args), equal_nan=True{close})
         print("compiled matches eager: the bug does not reproduce here")
 
 
     if __name__ == "__main__":
-        main(sys.argv[1] if len(sys.argv) > 1 else {device!r})
+        {run}
     ''')
-    return "\n".join([_header(docstring), "", "import sys", *extra, "", "import torch", *imports, "", "",
-                      subgraph_code, "", "", make_inputs, MOVE_HELPER, body])
+    stdlib, from_torch = ((inline_emulation.STDLIB_IMPORTS, inline_emulation.TORCH_IMPORTS) if emulation is not None
+                          else ([], []))
+    return "\n".join([_header(docstring), "", *sorted(["import sys", *stdlib]), *extra, "", "import torch",
+                      *from_torch, *imports, "", "", subgraph_code, "", "", make_inputs, MOVE_HELPER, *emulated, body])
 
 
 def kernel_repro(subgraph_code: str, imports: list[str], docstring: list[str]) -> str:

@@ -23,6 +23,7 @@ from .. import records as R
 from ..compare import Verdict
 from ..execution import same_values
 from ..inductor_compat import ROLE_IN, ROLE_INOUT, STATE_BEFORE_IN_PLACE, GraphInfo, Launch
+from ..inductor_compat.graphs import ancestors
 from ..inductor_compat.launches import handles_fallbacks
 from ..layout import clone_exact, is_non_overlapping, is_non_overlapping_and_dense, span
 from .glue import check_glue
@@ -534,7 +535,8 @@ def _describe(launch: Launch, info: GraphInfo, key: int | str, name: str, region
               comparison: R.OutputComparison) -> dict[str, Any]:
     buffer = region.buffer
     fact = info.buffers.get(buffer or "")
-    nodes = fact.origins if fact is not None and fact.origins else ([region.node] if region.node else [])
+    own = fact.origins if fact is not None and fact.origins else ([region.node] if region.node else [])
+    nodes = computed_from(info, launch.kernel.name, own)
     targets = {n.name: n.target for n in info.gm.graph.nodes}
     param = launch.param_name(key)
     return {
@@ -549,6 +551,17 @@ def _describe(launch: Launch, info: GraphInfo, key: int | str, name: str, region
         "metrics": comparison,
         "module_path": info.module_path,
     }
+
+
+def computed_from(info: GraphInfo, kernel_name: str, origins: list[str]) -> list[str]:
+    """The nodes a diverging buffer is computed from inside its kernel, in graph order: its own origins, and those
+    of the kernel's other buffers it reads (a fused reduction whose result a pointwise tail of the same kernel
+    takes: `mul, sum, sqrt`, not the tail's `sqrt` alone)."""
+    computed = info.computed_by(kernel_name) or []
+    in_kernel = {o for b in computed if b in info.buffers for o in info.buffers[b].origins}
+    found = set(origins) | (ancestors(info.gm, origins) & in_kernel)
+    order = {node.name: position for position, node in enumerate(info.gm.graph.nodes)}
+    return sorted(found, key=lambda name: order.get(name, len(order)))
 
 
 def _describe_launch(launch: Launch, info: GraphInfo) -> dict[str, Any]:

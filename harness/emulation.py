@@ -36,7 +36,6 @@ is an error (`injection-missed`), never a pass that looks like evidence.
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -45,6 +44,7 @@ import torch
 from .inductor_compat import ROLE_INOUT, ROLE_OUT, Launch
 from .layout import extent, is_non_overlapping_and_dense, span
 from .records import InjectionStats
+from .selectors import FALLBACK_SELECTOR, selects, unselected
 
 # What the NPU vector core cannot hold, and what the launcher narrows it to.
 NARROWED_DTYPES = {torch.int64: torch.int32, torch.float64: torch.float32}
@@ -264,11 +264,6 @@ class KernelFault:
         return result
 
 
-# `@aten:N` / `@aten:GLOB` select fallback calls (ATen fallbacks, custom ops: `torch.ops.*` in the wrapper), numbered
-# apart from kernel launches; every other selector selects kernel launches only.
-FALLBACK_SELECTOR = "aten:"
-
-
 class DroppedViewOffset:
     """The wrapper's glue hands a fallback call its written views at storage offset 0 (pytorch#198068, AOTInductor
     under dynamic shapes: `sym_storage_offset` lowers to 0, so a custom op's mutable view of a larger buffer writes
@@ -303,40 +298,6 @@ class DroppedViewOffset:
     def __call__(self, launch: Launch) -> Any:
         self.glue(launch)
         return launch.run()
-
-
-def selects(selector: str, launch: Launch) -> bool:
-    """`@SELECTOR`: a launch index counted from 0, or a kernel-name glob; `@aten:N` the N-th fallback call (from 0),
-    `@aten:GLOB` fallback calls whose op (`aten.sort.stable`, `mylib.op.default`) matches the glob."""
-    if selector.startswith(FALLBACK_SELECTOR):
-        if launch.fallback is None:
-            return False
-        wanted = selector.removeprefix(FALLBACK_SELECTOR)
-        if wanted.isdigit():
-            return launch.fallback == int(wanted)
-        return fnmatch.fnmatchcase(launch.kernel.name.removeprefix("torch.ops."), wanted)
-    if launch.fallback is not None:
-        return False
-    if selector.isdigit():
-        return launch.index == int(selector)
-    return fnmatch.fnmatchcase(launch.kernel.name, selector)
-
-
-def unselected(selector: str, launches: int) -> str:
-    """Why `@SELECTOR` selected none of a run's `launches` launches (kernel launches, or fallback calls)."""
-    if selector.startswith(FALLBACK_SELECTOR):
-        wanted = selector.removeprefix(FALLBACK_SELECTOR)
-        if wanted.isdigit():
-            why = f"there is no fallback call {wanted}: fallback calls count from 0" + (
-                f" to {launches - 1}" if launches else "")
-        else:
-            why = f"no fallback op called is named like {wanted!r}"
-        return f"@{selector} selected none of the {launches} fallback calls ({why})"
-    if selector.isdigit():
-        why = f"there is no launch {selector}: launches count from 0" + (f" to {launches - 1}" if launches else "")
-    else:
-        why = f"no kernel launched is named like {selector!r}"
-    return f"@{selector} selected none of the {launches} kernel launches ({why})"
 
 
 def _fault(corruption: str) -> Injection:

@@ -34,6 +34,7 @@ from torch.utils._pytree import keystr, tree_flatten_with_path
 from .devices import Device
 from .inputs import TensorSpec, materialize
 from .layout import clone_exact
+from .run_results import Results, same_values
 
 Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
 # torchbench's optimizer for training accuracy runs.
@@ -63,26 +64,6 @@ class Inputs:
         """(`mutated_in<k>`, tensor) for every tensor input, positional then keyword."""
         items = list(enumerate(self.args)) + list(self.kwargs.items())
         return [(f"mutated_in{key}", value) for key, value in items if isinstance(value, torch.Tensor)]
-
-
-@dataclass
-class Results:
-    """One run's results: what the program returned and computed, and the state it left."""
-
-    # Outputs, gradients, loss and updated parameters, in a stable order.
-    values: dict[str, Any] = field(default_factory=dict)
-    # Output name -> its path in the output tree (`[0]`, `['logits']`).
-    paths: dict[str, str] = field(default_factory=dict)
-    # Every tensor input, module buffer and parameter after the run, by result name.
-    state: dict[str, torch.Tensor] = field(default_factory=dict)
-    # Names in `state` whose values the run changed.
-    changed: set[str] = field(default_factory=set)
-
-    def tensors(self) -> dict[str, torch.Tensor]:
-        """Every tensor result and changed state by name (what a probe or a diagnosis compares)."""
-        found = {k: v for k, v in self.values.items() if isinstance(v, torch.Tensor)}
-        found.update({k: self.state[k] for k in self.state if k in self.changed})
-        return found
 
 
 def materialize_inputs(args: Any, kwargs: Mapping[str, Any], dtype: torch.dtype, device: Device, seed: int) -> Inputs:
@@ -173,16 +154,6 @@ def _record_state(results: Results, run_inputs: Inputs, pristine_inputs: Inputs,
         results.state[name] = clone_exact(tensor.detach())
         if not same_values(tensor.detach(), pristine_module[name].to(tensor.dtype)):
             results.changed.add(name)
-
-
-def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal shape, dtype and values, NaN equal to NaN (what "unchanged" means for a mutation)."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    if a.is_floating_point() or a.is_complex():
-        # One kernel for the common answer; NaN is never equal to itself, so NaNs take the second check.
-        return bool(torch.equal(a, b)) or bool(((a == b) | (a.isnan() & b.isnan())).all())
-    return bool(torch.equal(a, b))
 
 
 @contextlib.contextmanager

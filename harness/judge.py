@@ -26,7 +26,7 @@ import torch
 
 from . import records as R
 from .compare import Verdict, missing_result
-from .execution import Results
+from .run_results import Results
 from .layout import clone_exact
 from .tolerances import Tolerance
 

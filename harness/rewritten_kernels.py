@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from .inductor_compat import Launch
+from .selectors import selects, unselected
 from .layout import is_non_overlapping
 from .records import InjectionStats
 from .inductor_compat.kernel_variants import RECOGNISED, variant
@@ -59,7 +60,6 @@ class RewrittenKernels:
         self._unchanged: list[str] = []  # launches whose variant wrote what the kernel writes
 
     def selects(self, launch: Launch) -> bool:
-        from .emulation import selects
 
         return self.selector is None or selects(self.selector, launch)
 
@@ -68,7 +68,6 @@ class RewrittenKernels:
         rewriter recognises (the NPU's own Triton reductions have others)."""
         if self.stats.hits:
             return None
-        from .emulation import unselected
 
         if self.selector is not None and not self._selected:
             return unselected(self.selector, self.stats.launches)

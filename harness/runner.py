@@ -23,7 +23,8 @@ from .colliding_writes import CollidingWrites, LowPrecisionSums, undefined_eleme
 from .compare import Verdict, differs_only_where_undefined
 from .devices import BackendMismatch, Device, get_device
 from .emulation import NARROWED_DTYPES, make_handler, parse_injection
-from .execution import Inputs, OutputNotComparable, Results, Session, materialize_inputs, module_state
+from .execution import Inputs, OutputNotComparable, Session, materialize_inputs, module_state
+from .run_results import Results
 from .dynamic_shapes import DynamicPlan
 from .inputs import seed_for
 from .judge import SizeValues, all_pass, compare_results, result_pairs as _result_pairs
@@ -823,7 +824,7 @@ def _extract(captured: Any, case: Case, dtype: torch.dtype, mode: str, config: R
 
     started = time.perf_counter()
     try:
-        record.extraction = extract(captured, Parent(case, dtype, mode, config, record))
+        record.extraction = extract(captured, Parent(case, dtype, mode, config, record, run_case))
         record.extracted = record.extraction.extracted
     except Exception as exc:  # noqa: BLE001 - extraction must never cost the run its verdict
         record.extracted = "does-not-reproduce"

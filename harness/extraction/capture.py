@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ..execution import same_values
+from ..run_results import same_values
 from ..inductor_compat import GraphInfo, Launch
 from ..probe.isolation import fill_in
 from . import subgraph as S

@@ -33,7 +33,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -59,6 +59,9 @@ class Parent:
     mode: str
     config: Any  # RunConfig
     record: R.CaseResult
+    # How a candidate case is run to verify it: the runner's `run_case(case, dtype, mode, config) -> CaseResult`,
+    # handed in so that extraction never imports the runner that calls it.
+    run_case: Callable[..., R.CaseResult]
 
 
 def slug(text: str) -> str:
@@ -431,8 +434,6 @@ def _verify_case(path: Path, case_name: str, parent: Parent, inject: str | None,
     go to `launched` (a run without injection only: interception does not nest)."""
     from ..inductor_compat import intercept_launches
     from ..registry import _cases_in, _file_loader
-    from ..runner import run_case
-
     def log(launch: Any) -> Any:
         launched.append(launch.kernel.name)
         return launch.run()
@@ -444,7 +445,7 @@ def _verify_case(path: Path, case_name: str, parent: Parent, inject: str | None,
         config = dataclasses.replace(parent.config, inject=inject, bisect=None, extract_dir=None,
                                      compile_options={}, dynamic=False, dynamic_strict=False)
         with intercept_launches(log) if launched is not None else contextlib.nullcontext():
-            record = run_case(cases[0], parent.dtype, "inference", config)
+            record = parent.run_case(cases[0], parent.dtype, "inference", config)
     finally:
         sys.modules.pop(module.__name__, None)
     if record.status in (R.FAIL, R.XFAIL):

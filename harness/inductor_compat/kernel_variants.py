@@ -101,6 +101,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from .kernel_source import (TRITON_LOOP, TritonReductionLoop, block_end, cpp_declaration, indent_of,  # noqa: F401
+                            triton_loop_accumulators, triton_reduction_loops)
+
 MARK = "harness emulation"
 
 # ---------------------------------------------------------------------------
@@ -209,22 +212,6 @@ def _cpp_structure(lines: list[str]) -> tuple[dict[int, _CppLoop], list[list[int
     return loops, enclosing
 
 
-def _cpp_declaration(lines: list[str], name: str, before: int) -> tuple[int, str | None] | None:
-    """(line, re-initialising statement or None for a stateless static) of `name`'s nearest declaration."""
-    pattern = re.compile(r"^\s*(?P<static>static\s+)?(?P<type>[A-Za-z_][^=;]*?)\s+" + re.escape(name)
-                         + r"\s*(?:=\s*(?P<init>.+)|(?P<args>\(.*\))|(?P<brace>\{.*\}));\s*$")
-    for number in range(before - 1, -1, -1):
-        match = pattern.match(lines[number])
-        if match is None or match["type"].strip() in ("return", "else"):
-            continue
-        if match["static"]:
-            return number, None
-        if match["init"] is not None:
-            return number, f"{name} = {match['init'].strip()};"
-        return number, f"{name} = {match['type'].strip()}{match['args'] or match['brace']};"
-    return None
-
-
 def _cpp_array_init(lines: list[str], name: str, index: str, before: int) -> tuple[int, str] | None:
     """`NAME[i] = INIT;` in the loop that fills an accumulator array: the statement for one element."""
     pattern = re.compile(r"^\s*" + re.escape(name) + r"\[i\]\s*=\s*(?P<init>.+);\s*$")
@@ -245,7 +232,7 @@ def _cpp_reduction_nests(lines: list[str]) -> list[_CppNest]:
             continue
         name, index = update["name"], update["index"]
         declared = (_cpp_array_init(lines, name, index, number) if index
-                    else _cpp_declaration(lines, name, number))
+                    else cpp_declaration(lines, name, number))
         if declared is None:
             continue
         reduction_loops = [loops[h] for h in enclosing[number] if h > declared[0]]
@@ -254,15 +241,11 @@ def _cpp_reduction_nests(lines: list[str]) -> list[_CppNest]:
         nest = nests.setdefault(reduction_loops[-1].header, _CppNest(reduction_loops, []))
         statements = [declared[1]]
         for helper in _CPP_HELPER_REF.findall(update["rhs"]):
-            found = _cpp_declaration(lines, helper, number)
+            found = cpp_declaration(lines, helper, number)
             if found is not None:
                 statements.append(found[1])
         nest.reinit += [s for s in statements if s is not None and s not in nest.reinit]
     return list(nests.values())
-
-
-def _indent_of(line: str) -> str:
-    return line[: len(line) - len(line.lstrip())]
 
 
 def _insert_after(lines: list[str], insertions: dict[int, list[str]]) -> str:
@@ -285,7 +268,7 @@ def cpp_reduction_partial(source: str) -> str | None:
     for nest in _cpp_reduction_nests(lines):
         if nest.single_chunk() or not nest.reinit:
             continue
-        body = _indent_of(lines[nest.innermost.open]) + "    "
+        body = indent_of(lines[nest.innermost.open]) + "    "
         note = f"{body}// {MARK} (reduction-partial): accumulator re-initialised in the loop"
         insertions[nest.innermost.open] = [note, *(body + statement for statement in nest.reinit)]
     return _insert_after(lines, insertions) if insertions else None
@@ -320,7 +303,7 @@ def cpp_reduction_axis_order(source: str) -> str | None:
         for count, loop in zip(counts[1:], axes[1:]):
             flat = f"{_c_paren(flat) if '+' in flat else flat} * {_c_paren(count)} + {_cpp_chunk_index(loop)}"
         reversed_counts = counts[::-1]
-        body = _indent_of(lines[nest.innermost.open]) + "    "
+        body = indent_of(lines[nest.innermost.open]) + "    "
         statements = [f"// {MARK} (reduction-axis-order): flattened reduction index decomposed with the axes reversed",
                       f"const int64_t flat_wrong_order = {flat};"]
         mapping = {}
@@ -370,8 +353,6 @@ def _cpp_from_chunk(loop: _CppLoop, chunk: str) -> str:
 # r0__hi, R0_BLOCK)`), and torch_npu's real-block multi-axis loops, one per axis:
 # `for r0_2inner in range(0, 5, r0_2_blk):` around `for r0_1inner in range(0, 7, r0_1_blk):`, or a scalar loop
 # over an outer axis (`for r0_2 in range(6):`) around the `r0_offset` loop.
-_TRITON_LOOP = re.compile(r"^(?P<indent>[ \t]*)for (?:r\d*_?offset|r\d*_\d+(?:inner)?) in (?:tl\.)?range\(.*\):[ \t]*$")
-_TRITON_INIT = re.compile(r"^[ \t]*(?P<name>\w+) = tl\.(?:full|zeros)\(")
 _TRITON_AXIS = re.compile(r"^(?P<indent>[ \t]*)(?P<var>r\d*_?\d+) = (?P<expr>.+?)[ \t]*$")
 _AXIS_FORMS = (
     # (r0_index % N): the innermost axis
@@ -381,69 +362,6 @@ _AXIS_FORMS = (
     # r0_index // D: the outermost axis
     re.compile(r"^(?P<base>r\d*_?index) // (?P<d>.+)$"),
 )
-
-
-def _block_end(lines: list[str], header: int) -> int:
-    """One past the last line of the Python block opened by `lines[header]`."""
-    indent = len(_indent_of(lines[header]))
-    end = header + 1
-    for number in range(header + 1, len(lines)):
-        if not lines[number].strip():
-            continue
-        if len(_indent_of(lines[number])) <= indent:
-            break
-        end = number + 1
-    return end
-
-
-@dataclass
-class TritonReductionLoop:
-    """A reduction loop nest of a Triton kernel: its outermost loop's header, one past its last line, its
-    innermost loop's header, and the accumulators set before it (their lines) and reassigned in it."""
-
-    outer: int
-    end: int
-    innermost: int
-    inits: list[str]
-    accumulators: set[str]
-
-
-def triton_reduction_loops(lines: list[str]) -> list[TritonReductionLoop]:
-    found = []
-    number = 0
-    while number < len(lines):
-        match = _TRITON_LOOP.match(lines[number])
-        if match is None:
-            number += 1
-            continue
-        outer, end = number, _block_end(lines, number)
-        innermost = outer
-        for inner in range(outer + 1, end):
-            if _TRITON_LOOP.match(lines[inner]):
-                innermost = inner
-        assigned_in_loop = {m.group(1) for line in lines[outer + 1:end]
-                            if (m := re.match(r"^[ \t]*(\w+) = ", line))}
-        indent = match["indent"]
-        inits, names = [], set()
-        for previous in range(outer - 1, -1, -1):
-            line = lines[previous]
-            if (line.strip() and len(_indent_of(line)) < len(indent)) or _TRITON_LOOP.match(line):
-                break  # the function's start, or the loop before this one
-            if _indent_of(line) != indent:
-                continue
-            init = _TRITON_INIT.match(line)
-            if init and init["name"] in assigned_in_loop:
-                inits.insert(0, line.strip())
-                names.add(init["name"])
-        found.append(TritonReductionLoop(outer, end, innermost, inits, names))
-        number = end
-    return found
-
-
-def triton_loop_accumulators(lines: list[str]) -> list[tuple[range, set[str]]]:
-    """(the lines inside each reduction loop nest, the accumulators it updates)."""
-    return [(range(loop.outer + 1, loop.end), loop.accumulators) for loop in triton_reduction_loops(lines)
-            if loop.accumulators]
 
 
 def triton_reduction_partial(source: str) -> str | None:
@@ -459,7 +377,7 @@ def triton_reduction_partial(source: str) -> str | None:
     insertions: dict[int, list[str]] = {}
     for loop in triton_reduction_loops(lines):
         if loop.inits:
-            body = _indent_of(lines[loop.innermost]) + "    "
+            body = indent_of(lines[loop.innermost]) + "    "
             insertions[loop.innermost] = [
                 f"{body}# {MARK} (reduction-partial): accumulators re-initialised in the loop",
                 *(body + init for init in loop.inits)]
@@ -538,8 +456,8 @@ def triton_reduction_axis_order(source: str) -> str | None:
             base, var = where[number]
             if not previous_replaced:
                 note = f"# {MARK} (reduction-axis-order): {base} decomposed with the axes reversed"
-                out.append(_indent_of(line) + note)
-            out.append(f"{_indent_of(line)}{var} = {replacements[base][var]}")
+                out.append(indent_of(line) + note)
+            out.append(f"{indent_of(line)}{var} = {replacements[base][var]}")
         else:
             out.append(line)
         previous_replaced = replaced
@@ -577,7 +495,7 @@ def _real_block_axis_order(lines: list[str]) -> str | None:
         sizes = [sympy.sympify(size) for _, size in inner]
         prefix = re.match(r"r\d*_", inner[0][0]).group(0)
         flat = f"{prefix}flat"
-        indent = _indent_of(lines[defined[-1]])
+        indent = indent_of(lines[defined[-1]])
         terms = [var if position == 0 else f"{_py(sympy.Mul(*sizes[:position]), SIZES_ONLY)}*{var}"
                  for position, (var, _) in enumerate(inner)]
         reversed_sizes = sizes[::-1]

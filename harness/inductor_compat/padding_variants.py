@@ -50,6 +50,8 @@ from __future__ import annotations
 import ast
 import re
 
+from .kernel_source import cpp_declaration, indent_of, triton_loop_accumulators
+
 MASKED_LOAD_GARBAGE = "masked-load-garbage"
 REDUCTION_SMALL_INNER = "reduction-small-inner"
 # What masked-off lanes hold: NaN in floating types (uninitialised memory often decodes so, and it shows through
@@ -94,7 +96,6 @@ def _call(node: ast.AST, name: str) -> bool:
 
 def _rewrite_lines(source: str, rewrite) -> str | None:
     """Apply `rewrite(statement) -> new statement | None` to each one-line statement; None if none changed."""
-    from .kernel_variants import _indent_of
 
     lines, changed = source.split("\n"), False
     for number, line in enumerate(lines):
@@ -105,7 +106,7 @@ def _rewrite_lines(source: str, rewrite) -> str | None:
             continue
         new = rewrite(statement)
         if new is not None:
-            lines[number] = _indent_of(line) + ast.unparse(new)
+            lines[number] = indent_of(line) + ast.unparse(new)
             changed = True
     return "\n".join(lines) if changed else None
 
@@ -229,7 +230,6 @@ def triton_reduction_small_inner(source: str) -> str | None:
 def _narrow_unguarded_updates(source: str, kept: str) -> str | None:
     """Accumulator updates in a reduction loop with no guard (torch_npu elides the `tl.where` when its loads
     are zero-filled: `_tmp2 = tmp3`) keep the accumulator's value outside `kept`: `tl.where(kept, tmp3, _tmp2)`."""
-    from .kernel_variants import _indent_of, triton_loop_accumulators
 
     lines = source.split("\n")
     changed = False
@@ -242,7 +242,7 @@ def _narrow_unguarded_updates(source: str, kept: str) -> str | None:
             if _call(statement.value, "tl.where"):
                 continue  # guarded (and narrowed above, when the guard is a range mask)
             name, value = statement.targets[0].id, ast.unparse(statement.value)
-            lines[number] = f"{_indent_of(lines[number])}{name} = tl.where({kept}, {value}, {name})"
+            lines[number] = f"{indent_of(lines[number])}{name} = tl.where({kept}, {value}, {name})"
             changed = True
     return "\n".join(lines) if changed else None
 
@@ -337,7 +337,6 @@ def cpp_masked_load_garbage(source: str) -> str | None:
 
 
 def cpp_reduction_small_inner(source: str) -> str | None:
-    from .kernel_variants import _cpp_declaration
 
     def rewrite(op: str, args: list[str], number: int, lines: list[str]) -> str | None:
         acc, value, count = args
@@ -345,7 +344,7 @@ def cpp_reduction_small_inner(source: str) -> str | None:
         if width is None or not 2 <= int(width["n"]) < NARROW:
             return None
         guard = next((m for m in (_CPP_LANE_GUARD.match(lines[n]) for n in range(number - 1, -1, -1)) if m), None)
-        declared = _cpp_declaration(lines, acc, number)
+        declared = cpp_declaration(lines, acc, number)
         if guard is None or declared is None:
             return None
         header = next((n for n in range(number - 1, -1, -1)

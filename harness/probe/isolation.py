@@ -30,7 +30,7 @@ from typing import Any, Callable
 import torch
 
 from ..compare import Verdict
-from ..execution import same_values
+from ..run_results import same_values
 from ..inductor_compat import Launch
 from ..inductor_compat.launches import ROLE_INOUT
 from ..layout import clone_exact, is_non_overlapping_and_dense, overlap

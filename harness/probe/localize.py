@@ -42,7 +42,7 @@ from typing import Callable
 from .. import records as R
 from ..compare import Verdict
 from .isolation import ALIASING, DRIFT, GLUE, NOT_ISOLATED, WRONG
-from ..execution import Results
+from ..run_results import Results
 from .passes import find_pass
 from .probe import Divergence, KernelProbe
 

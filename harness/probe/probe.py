@@ -21,7 +21,7 @@ import torch
 
 from .. import records as R
 from ..compare import Verdict
-from ..execution import same_values
+from ..run_results import same_values
 from ..inductor_compat import ROLE_IN, ROLE_INOUT, STATE_BEFORE_IN_PLACE, GraphInfo, Launch
 from ..inductor_compat.graphs import ancestors
 from ..inductor_compat.launches import handles_fallbacks

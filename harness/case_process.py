@@ -240,7 +240,7 @@ class Template:
                 raise ValueError(_exit_text(-os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)))
             return R.CaseResult.from_dict(json.loads(b"".join(chunks)))
         except Exception as exc:  # noqa: BLE001 - the judge died or answered what is no record
-            record.status, record.stage, record.symptom = R.ERROR, R.Stage.COMPARE, R.Symptom.CRASH
+            record.conclude(R.ERROR, R.Stage.COMPARE, R.Symptom.CRASH)
             record.verdict_source = None
             record.error = R.ErrorInfo("JudgeFailed", f"the values this run sent could not be judged apart from the "
                                        f"case's code ({str(exc).replace('case process', 'judge process')})")

@@ -425,7 +425,7 @@ def _failed(task: Task, config, stage: str, symptom: str, kind: str, message: st
     from .run_identity import apply_known_failure, new_record
 
     record = new_record(task.case, getattr(torch, task.dtype), task.mode, config)
-    record.status, record.stage, record.symptom = R.ERROR, stage, symptom
+    record.conclude(R.ERROR, stage, symptom)
     record.error = R.ErrorInfo(kind, message)
     record.duration_s = round(elapsed, 3)
     return apply_known_failure(record, task.case)

@@ -263,19 +263,18 @@ def judge_record(record: R.CaseResult, directory: str, policy: Mapping[str, Any]
 def _overrule(record: R.CaseResult, was: str, judged: Judgement, theirs: dict, ours: dict) -> None:
     """The judge's status replaces the case's process's (its known failure is applied again by the parent)."""
     record.verdict_source, record.reason = OVERRULED, None
+    stage, symptom = record.stage, record.symptom
     if judged.nondeterministic:
-        status = R.NONDETERMINISTIC
-        record.stage, record.symptom = R.Stage.EAGER, R.Symptom.NONDETERMINISM
+        status, stage, symptom = R.NONDETERMINISTIC, R.Stage.EAGER, R.Symptom.NONDETERMINISM
         record.diagnosis = f"two eager runs differ ({', '.join(judged.nondeterministic[:5])}): no verdict on compiled"
     elif judged.failing:
         status = R.FAIL
         if was != R.FAIL:
-            record.stage, record.symptom, record.diagnosis = R.Stage.COMPARE, R.Symptom.DIVERGENCE, None
+            stage, symptom, record.diagnosis = R.Stage.COMPARE, R.Symptom.DIVERGENCE, None
     elif was == R.FAIL and record.symptom == R.Symptom.RECOMPILED:
         status = R.FAIL  # a failure no value decided (--dynamic strict): the case's process stands
     else:
-        status = R.PASS
-        record.stage = record.symptom = record.diagnosis = None
+        status, stage, symptom, record.diagnosis = R.PASS, None, None, None
         record.reproduced = record.diverged_runs = None
     if record.failed_sizes is not None:
         record.failed_sizes = [n for n in (1, 2) if any(
@@ -294,4 +293,4 @@ def _overrule(record: R.CaseResult, was: str, judged: Judgement, theirs: dict, o
         f"the verdict was computed again apart from the case's code, from the values its process sent: {status}, "
         f"where the case's process said {was} ({shown}); its own judging was changed (a patched comparison, "
         "tolerance or builtin), so the judge's verdict stands")
-    record.status = status
+    record.conclude(status, stage, symptom)

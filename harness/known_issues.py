@@ -47,9 +47,9 @@ class KnownIssue:
                              f"({self.link})")
             return
         if record.status == R.PASS:
-            record.status = R.XPASS
+            record.conclude(R.XPASS, record.stage, record.symptom)
         elif R.is_failing(record.status) and record.status != R.XPASS and self.status in (None, str(record.status)):
-            record.status = R.XFAIL
+            record.conclude(R.XFAIL, record.stage, record.symptom)
         else:
             return
         record.reason = f"known issue: {self.failure.reason} ({self.link})"

@@ -291,7 +291,7 @@ class CaseItem(pytest.Item):
         run_config = session_run_config(config)
         if self.case.size == "full" and not config.getoption("full"):
             record = new_record(self.case, self.dtype, self.mode, run_config)
-            record.status, record.reason = R.SKIP, "full-size case: run with --harness-full (GPU/NPU nightly)"
+            record.conclude(R.SKIP, reason="full-size case: run with --harness-full (GPU/NPU nightly)")
         else:
             record = _runner(config).run(self.case, dtype_name(self.dtype), self.mode)
         _keep(config, record)
@@ -447,6 +447,6 @@ def _crash_record(config: pytest.Config, nodeid: str, text: str) -> R.CaseResult
     dtype = getattr(torch, match["dtype"], torch.float32)
     placeholder = Case(name=match["case"], build=lambda d: Program(lambda: None))
     record = new_record(placeholder, dtype, match["mode"], session_run_config(config))
-    record.status, record.stage, record.symptom = R.ERROR, R.Stage.WORKER, R.Symptom.CRASH
+    record.conclude(R.ERROR, R.Stage.WORKER, R.Symptom.CRASH)
     record.error = R.ErrorInfo("WorkerCrash", "the pytest worker running this case died", text[-2000:])
     return record

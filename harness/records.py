@@ -667,6 +667,15 @@ class CaseResult:
     run_identity: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def conclude(self, status: str, stage: str | None = None, symptom: str | None = None,
+                 reason: str | None = None) -> None:
+        """Set what the run ended as, whole: its status, the stage it stopped at and what went wrong there (None
+        for a run that did not stop), and, when given, the reason. The one place a record's verdict is set
+        (pytest's `TestReport.from_item_and_call` and lit's `Test.setResult` are the models)."""
+        self.status, self.stage, self.symptom = status, stage, symptom
+        if reason is not None:
+            self.reason = reason
+
     @property
     def run_id(self) -> str:
         return f"{self.case}[{self.dtype}-{self.mode}{'-dynamic' if self.dynamic else ''}]"

@@ -59,7 +59,7 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig,
         extras = sorted({EXTRA_FOR.get(name, "models") for name in missing})
         reason = f"needs {', '.join(missing)}: pip install -e '.[{','.join(extras)}]'"
     if reason is not None:
-        record.status, record.reason = R.SKIP, reason
+        record.conclude(R.SKIP, reason=reason)
         return record
 
     record.versions = device.versions()
@@ -89,25 +89,24 @@ def run_case(case: Case, dtype: torch.dtype, mode: str, config: RunConfig,
                 captured = _captured_launch(observed, compiled, config, record)
         except CaseFailure as failure:
             if isinstance(failure.cause, NoSecondSize):
-                record.status, record.stage, record.reason = R.SKIP, failure.stage, f"dynamic: {failure.cause}"
+                record.conclude(R.SKIP, failure.stage, reason=f"dynamic: {failure.cause}")
             elif case.generated and isinstance(failure.cause, NoEagerReference):
-                record.status, record.stage, record.reason = R.SKIP, failure.stage, str(failure.cause)
+                record.conclude(R.SKIP, failure.stage, reason=str(failure.cause))
             elif case.generated and failure.stage == R.Stage.EAGER:
                 # No eager result, no reference: the inputs are not a test of the compiler.
-                record.status, record.stage = R.SKIP, failure.stage
                 cause = failure.cause
-                record.reason = f"eager raises on these inputs ({type(cause).__name__}: {R.exception_line(cause)})"
+                record.conclude(R.SKIP, failure.stage,
+                                reason=f"eager raises on these inputs ({type(cause).__name__}: {R.exception_line(cause)})")
             elif case.generated and isinstance(failure.cause, NothingCompiled):
-                record.status, record.stage = R.SKIP, failure.stage
                 breaks = "; ".join(record.graph_break_reasons[:3]) or "no graph break reported"
-                record.reason = f"Dynamo compiled nothing of this sample ({breaks}): no test of Inductor"
+                record.conclude(R.SKIP, failure.stage,
+                                reason=f"Dynamo compiled nothing of this sample ({breaks}): no test of Inductor")
             else:
-                record.status, record.stage = R.ERROR, failure.stage
-                record.symptom = failure.symptom or _symptom_of(failure.cause)
+                record.conclude(R.ERROR, failure.stage, failure.symptom or _symptom_of(failure.cause))
                 record.error = R.ErrorInfo(type(failure.cause).__name__, R.exception_text(failure.cause),
                                            _traceback(failure.cause))
         except CASE_RAISES as exc:  # noqa: BLE001 - the harness's own bug: this run errs, the worker and the run go on
-            record.status, record.stage, record.symptom = R.ERROR, R.Stage.WORKER, R.Symptom.CRASH
+            record.conclude(R.ERROR, R.Stage.WORKER, R.Symptom.CRASH)
             record.error = R.ErrorInfo(type(exc).__name__,
                                        f"the harness failed on this case (a harness bug): {R.exception_text(exc)}",
                                        _traceback(exc))
@@ -136,10 +135,10 @@ def _compiler_loaded(device: Device, case: Case, config: RunConfig, record: R.Ca
             setattr(record, key, value)
         return True
     except BackendMismatch as exc:
-        record.status, record.stage, record.symptom = R.ERROR, R.Stage.SETUP, R.Symptom.BACKEND_MISMATCH
+        record.conclude(R.ERROR, R.Stage.SETUP, R.Symptom.BACKEND_MISMATCH)
         record.error = R.ErrorInfo(type(exc).__name__, str(exc))
     except Exception as exc:  # noqa: BLE001 - the device's own loader failed (a missing compiler package)
-        record.status, record.stage, record.symptom = R.ERROR, R.Stage.SETUP, R.Symptom.CRASH
+        record.conclude(R.ERROR, R.Stage.SETUP, R.Symptom.CRASH)
         record.error = R.ErrorInfo(type(exc).__name__, f"loading the {device.name} compiler backend failed: "
                                    f"{R.exception_text(exc)}", _traceback(exc))
     return False
@@ -151,7 +150,7 @@ def _release(device: Device, record: R.CaseResult) -> None:
         device.release()
     except Exception as exc:  # noqa: BLE001 - a kernel's asynchronous fault (misaligned address, illegal access)
         # Reported by the first device call after it: whatever this run concluded was computed on a faulted device.
-        record.status, record.stage, record.symptom = R.ERROR, R.Stage.WORKER, R.Symptom.CRASH
+        record.conclude(R.ERROR, R.Stage.WORKER, R.Symptom.CRASH)
         record.error = R.ErrorInfo(
             type(exc).__name__, f"the device reported a fault after the run ({R.exception_text(exc)}): a kernel "
             "launched since the last synchronization (this case's, after its results were read) faulted; the "
@@ -491,12 +490,12 @@ def _conclude_sizes(sizes: _Sizes, record: R.CaseResult, case: Case, strict: boo
     said = (f"the second size compiled again (guard failed: {guards}): its results come from a graph of that "
             "size, not from the dynamic one")
     if record.status == R.PASS and case.generated:
-        record.status, record.stage, record.reason = R.SKIP, R.Stage.COMPILE, f"dynamic: {said}"
+        record.conclude(R.SKIP, R.Stage.COMPILE, reason=f"dynamic: {said}")
     elif record.status == R.PASS and not strict:
         record.warnings.append(f"{said}; its values pass (--dynamic strict fails a recompilation)")
     else:
         if record.status == R.PASS:
-            record.status, record.stage, record.symptom = R.FAIL, R.Stage.COMPILE, R.Symptom.RECOMPILED
+            record.conclude(R.FAIL, R.Stage.COMPILE, R.Symptom.RECOMPILED)
         record.diagnosis = f"{record.diagnosis}; {said}" if record.diagnosis else said
 
 
@@ -611,13 +610,14 @@ def _conclude(observed: _Observation, compiled: _Compiled, config: RunConfig, re
         if observed.case.generated:
             raise CaseFailure(R.Stage.EAGER, why)
         record.warnings.append(str(why))
-    record.status = R.FAIL if diverged else R.PASS
     if diverged:
-        record.stage, record.symptom = R.Stage.COMPARE, R.Symptom.DIVERGENCE
+        record.conclude(R.FAIL, R.Stage.COMPARE, R.Symptom.DIVERGENCE)
         if overlapping := _overlapping_compiled_results(observed, compiled):
             record.diagnosis = overlapping
+    else:
+        record.conclude(R.PASS, record.stage, record.symptom)
     if observed.nondeterministic:
-        record.status, record.stage, record.symptom = R.NONDETERMINISTIC, R.Stage.EAGER, R.Symptom.NONDETERMINISM
+        record.conclude(R.NONDETERMINISTIC, R.Stage.EAGER, R.Symptom.NONDETERMINISM)
         record.diagnosis = f"two eager runs differ ({', '.join(observed.nondeterministic[:5])}): no verdict on compiled"
     elif diverged and not config.bisect:
         # A divergence is retried once (no recompilation): one that does not come back is nondeterminism, or
@@ -700,7 +700,8 @@ def _first_launches_fail(observed: _Observation, compiled: _Compiled, config: Ru
     if outcomes != [False, True]:
         return False
     compiled.session, compiled.first_launch = session, True
-    record.reproduced, record.symptom, record.diverged_runs = True, R.Symptom.FIRST_LAUNCH, [1, 3]
+    record.reproduced, record.diverged_runs = True, [1, 3]
+    record.conclude(record.status, record.stage, R.Symptom.FIRST_LAUNCH)
     said = ("the compiled program diverges on its kernels' first launches only: run again it passed; loaded "
             "afresh (its kernels made anew, the compile caches warm) it diverged again on its first run and "
             "passed on the next")
@@ -724,7 +725,7 @@ def _settle_reproduction(record: R.CaseResult, reproduced: bool, runs_differ: bo
     record.diverged_runs = [1, 2] if reproduced else [1]
     if reproduced and not runs_differ:
         return
-    record.symptom = R.Symptom.RUN_TO_RUN
+    record.conclude(record.status, record.stage, R.Symptom.RUN_TO_RUN)
     said = ("the compiled result changes from run to run while eager's does not: "
             + ("runs 1 and 2 (no recompilation) both diverged, with different results" if reproduced else
                "run 1 diverged, run 2 (no recompilation) passed")

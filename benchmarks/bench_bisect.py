@@ -57,7 +57,7 @@ def measure(kind: str, device: str, case_name: str, mode: str, inject: str | Non
 
     from harness.devices import get_device
     from harness.registry import load_registry
-    from harness.runner import RunConfig, run_case
+    from harness.run.case import RunConfig, run_case
 
     case = load_registry().cases[case_name]
     dtype = case.dtypes[0]
@@ -76,19 +76,34 @@ def measure(kind: str, device: str, case_name: str, mode: str, inject: str | Non
                 return run_case(case, dtype, mode, RunConfig(device=device, inject=inject)).status == "pass"
 
         found = CompilerBisector.do_bisect(accurate)
-        result["answer"] = None if found is None else {
-            "backend": found.backend, "subsystem": found.subsystem, "bisect_number": found.bisect_number}
+        result["answer"] = (
+            None
+            if found is None
+            else {"backend": found.backend, "subsystem": found.subsystem, "bisect_number": found.bisect_number}
+        )
         result["right_stage"] = found is not None and found.backend == "inductor"
     else:
-        config = RunConfig(device=device, bisect="on-failure" if kind == "bisect" else None, inject=inject,
-                           compile_options={} if inject else relu_bug(device))
+        config = RunConfig(
+            device=device,
+            bisect="on-failure" if kind == "bisect" else None,
+            inject=inject,
+            compile_options={} if inject else relu_bug(device),
+        )
         record = run_case(case, dtype, mode, config)
         result["status"] = str(record.status)
         found = record.first_divergent_kernel
         if found is not None:
-            result["answer"] = {"answer": str(found.answer), "graph": found.graph, "launch_index": found.launch_index,
-                                "launches": found.launches, "name": found.name, "isolated": found.isolated,
-                                "stage": found.stage, "reruns": found.reruns, "stages_checked": found.stages_checked}
+            result["answer"] = {
+                "answer": str(found.answer),
+                "graph": found.graph,
+                "launch_index": found.launch_index,
+                "launches": found.launches,
+                "name": found.name,
+                "isolated": found.isolated,
+                "stage": found.stage,
+                "reruns": found.reruns,
+                "stages_checked": found.stages_checked,
+            }
             hits = (record.injection_stats.hits if record.injection_stats else None) or []
             expected = hits[0].split(":", 1)[1] if hits else "relu"
             result["right_stage"] = found.stage == "inductor" and expected in (found.name or "")
@@ -105,10 +120,16 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--case", default="relu_mlp")
     parser.add_argument("--mode", help="one of the case's modes (default: its first, e.g. train_step for models)")
-    parser.add_argument("--inject", help="a fault instead of Inductor's ReLU bug, e.g. fault-offset@600 (models without ReLU)")
+    parser.add_argument(
+        "--inject", help="a fault instead of Inductor's ReLU bug, e.g. fault-offset@600 (models without ReLU)"
+    )
     parser.add_argument("--skip-compiler-bisector", action="store_true")
-    parser.add_argument("--compiler-bisector-timeout", type=float, default=600.0,
-                        help="stop CompilerBisector after this many seconds (its time is then a lower bound)")
+    parser.add_argument(
+        "--compiler-bisector-timeout",
+        type=float,
+        default=600.0,
+        help="stop CompilerBisector after this many seconds (its time is then a lower bound)",
+    )
     parser.add_argument("--json", help="write the figures here as well, to compare two runs")
     parser.add_argument("--measure", choices=MEASUREMENTS, help=argparse.SUPPRESS)  # one child process
     args = parser.parse_args()
@@ -122,19 +143,36 @@ def main() -> None:
     for kind in MEASUREMENTS:
         if kind == "compiler-bisector" and args.skip_compiler_bisector:
             continue
-        command = [sys.executable, __file__, "--measure", kind, "--device", args.device, "--case", args.case,
-                   "--mode", args.mode] + (["--inject", args.inject] if args.inject else [])
+        command = [
+            sys.executable,
+            __file__,
+            "--measure",
+            kind,
+            "--device",
+            args.device,
+            "--case",
+            args.case,
+            "--mode",
+            args.mode,
+        ] + (["--inject", args.inject] if args.inject else [])
         limit = args.compiler_bisector_timeout if kind == "compiler-bisector" else None
         started = time.perf_counter()
         try:
-            child = subprocess.run(command, env=env, capture_output=True, text=True, timeout=limit,
-                                   start_new_session=True)
+            child = subprocess.run(
+                command, env=env, capture_output=True, text=True, timeout=limit, start_new_session=True
+            )
         except subprocess.TimeoutExpired:
-            figures[kind] = {"seconds": round(time.perf_counter() - started, 1), "lower_bound": True,
-                             "unfinished": f"still bisecting after {limit:.0f} s"}
+            figures[kind] = {
+                "seconds": round(time.perf_counter() - started, 1),
+                "lower_bound": True,
+                "unfinished": f"still bisecting after {limit:.0f} s",
+            }
         else:
-            figures[kind] = (json.loads(child.stdout.strip().splitlines()[-1]) if child.returncode == 0
-                             else {"error": child.stderr.strip().splitlines()[-3:]})
+            figures[kind] = (
+                json.loads(child.stdout.strip().splitlines()[-1])
+                if child.returncode == 0
+                else {"error": child.stderr.strip().splitlines()[-3:]}
+            )
         print(f"{kind:18} {json.dumps(figures[kind])}", flush=True)
 
     ratios = {}
@@ -146,7 +184,9 @@ def main() -> None:
             "bisect_peak_memory_vs_plain_warm": round(bisect["peak_bytes"] / warm["peak_bytes"], 2),
         }
         if "seconds" in figures.get("compiler-bisector", {}):
-            ratios["compiler_bisector_time_vs_bisect"] = round(figures["compiler-bisector"]["seconds"] / bisect["seconds"], 2)
+            ratios["compiler_bisector_time_vs_bisect"] = round(
+                figures["compiler-bisector"]["seconds"] / bisect["seconds"], 2
+            )
     for name, value in ratios.items():
         print(f"{name:36} {value}")
     print(f"targets: bisect time <= {TARGET_TIME}x plain-warm, peak memory <= {TARGET_MEMORY}x plain-warm")
@@ -154,10 +194,21 @@ def main() -> None:
         import torch
 
         with open(args.json, "w") as handle:
-            json.dump({"date": time.strftime("%Y-%m-%d"), "device": args.device, "case": args.case, "mode": args.mode,
-                       "fault": args.inject or "inject_relu_bug_TESTING_ONLY=accuracy",
-                       "machine": platform.node(), "torch": torch.__version__, "figures": figures, "ratios": ratios},
-                      handle, indent=1)
+            json.dump(
+                {
+                    "date": time.strftime("%Y-%m-%d"),
+                    "device": args.device,
+                    "case": args.case,
+                    "mode": args.mode,
+                    "fault": args.inject or "inject_relu_bug_TESTING_ONLY=accuracy",
+                    "machine": platform.node(),
+                    "torch": torch.__version__,
+                    "figures": figures,
+                    "ratios": ratios,
+                },
+                handle,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

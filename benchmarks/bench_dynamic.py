@@ -41,7 +41,7 @@ REPEATS = 3
 def measure(case, dtype, mode, configs, cold: bool, repeats: int) -> dict[str, tuple[float, object]]:
     """Median seconds and the last record per configuration, the configurations' runs alternating."""
     from harness.inductor_compat import compile_caches_off
-    from harness.runner import run_case
+    from harness.run.case import run_case
 
     times: dict[str, list[float]] = {name: [] for name in configs}
     records: dict[str, object] = {}
@@ -64,13 +64,15 @@ def main() -> int:
     import torch
 
     from harness.registry import load_registry
-    from harness.runner import RunConfig, run_case
+    from harness.run.case import RunConfig, run_case
 
     registry = load_registry()
     configs = {"static": RunConfig(device=args.device), "dynamic": RunConfig(device=args.device, dynamic=True)}
     rows = []
-    print(f"{'case':48} {'':5} {'static':>8} {'dynamic':>8} {'ratio':>6} {'compile':>8} {'dyn.comp':>8} "
-          f"{'rest x':>8}  dynamic run")
+    print(
+        f"{'case':48} {'':5} {'static':>8} {'dynamic':>8} {'ratio':>6} {'compile':>8} {'dyn.comp':>8} "
+        f"{'rest x':>8}  dynamic run"
+    )
     for name, dtype_name, mode in CASES:
         case, dtype = registry.cases[name], getattr(torch, dtype_name)
         for config in configs.values():  # the first compile of each (imports, ISA checks) is no one's cost
@@ -82,28 +84,47 @@ def main() -> int:
             # stage); the rest is the harness's: eager and the compiled run at the second size.
             compiles = plain.timings.get("compile", 0.0), record.timings.get("compile", 0.0)
             rest = (static - compiles[0], dynamic - compiles[1])
-            row = {"case": name, "dtype": dtype_name, "mode": mode, "caches": "off" if cold else "warm",
-                   "static_s": round(static, 3), "dynamic_s": round(dynamic, 3), "ratio": round(dynamic / static, 3),
-                   "static_compile_s": round(compiles[0], 3), "dynamic_compile_s": round(compiles[1], 3),
-                   "ratio_without_compile": round(rest[1] / rest[0], 3) if rest[0] > 0 else None,
-                   "status": str(record.status), "recompiled": record.recompiled,
-                   "sizes": record.dynamic_sizes}
+            row = {
+                "case": name,
+                "dtype": dtype_name,
+                "mode": mode,
+                "caches": "off" if cold else "warm",
+                "static_s": round(static, 3),
+                "dynamic_s": round(dynamic, 3),
+                "ratio": round(dynamic / static, 3),
+                "static_compile_s": round(compiles[0], 3),
+                "dynamic_compile_s": round(compiles[1], 3),
+                "ratio_without_compile": round(rest[1] / rest[0], 3) if rest[0] > 0 else None,
+                "status": str(record.status),
+                "recompiled": record.recompiled,
+                "sizes": record.dynamic_sizes,
+            }
             rows.append(row)
-            print(f"{name + '[' + dtype_name + '-' + mode + ']':48} {row['caches']:5} {static:8.2f} {dynamic:8.2f} "
-                  f"{row['ratio']:6.2f} {compiles[0]:8.2f} {compiles[1]:8.2f} {row['ratio_without_compile'] or 0:8.2f}"
-                  f"  {row['status']}{', recompiled' if record.recompiled else ''}")
+            print(
+                f"{name + '[' + dtype_name + '-' + mode + ']':48} {row['caches']:5} {static:8.2f} {dynamic:8.2f} "
+                f"{row['ratio']:6.2f} {compiles[0]:8.2f} {compiles[1]:8.2f} {row['ratio_without_compile'] or 0:8.2f}"
+                f"  {row['status']}{', recompiled' if record.recompiled else ''}"
+            )
     for caches in ("off", "warm"):
         ratios = [r["ratio"] for r in rows if r["caches"] == caches]
-        compile_ratios = [r["dynamic_compile_s"] / r["static_compile_s"] for r in rows
-                          if r["caches"] == caches and r["static_compile_s"]]
+        compile_ratios = [
+            r["dynamic_compile_s"] / r["static_compile_s"]
+            for r in rows
+            if r["caches"] == caches and r["static_compile_s"]
+        ]
         rest = [r["ratio_without_compile"] for r in rows if r["caches"] == caches and r["ratio_without_compile"]]
-        print(f"caches {caches}: median ratio {statistics.median(ratios):.2f}, worst {max(ratios):.2f} "
-              f"(target {TARGET_RATIO}); Inductor's compile alone {statistics.median(compile_ratios):.2f}; "
-              f"the rest of the run {statistics.median(rest):.2f}")
+        print(
+            f"caches {caches}: median ratio {statistics.median(ratios):.2f}, worst {max(ratios):.2f} "
+            f"(target {TARGET_RATIO}); Inductor's compile alone {statistics.median(compile_ratios):.2f}; "
+            f"the rest of the run {statistics.median(rest):.2f}"
+        )
     if args.json_path:
         with open(args.json_path, "w", encoding="utf-8") as handle:
-            json.dump({"device": args.device, "torch": torch.__version__, "target_ratio": TARGET_RATIO,
-                       "rows": rows}, handle, indent=1)
+            json.dump(
+                {"device": args.device, "torch": torch.__version__, "target_ratio": TARGET_RATIO, "rows": rows},
+                handle,
+                indent=1,
+            )
     return 0
 
 

@@ -34,9 +34,14 @@ import time
 TARGET = 1.5
 # (name, harness selection and options): failures extraction starts from, of each kind.
 SCENARIOS = [
-    ("seed in a larger graph, boundary-downcast",
-     ["seed_index_as_strided_index_put", "--dtype", "int64", "--inject", "boundary-downcast"]),
-    ("relu_mlp training, backward fault", ["relu_mlp", "--mode", "training", "--inject", "fault-scale@*threshold_backward*"]),
+    (
+        "seed in a larger graph, boundary-downcast",
+        ["seed_index_as_strided_index_put", "--dtype", "int64", "--inject", "boundary-downcast"],
+    ),
+    (
+        "relu_mlp training, backward fault",
+        ["relu_mlp", "--mode", "training", "--inject", "fault-scale@*threshold_backward*"],
+    ),
     ("upstream #197895 floor divide", ["upstream_197895_float_floor_divide_off_by_one", "--dtype", "float32"]),
     ("upstream #197739 argmin", ["upstream_197739_argmin_transposed_intermediate"]),
     ("upstream #163932 softmax", ["upstream_163932_softmax_scaled_sin_view_nan"]),
@@ -47,8 +52,13 @@ SCENARIOS = [
 def run(selection: list[str], device: str, cache: str, extra: list[str], json_path: str) -> tuple[dict, float]:
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "harness", "run", *selection, "--device", device, "-q",
-                    "--json", json_path, *extra], env=env, capture_output=True, text=True, timeout=3600)
+    subprocess.run(
+        [sys.executable, "-m", "harness", "run", *selection, "--device", device, "-q", "--json", json_path, *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     wall = time.perf_counter() - started
     with open(json_path) as handle:
         records = json.load(handle)["records"]
@@ -75,17 +85,28 @@ def main() -> int:
         added = extracted.get("timings", {}).get("extract")
         ratio = None if added is None else added / max(plain["duration_s"], 1e-9)
         cold_ratio = None if added is None else added / max(cold["duration_s"], 1e-9)
-        row = {"scenario": name, "plain_s": plain["duration_s"], "plain_cold_s": cold["duration_s"],
-               "extract_s": added, "ratio": ratio, "ratio_to_cold": cold_ratio,
-               "wall_added_s": round(extract_wall - bisect_wall, 2), "extracted": extracted.get("extracted"),
-               "lines": (extracted.get("extraction") or {}).get("graph_lines"), "status": extracted["status"]}
+        row = {
+            "scenario": name,
+            "plain_s": plain["duration_s"],
+            "plain_cold_s": cold["duration_s"],
+            "extract_s": added,
+            "ratio": ratio,
+            "ratio_to_cold": cold_ratio,
+            "wall_added_s": round(extract_wall - bisect_wall, 2),
+            "extracted": extracted.get("extracted"),
+            "lines": (extracted.get("extraction") or {}).get("graph_lines"),
+            "status": extracted["status"],
+        }
         rows.append(row)
         verdict = "ok" if ratio is not None and ratio <= TARGET else "OVER"
         nan = float("nan")
-        print(f"{name:42} plain warm {row['plain_s']:5.2f}s cold {row['plain_cold_s']:5.2f}s  extract "
-              f"{added if added is not None else nan:5.2f}s  ratio warm {ratio if ratio is not None else nan:5.2f} "
-              f"({verdict}) cold {cold_ratio if cold_ratio is not None else nan:5.2f}  wall added "
-              f"{row['wall_added_s']:6.2f}s  {row['extracted']} ({row['lines']} lines)", flush=True)
+        print(
+            f"{name:42} plain warm {row['plain_s']:5.2f}s cold {row['plain_cold_s']:5.2f}s  extract "
+            f"{added if added is not None else nan:5.2f}s  ratio warm {ratio if ratio is not None else nan:5.2f} "
+            f"({verdict}) cold {cold_ratio if cold_ratio is not None else nan:5.2f}  wall added "
+            f"{row['wall_added_s']:6.2f}s  {row['extracted']} ({row['lines']} lines)",
+            flush=True,
+        )
     if args.json_path:
         with open(args.json_path, "w") as handle:
             json.dump({"device": args.device, "target": TARGET, "rows": rows}, handle, indent=1)

@@ -29,14 +29,24 @@ REPO = Path(__file__).resolve().parent.parent
 def run_side(label: str, selection: list[str], env: dict[str, str], extra: list[str], cwd: Path = REPO) -> dict:
     out = Path(tempfile.mkdtemp(prefix="bench-isolation-")) / "results.json"
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "harness", "run", *selection, *extra, "--json", str(out), "-q"],
-                          cwd=cwd, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "run", *selection, *extra, "--json", str(out), "-q"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.perf_counter() - started
     records = json.loads(out.read_text())["records"] if out.exists() else []
     statuses = {f"{r['case']}[{r['dtype']}-{r['mode']}]": r["status"] for r in records}
     print(f"{label:>28}: {wall:7.1f} s, {len(records)} runs, exit {done.returncode}", flush=True)
-    return {"label": label, "wall_s": round(wall, 2), "runs": len(records), "statuses": statuses,
-            "exit": done.returncode}
+    return {
+        "label": label,
+        "wall_s": round(wall, 2),
+        "runs": len(records),
+        "statuses": statuses,
+        "exit": done.returncode,
+    }
 
 
 def main() -> int:
@@ -53,8 +63,10 @@ def main() -> int:
     selection += [f"--mode={m}" for m in args.mode or []] + [f"--dtype={d}" for d in args.dtype or []]
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="bench-isolation-cache-"))
     run_side("warm-up (caches)", selection, env, ["--isolation", "module"])
-    sides = [run_side("--isolation case", selection, env, ["--isolation", "case"]),
-             run_side("--isolation module", selection, env, ["--isolation", "module"])]
+    sides = [
+        run_side("--isolation case", selection, env, ["--isolation", "case"]),
+        run_side("--isolation module", selection, env, ["--isolation", "module"]),
+    ]
     if args.against:
         against = Path(args.against).resolve()
         before = dict(env, PYTHONPATH=os.pathsep.join([str(against), env.get("PYTHONPATH", "")]))
@@ -64,11 +76,17 @@ def main() -> int:
         side["ratio"] = round(side["wall_s"] / base["wall_s"], 3)
         differing = sorted(k for k in side["statuses"] if side["statuses"][k] != base["statuses"].get(k))
         side["statuses_differing"] = differing
-        print(f"{side['label']:>28}: {side['ratio']:.2f}x of {base['label']}; statuses that differ: "
-              f"{', '.join(differing) or 'none'}")
+        print(
+            f"{side['label']:>28}: {side['ratio']:.2f}x of {base['label']}; statuses that differ: "
+            f"{', '.join(differing) or 'none'}"
+        )
     if args.json:
-        Path(args.json).write_text(json.dumps({"machine": platform.processor() or platform.machine(),
-                                               "cores": os.cpu_count(), "sides": sides}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(), "sides": sides},
+                indent=1,
+            )
+        )
     return 0
 
 

@@ -45,9 +45,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BARE = """
 import sys, torch
 from harness.devices import get_device
-from harness.execution import materialize_inputs
+from harness.run.program import materialize_inputs
 from harness.registry import load_registry
-from harness.run_identity import runs_of
+from harness.run.config import runs_of
 registry = load_registry()
 names = sys.argv[4].split(",") if len(sys.argv) > 4 else ()
 cases = registry.select(names, tags=sys.argv[1].split(",") if sys.argv[1] else (), keyword=sys.argv[2] or None)
@@ -91,8 +91,20 @@ def _records(path: str) -> list[dict]:
 
 
 def harness_command(args: argparse.Namespace, workers: int, out: str, names: tuple[str, ...] = ()) -> list[str]:
-    return [sys.executable, "-m", "harness", "run", *names, "--device", "cpu", *selection_args(args),
-            "--workers", str(workers), "--json", out]
+    return [
+        sys.executable,
+        "-m",
+        "harness",
+        "run",
+        *names,
+        "--device",
+        "cpu",
+        *selection_args(args),
+        "--workers",
+        str(workers),
+        "--json",
+        out,
+    ]
 
 
 def main() -> int:
@@ -103,17 +115,31 @@ def main() -> int:
     parser.add_argument("--mode", default="inference", help="a mode, or all (every mode of each case)")
     parser.add_argument("--full", action="store_true", help="case sources' full sweeps (OpInfo: every op and layout)")
     parser.add_argument("--shard", metavar="I/N", help="this part of the selection (a nightly-sized slice of --full)")
-    parser.add_argument("--cache-dir", help="the Inductor cache directory to warm and share (default: a new one; "
-                        "one kept between invocations spares a second cold warm-up)")
-    parser.add_argument("--warm-workers", type=int, default=None,
-                        help="workers for the cold warm-up (default: the largest --workers; the thread count per "
-                        "worker stays the measured one, which the compiled kernels depend on)")
-    parser.add_argument("--skip-warm", action="store_true",
-                        help="--cache-dir is already warm for this selection and thread count (an earlier "
-                        "invocation warmed it): a long curve split over invocations, e.g. one per N (speed-ups are "
-                        "printed against this invocation's first N: compare the times across invocations)")
-    parser.add_argument("--threads-per-worker", type=int, default=None,
-                        help="OMP threads of every worker (default: the cores over the largest --workers)")
+    parser.add_argument(
+        "--cache-dir",
+        help="the Inductor cache directory to warm and share (default: a new one; "
+        "one kept between invocations spares a second cold warm-up)",
+    )
+    parser.add_argument(
+        "--warm-workers",
+        type=int,
+        default=None,
+        help="workers for the cold warm-up (default: the largest --workers; the thread count per "
+        "worker stays the measured one, which the compiled kernels depend on)",
+    )
+    parser.add_argument(
+        "--skip-warm",
+        action="store_true",
+        help="--cache-dir is already warm for this selection and thread count (an earlier "
+        "invocation warmed it): a long curve split over invocations, e.g. one per N (speed-ups are "
+        "printed against this invocation's first N: compare the times across invocations)",
+    )
+    parser.add_argument(
+        "--threads-per-worker",
+        type=int,
+        default=None,
+        help="OMP threads of every worker (default: the cores over the largest --workers)",
+    )
     parser.add_argument("--pairs", type=int, default=3, help="alternating bare/harness pairs for the overhead")
     parser.add_argument("--skip-scaling", action="store_true")
     parser.add_argument("--skip-overhead", action="store_true")
@@ -130,16 +156,22 @@ def main() -> int:
     cache = args.cache_dir or os.path.join(work, "inductor-cache")
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, OMP_NUM_THREADS=str(threads))
     out = os.path.join(work, "results.json")
-    report: dict = {"machine": f"{platform.node()} {os.cpu_count()} cores", "python": platform.python_version(),
-                    "selection": selection_args(args), "threads_per_worker": threads,
-                    "date": time.strftime("%Y-%m-%d")}
+    report: dict = {
+        "machine": f"{platform.node()} {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "selection": selection_args(args),
+        "threads_per_worker": threads,
+        "date": time.strftime("%Y-%m-%d"),
+    }
     import torch
 
     report["torch"] = torch.__version__
     records = None
     if not args.skip_warm:
-        print(f"warming the Inductor cache ({' '.join(selection_args(args))}; {threads} threads per worker) ...",
-              flush=True)
+        print(
+            f"warming the Inductor cache ({' '.join(selection_args(args))}; {threads} threads per worker) ...",
+            flush=True,
+        )
         # The fastest way to a warm cache, one for every N: each worker compiles for the same thread count.
         report["warm_s"] = timed(harness_command(args, args.warm_workers or max(args.workers), out), env)
         records = _records(out)
@@ -155,9 +187,12 @@ def main() -> int:
             case_time[workers] = sum(r["duration_s"] for r in measured)
             speedup = curve[args.workers[0]] / curve[workers] * args.workers[0]
             outside = curve[workers] - case_time[workers] / workers
-            print(f"workers={workers}: {curve[workers]:.1f} s, speed-up {speedup:.2f}x, "
-                  f"efficiency {speedup / workers:.2f} (target >= {TARGET_EFFICIENCY}); "
-                  f"cases {case_time[workers]:.1f} s in all, outside them {outside:.1f} s", flush=True)
+            print(
+                f"workers={workers}: {curve[workers]:.1f} s, speed-up {speedup:.2f}x, "
+                f"efficiency {speedup / workers:.2f} (target >= {TARGET_EFFICIENCY}); "
+                f"cases {case_time[workers]:.1f} s in all, outside them {outside:.1f} s",
+                flush=True,
+            )
         report["scaling_s"], report["case_time_s"] = curve, case_time
     report["case_runs"] = len(records)
 
@@ -176,17 +211,28 @@ def main() -> int:
             harnessed_one.append(timed(harness_command(args, 1, out, first), env))
         h, b, h1, b1 = (statistics.median(t) for t in (harnessed, bare, harnessed_one, bare_one))
         overhead = h / b - 1
-        print(f"overhead, whole run: harness {h:.1f} s, bare {b:.1f} s for {report['case_runs']} case runs: "
-              f"{overhead:+.1%}", flush=True)
+        print(
+            f"overhead, whole run: harness {h:.1f} s, bare {b:.1f} s for {report['case_runs']} case runs: "
+            f"{overhead:+.1%}",
+            flush=True,
+        )
         # Per case: what each further case costs, the fixed start (one case) taken out of both.
         marginal = max(1, report["case_runs"] - first_runs)
         per_case_harness, per_case_bare = (h - h1) / marginal, (b - b1) / marginal
         per_case = per_case_harness / per_case_bare - 1
-        print(f"overhead per case: harness {per_case_harness * 1000:.0f} ms, bare {per_case_bare * 1000:.0f} ms: "
-              f"{per_case:+.1%} (target < {TARGET_OVERHEAD:.0%}); fixed start: harness {h1:.1f} s, bare {b1:.1f} s",
-              flush=True)
-        report.update(bare_s=bare, harness_s=harnessed, overhead=overhead, bare_one_case_s=bare_one,
-                      harness_one_case_s=harnessed_one, overhead_per_case=per_case)
+        print(
+            f"overhead per case: harness {per_case_harness * 1000:.0f} ms, bare {per_case_bare * 1000:.0f} ms: "
+            f"{per_case:+.1%} (target < {TARGET_OVERHEAD:.0%}); fixed start: harness {h1:.1f} s, bare {b1:.1f} s",
+            flush=True,
+        )
+        report.update(
+            bare_s=bare,
+            harness_s=harnessed,
+            overhead=overhead,
+            bare_one_case_s=bare_one,
+            harness_one_case_s=harnessed_one,
+            overhead_per_case=per_case,
+        )
 
     if args.json_path:
         with open(args.json_path, "w") as handle:

@@ -70,9 +70,20 @@ def _passing_output(rng: random.Random, name: str, dtype: str) -> OutputComparis
     numel = shape[0] * shape[1]
     max_abs = rng.uniform(1e-7, 1e-4)
     return OutputComparison(
-        name=name, dtype=dtype, shape=shape, numel=numel, bad=0, bad_pct=0.0,
-        max_abs=max_abs, max_rel=max_abs * rng.uniform(1, 50), passed=True, rule="tolerance",
-        rtol=1.3e-6, atol=1e-5, cosine=1 - rng.uniform(0, 1e-7), actual_max=rng.uniform(1, 10),
+        name=name,
+        dtype=dtype,
+        shape=shape,
+        numel=numel,
+        bad=0,
+        bad_pct=0.0,
+        max_abs=max_abs,
+        max_rel=max_abs * rng.uniform(1, 50),
+        passed=True,
+        rule="tolerance",
+        rtol=1.3e-6,
+        atol=1e-5,
+        cosine=1 - rng.uniform(0, 1e-7),
+        actual_max=rng.uniform(1, 10),
         expected_max=rng.uniform(1, 10),
     )
 
@@ -97,17 +108,32 @@ def _failing_output(rng: random.Random, name: str, dtype: str) -> OutputComparis
     mismatch, bad = _mismatch_map(rng, rows, cols)
     numel = rows * cols
     low = rng.randrange(-9, -5)
-    edges = [10.0 ** e for e in range(low, 2)]
+    edges = [10.0**e for e in range(low, 2)]
     counts = [int(numel * rng.random() / (2 * len(edges))) for _ in edges[:-1]]
     samples = [
         Sample(index=[rng.randrange(rows), rng.randrange(cols)], actual=rng.uniform(-3, 3), expected=rng.uniform(-3, 3))
         for _ in range(8)
     ]
     return OutputComparison(
-        name=name, dtype=dtype, shape=[rows, cols], numel=numel, bad=bad, bad_pct=100 * bad / numel,
-        max_abs=rng.uniform(0.01, 8), max_rel=rng.uniform(0.1, 1e3), passed=False, rule="tolerance",
-        rtol=1.6e-2, atol=1e-5, max_abs_index=[3, 17], max_rel_index=[0, 5], actual_max=4.2, expected_max=3.9,
-        cosine=rng.uniform(0.9, 0.9999), samples=samples, mismatch_map=mismatch,
+        name=name,
+        dtype=dtype,
+        shape=[rows, cols],
+        numel=numel,
+        bad=bad,
+        bad_pct=100 * bad / numel,
+        max_abs=rng.uniform(0.01, 8),
+        max_rel=rng.uniform(0.1, 1e3),
+        passed=False,
+        rule="tolerance",
+        rtol=1.6e-2,
+        atol=1e-5,
+        max_abs_index=[3, 17],
+        max_rel_index=[0, 5],
+        actual_max=4.2,
+        expected_max=3.9,
+        cosine=rng.uniform(0.9, 0.9999),
+        samples=samples,
+        mismatch_map=mismatch,
         error_histogram=ErrorHistogram(edges=edges, counts=counts, zero=numel - sum(counts)),
         layout_notes=["stride (1, 4096) != (4096, 1)"] if rng.random() < 0.2 else [],
     )
@@ -116,9 +142,15 @@ def _failing_output(rng: random.Random, name: str, dtype: str) -> OutputComparis
 def _kernel(rng: random.Random, n: int) -> Localization:
     rows, cols = 4096, 512
     return Localization(
-        answer="kernel", diverged=True, graph=rng.choice(("forward 0", "backward 0")), launch_index=rng.randrange(40),
-        launches=40, name=f"triton_red_fused__softmax_{n}", kind="triton",
-        source=KERNEL_SOURCE.format(n=n, rows=rows, cols=cols), nodes=["amax", "sub", "exp", "mul"],
+        answer="kernel",
+        diverged=True,
+        graph=rng.choice(("forward 0", "backward 0")),
+        launch_index=rng.randrange(40),
+        launches=40,
+        name=f"triton_red_fused__softmax_{n}",
+        kind="triton",
+        source=KERNEL_SOURCE.format(n=n, rows=rows, cols=cols),
+        nodes=["amax", "sub", "exp", "mul"],
         aten_ops=["aten.amax.default", "aten.sub.Tensor", "aten.exp.default", "aten.mul.Tensor"],
         args=[
             KernelArgument("in_ptr0", "buf3", "in", "float16", [rows, cols], [cols, 1], 0),
@@ -126,9 +158,12 @@ def _kernel(rng: random.Random, n: int) -> Localization:
             KernelArgument("out_ptr0", "buf4", "out", "float32", [rows], [1], 0),
             KernelArgument("out_ptr1", "buf5", "out", "float16", [rows, cols], [cols, 1], 0),
         ],
-        isolated=rng.choice(("kernel is wrong: on eager values of its inputs it still diverges",
-                             "upstream drift amplified here")),
-        metrics=_failing_output(rng, "out_ptr1", "float16"), buffers=["out_ptr1"], stage="inductor",
+        isolated=rng.choice(
+            ("kernel is wrong: on eager values of its inputs it still diverges", "upstream drift amplified here")
+        ),
+        metrics=_failing_output(rng, "out_ptr1", "float16"),
+        buffers=["out_ptr1"],
+        stage="inductor",
     )
 
 
@@ -138,8 +173,14 @@ def synthetic_records(count: int, seed: int = 0) -> list[CaseResult]:
     for n in range(count):
         dtype, mode = rng.choice(DTYPES), rng.choice(MODES)
         record = CaseResult(
-            case=f"suite_{n % 17}.case_{n}", device="cuda:0", backend="inductor", dtype=dtype, mode=mode,
-            status="pass", duration_s=rng.uniform(0.2, 20), versions=dict(VERSIONS),
+            case=f"suite_{n % 17}.case_{n}",
+            device="cuda:0",
+            backend="inductor",
+            dtype=dtype,
+            mode=mode,
+            status="pass",
+            duration_s=rng.uniform(0.2, 20),
+            versions=dict(VERSIONS),
             command=f"python -m harness run cases/suite_{n % 17}.py -k case_{n} --dtype {dtype} --mode {mode}",
         )
         draw = rng.random()
@@ -153,7 +194,8 @@ def synthetic_records(count: int, seed: int = 0) -> list[CaseResult]:
             record.error = ErrorInfo(
                 "torch._dynamo.exc.BackendCompilerFailed",
                 f"backend='inductor' raised:\nAssertionError: case {n}",
-                "Traceback (most recent call last):\n" + '  File "harness/runner.py", line 88, in run\n    compiled(*inputs)\n' * 20,
+                "Traceback (most recent call last):\n"
+                + '  File "harness/run/case.py", line 88, in run\n    compiled(*inputs)\n' * 20,
             )
         elif draw < 0.12:
             record.status, record.reason = "skip", "needs a GPU with bf16 support"
@@ -174,8 +216,14 @@ def main() -> None:
     args = parser.parse_args()
     records = synthetic_records(args.records)
     baseline = synthetic_records(args.records, seed=1)
-    run_meta = {"started_at": "2026-11-30T01:00:00+00:00", "duration_s": 5400.0, "device": "cuda:0",
-                "backend": "inductor", "versions": VERSIONS, "command": "python -m harness run cases/"}
+    run_meta = {
+        "started_at": "2026-11-30T01:00:00+00:00",
+        "duration_s": 5400.0,
+        "device": "cuda:0",
+        "backend": "inductor",
+        "versions": VERSIONS,
+        "command": "python -m harness run cases/",
+    }
     # The first render compiles the templates; nightly reports pay that once too, so it counts.
     timings, html = [], ""
     for _ in range(args.repeat):
@@ -184,7 +232,9 @@ def main() -> None:
         timings.append(time.perf_counter() - start)
     failing = sum(r.status == "fail" for r in records)
     print(f"rendered {len(records)} records ({failing} failing with maps/histograms/kernels) + baseline diff")
-    print(f"render time: first {timings[0]:.3f} s, best {min(timings):.3f} s over {args.repeat} runs; page {len(html) / 1e6:.2f} MB")
+    print(
+        f"render time: first {timings[0]:.3f} s, best {min(timings):.3f} s over {args.repeat} runs; page {len(html) / 1e6:.2f} MB"
+    )
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:
             handle.write(html)

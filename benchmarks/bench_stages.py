@@ -35,7 +35,7 @@ REPEATS = 3
 
 
 def measure(case, dtype, mode, config) -> tuple[float, object]:
-    from harness.runner import run_case
+    from harness.run.case import run_case
 
     times, record = [], None
     for _ in range(REPEATS):
@@ -54,7 +54,7 @@ def main() -> int:
     import torch
 
     from harness.registry import load_registry
-    from harness.runner import RunConfig
+    from harness.run.case import RunConfig
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
     from test_stages import DYNAMO_BUG
@@ -70,13 +70,22 @@ def main() -> int:
             continue
         bisect, record = measure(case, dtype, mode, RunConfig(device=args.device, bisect=True))
         found = record.first_divergent_kernel
-        rows.append({
-            "case": case.name, "dtype": str(dtype).removeprefix("torch."), "mode": mode, "answer": found.answer,
-            "stage": found.stage, "graph_pass": found.graph_pass, "compiles": found.compiles,
-            "changed_passes": len(found.graph_passes_changed), "plain_s": round(plain, 3),
-            "bisect_s": round(bisect, 3), "ratio": round(bisect / plain, 2),
-            "within_target": found.compiles <= TARGET_COMPILES,
-        })
+        rows.append(
+            {
+                "case": case.name,
+                "dtype": str(dtype).removeprefix("torch."),
+                "mode": mode,
+                "answer": found.answer,
+                "stage": found.stage,
+                "graph_pass": found.graph_pass,
+                "compiles": found.compiles,
+                "changed_passes": len(found.graph_passes_changed),
+                "plain_s": round(plain, 3),
+                "bisect_s": round(bisect, 3),
+                "ratio": round(bisect / plain, 2),
+                "within_target": found.compiles <= TARGET_COMPILES,
+            }
+        )
     print(f"device {args.device}, torch {torch.__version__}; median of {REPEATS} runs, warm caches")
     print(f"{'case':58} {'answer':34} {'compiles':>8} {'plain s':>8} {'bisect s':>9} {'ratio':>6}")
     for row in rows:
@@ -84,8 +93,10 @@ def main() -> int:
             print(f"{row['case']:58} {row['note']}")
             continue
         answer = f"{row['stage']}" + (f" ({row['graph_pass'].split(': ')[-1]})" if row["graph_pass"] else "")
-        print(f"{row['case'][:58]:58} {answer[:34]:34} {row['compiles']:>8} {row['plain_s']:>8} "
-              f"{row['bisect_s']:>9} {row['ratio']:>6}")
+        print(
+            f"{row['case'][:58]:58} {answer[:34]:34} {row['compiles']:>8} {row['plain_s']:>8} "
+            f"{row['bisect_s']:>9} {row['ratio']:>6}"
+        )
     if args.json_path:
         with open(args.json_path, "w") as handle:
             json.dump(rows, handle, indent=2)

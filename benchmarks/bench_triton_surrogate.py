@@ -22,8 +22,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SURROGATE_DIR = ROOT / "tests" / "npu_surrogate"
-CLASSES = ("first-launch-dropped-stores", "masked-store-lost", "half-scalar-arg", "reduction-small-inner",
-           "masked-load-garbage")
+CLASSES = (
+    "first-launch-dropped-stores",
+    "masked-store-lost",
+    "half-scalar-arg",
+    "reduction-small-inner",
+    "masked-load-garbage",
+)
 RUNS = [["-k", f"{name} and hit", "--inject", name, "--bisect"] for name in CLASSES] + [
     ["seed_rmsnorm_weight_grad_small", "--inject", "reduction-partial", "--bisect"],
     ["seed_index_as_strided_view", "--dtype", "int64", "--inject", "boundary-downcast", "--bisect"],
@@ -37,9 +42,13 @@ def main() -> int:
     sys.path.insert(0, str(SURROGATE_DIR))
     from install_triton import install
 
-    modes = {"cpp": {"PYTHONPATH": os.pathsep.join([str(SURROGATE_DIR), str(ROOT)])},
-             "triton": {"PYTHONPATH": os.pathsep.join([str(SURROGATE_DIR), install(), str(ROOT)]),
-                        "NPU_SURROGATE_CODEGEN": "triton"}}
+    modes = {
+        "cpp": {"PYTHONPATH": os.pathsep.join([str(SURROGATE_DIR), str(ROOT)])},
+        "triton": {
+            "PYTHONPATH": os.pathsep.join([str(SURROGATE_DIR), install(), str(ROOT)]),
+            "NPU_SURROGATE_CODEGEN": "triton",
+        },
+    }
     figures: dict[str, dict[str, float]] = {}
     for mode, settings in modes.items():
         with tempfile.TemporaryDirectory() as cache:
@@ -48,11 +57,18 @@ def main() -> int:
             for cache_state in ("cold", "warm"):
                 started = time.perf_counter()
                 for run in RUNS:
-                    result = subprocess.run([sys.executable, "-m", "harness", "run", *run, "--device", "npu"],
-                                            env=env, cwd=ROOT, capture_output=True, text=True)
+                    result = subprocess.run(
+                        [sys.executable, "-m", "harness", "run", *run, "--device", "npu"],
+                        env=env,
+                        cwd=ROOT,
+                        capture_output=True,
+                        text=True,
+                    )
                     if result.returncode not in (0, 1):
-                        print(f"error: {mode}: {' '.join(run)}: {result.stderr.strip().splitlines()[-1:]}",
-                              file=sys.stderr)
+                        print(
+                            f"error: {mode}: {' '.join(run)}: {result.stderr.strip().splitlines()[-1:]}",
+                            file=sys.stderr,
+                        )
                         return 1
                 figures.setdefault(mode, {})[cache_state] = round(time.perf_counter() - started, 1)
                 print(f"{mode:7s} {cache_state}: {figures[mode][cache_state]:7.1f} s ({len(RUNS)} harness runs)")

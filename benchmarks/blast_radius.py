@@ -50,8 +50,22 @@ FAILING = {"fail", "error", "xpass", "nondeterministic"}
 
 
 def run_sweep(args: argparse.Namespace, inject: str | None, path: str) -> float:
-    command = [sys.executable, "-m", "harness", "run", "--tag", "opinfo", "--device", args.device,
-               "--json", path, "--timeout", str(args.timeout), "--workers", str(args.workers)]
+    command = [
+        sys.executable,
+        "-m",
+        "harness",
+        "run",
+        "--tag",
+        "opinfo",
+        "--device",
+        args.device,
+        "--json",
+        path,
+        "--timeout",
+        str(args.timeout),
+        "--workers",
+        str(args.workers),
+    ]
     if args.full:
         command.append("--full")
     if args.keyword:
@@ -102,35 +116,50 @@ def analyse(baseline: list[CaseResult], injected: list[CaseResult], fixed: list[
         diagnoses = defaultdict(int)
         for r in runs:
             text = r.diagnosis or (f"{r.stage} {r.error.type}" if r.error else "no diagnosis")
-            diagnoses["narrowing" if text.startswith("precision narrowing") else
-                      "layout" if text.startswith("layout") else text[:80]] += 1
-        per_op.append({
-            "op": op, "broken_runs": len(runs),
-            "layouts": sorted({op_and_layout(r)[1] for r in runs}, key=_LAYOUT_ORDER.index),  # type: ignore[index]
-            "dtypes": sorted({r.dtype for r in runs}), "modes": sorted({r.mode for r in runs}),
-            "non_dense_64bit_reached_kernel": any((s.non_dense_args or 0) > 0 for s in stats),
-            "non_dense_args": sum(s.non_dense_args or 0 for s in stats),
-            "converted_args": sum(s.converted_args or 0 for s in stats),
-            # Arguments of one launch in one storage: converted one by one, a write through one misses the others.
-            "aliased_args": sum(s.aliased_args or 0 for s in stats),
-            # Emulations that count what they touched (faults, rewritten kernels, triton-ascend's classes).
-            "hit_launches": sum(1 for s in stats for h in s.hits or () if not h.startswith("aten:")),
-            # Fallback calls (ATen fallbacks, custom ops; hits named `aten:N:op`), counted apart from kernel launches.
-            "hit_fallbacks": sum(1 for s in stats for h in s.hits or () if h.startswith("aten:")),
-            "diagnoses": dict(diagnoses), "first": runs[0].run_id,
-            "first_symptom": _symptom(runs[0]),
-        })
+            diagnoses[
+                "narrowing"
+                if text.startswith("precision narrowing")
+                else "layout"
+                if text.startswith("layout")
+                else text[:80]
+            ] += 1
+        per_op.append(
+            {
+                "op": op,
+                "broken_runs": len(runs),
+                "layouts": sorted({op_and_layout(r)[1] for r in runs}, key=_LAYOUT_ORDER.index),  # type: ignore[index]
+                "dtypes": sorted({r.dtype for r in runs}),
+                "modes": sorted({r.mode for r in runs}),
+                "non_dense_64bit_reached_kernel": any((s.non_dense_args or 0) > 0 for s in stats),
+                "non_dense_args": sum(s.non_dense_args or 0 for s in stats),
+                "converted_args": sum(s.converted_args or 0 for s in stats),
+                # Arguments of one launch in one storage: converted one by one, a write through one misses the others.
+                "aliased_args": sum(s.aliased_args or 0 for s in stats),
+                # Emulations that count what they touched (faults, rewritten kernels, triton-ascend's classes).
+                "hit_launches": sum(1 for s in stats for h in s.hits or () if not h.startswith("aten:")),
+                # Fallback calls (ATen fallbacks, custom ops; hits named `aten:N:op`), counted apart from kernel launches.
+                "hit_fallbacks": sum(1 for s in stats for h in s.hits or () if h.startswith("aten:")),
+                "diagnoses": dict(diagnoses),
+                "first": runs[0].run_id,
+                "first_symptom": _symptom(runs[0]),
+            }
+        )
     fix_broken = broken_runs(baseline, fixed) if fixed is not None else None
     layouts = [l for l in _LAYOUT_ORDER if any(k[1] == l for k in totals)]
     return {
-        "runs": len(injected), "baseline_runs": len(baseline),
+        "runs": len(injected),
+        "baseline_runs": len(baseline),
         "baseline_failing": sum(str(r.status) in FAILING | {"xfail"} for r in baseline),
-        "ops": len({k[0] for k in totals}), "broken_runs": len(broken), "broken_ops": len(ops),
+        "ops": len({k[0] for k in totals}),
+        "broken_runs": len(broken),
+        "broken_ops": len(ops),
         "missed_runs": sum(missed(r) for r in injected),
         "layouts": layouts,
         "table": {op: {l: [cells.get((op, l), 0), totals.get((op, l), 0)] for l in layouts} for op in ops},
-        "per_layout": {l: [sum(cells.get((op, l), 0) for op in ops), sum(n for (o, ll), n in totals.items() if ll == l)]
-                       for l in layouts},
+        "per_layout": {
+            l: [sum(cells.get((op, l), 0) for op in ops), sum(n for (o, ll), n in totals.items() if ll == l)]
+            for l in layouts
+        },
         "per_op": per_op,
         "fix_broken_runs": None if fix_broken is None else [r.run_id for r in fix_broken],
     }
@@ -144,19 +173,32 @@ def _symptom(record: CaseResult) -> str:
 
 
 def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
-    lines = [f"# Blast radius of `{meta['inject']}` over the OpInfo sweep", "",
-             f"Device `{meta['device']}`, sweep `{meta['sweep']}`{', -k ' + repr(meta['keyword']) if meta.get('keyword') else ''}"
-             f"{', shard ' + meta['shard'] if meta.get('shard') else ''}, "
-             f"torch {meta.get('torch', '?')}. {result['runs']} runs of {result['ops']} ops under the injection; "
-             f"{result['baseline_failing']} runs already fail or are known failures without it (not counted).", "",
-             f"**{result['broken_runs']} runs of {result['broken_ops']} ops broken by `{meta['inject']}`** "
-             "(pass without the injection, fail with it)"
-             + (f"; {result['missed_runs']} runs had nothing it applies to (`injection-missed`: for a launch-boundary "
-                "conversion, no generated kernel launched; not counted)"
-                if result.get("missed_runs") else "") + ".", ""]
+    lines = [
+        f"# Blast radius of `{meta['inject']}` over the OpInfo sweep",
+        "",
+        f"Device `{meta['device']}`, sweep `{meta['sweep']}`{', -k ' + repr(meta['keyword']) if meta.get('keyword') else ''}"
+        f"{', shard ' + meta['shard'] if meta.get('shard') else ''}, "
+        f"torch {meta.get('torch', '?')}. {result['runs']} runs of {result['ops']} ops under the injection; "
+        f"{result['baseline_failing']} runs already fail or are known failures without it (not counted).",
+        "",
+        f"**{result['broken_runs']} runs of {result['broken_ops']} ops broken by `{meta['inject']}`** "
+        "(pass without the injection, fail with it)"
+        + (
+            f"; {result['missed_runs']} runs had nothing it applies to (`injection-missed`: for a launch-boundary "
+            "conversion, no generated kernel launched; not counted)"
+            if result.get("missed_runs")
+            else ""
+        )
+        + ".",
+        "",
+    ]
     if meta.get("fix"):
         broken = result["fix_broken_runs"]
-        lines += [f"**The fix `{meta['fix']}` breaks {len(broken)} runs**" + (": " + ", ".join(broken[:20]) if broken else "."), ""]
+        lines += [
+            f"**The fix `{meta['fix']}` breaks {len(broken)} runs**"
+            + (": " + ", ".join(broken[:20]) if broken else "."),
+            "",
+        ]
     lines += ["## Per layout", "", "| layout | broken / runs |", "|---|---|"]
     lines += [f"| {l} | {b} / {n} |" for l, (b, n) in result["per_layout"].items()]
     # A launch-boundary conversion says which arguments it converted; other injections say which launches they hit.
@@ -164,29 +206,39 @@ def markdown(result: dict[str, Any], meta: dict[str, Any]) -> str:
     if result["per_op"]:
         layouts = result["layouts"]
         last = "non-dense int64/float64 reached its kernel" if converts else "launches hit"
-        lines += ["", "## Op x layout (broken runs / runs)", "",
-                  "| op | " + " | ".join(layouts) + f" | {last} |",
-                  "|---|" + "---|" * len(layouts) + "---|"]
+        lines += [
+            "",
+            "## Op x layout (broken runs / runs)",
+            "",
+            "| op | " + " | ".join(layouts) + f" | {last} |",
+            "|---|" + "---|" * len(layouts) + "---|",
+        ]
         for entry in result["per_op"]:
             row = result["table"][entry["op"]]
             cells = [(f"**{b}**/{n}" if b else (f"0/{n}" if n else "–")) for b, n in (row[l] for l in layouts)]
-            reached = ('yes' if entry['non_dense_64bit_reached_kernel'] else 'no') if converts else entry["hit_launches"]
+            reached = (
+                ('yes' if entry['non_dense_64bit_reached_kernel'] else 'no') if converts else entry["hit_launches"]
+            )
             lines.append(f"| `{entry['op']}` | " + " | ".join(cells) + f" | {reached} |")
         lines += ["", "## Broken ops, one line each", ""]
         for e in result["per_op"]:
             if not converts:
                 diagnoses = ", ".join(f"{k}: {v}" for k, v in e["diagnoses"].items())
-                lines.append(f"- `{e['op']}`: {e['broken_runs']} runs ({', '.join(e['layouts'])}; "
-                             f"{', '.join(e['dtypes'])}; {', '.join(e['modes'])}); {e['hit_launches']} launches hit; "
-                             f"diagnosis: {diagnoses}; first: `{e['first']}`: {e['first_symptom']}")
+                lines.append(
+                    f"- `{e['op']}`: {e['broken_runs']} runs ({', '.join(e['layouts'])}; "
+                    f"{', '.join(e['dtypes'])}; {', '.join(e['modes'])}); {e['hit_launches']} launches hit; "
+                    f"diagnosis: {diagnoses}; first: `{e['first']}`: {e['first_symptom']}"
+                )
                 continue
             diagnoses = ", ".join(f"{k}: {v}" for k, v in e["diagnoses"].items())
-            lines.append(f"- `{e['op']}`: {e['broken_runs']} runs ({', '.join(e['layouts'])}; {', '.join(e['dtypes'])}; "
-                         f"{', '.join(e['modes'])}); non-dense int64/float64 argument reached its kernel: "
-                         f"**{'yes' if e['non_dense_64bit_reached_kernel'] else 'no'}** ({e['non_dense_args']} of "
-                         f"{e['converted_args']} converted arguments non-dense, {e['aliased_args']} sharing a storage "
-                         f"with another argument of their launch); diagnosis: {diagnoses}; first: "
-                         f"`{e['first']}`: {e['first_symptom']}")
+            lines.append(
+                f"- `{e['op']}`: {e['broken_runs']} runs ({', '.join(e['layouts'])}; {', '.join(e['dtypes'])}; "
+                f"{', '.join(e['modes'])}); non-dense int64/float64 argument reached its kernel: "
+                f"**{'yes' if e['non_dense_64bit_reached_kernel'] else 'no'}** ({e['non_dense_args']} of "
+                f"{e['converted_args']} converted arguments non-dense, {e['aliased_args']} sharing a storage "
+                f"with another argument of their launch); diagnosis: {diagnoses}; first: "
+                f"`{e['first']}`: {e['first_symptom']}"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -197,8 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fix", default="boundary-downcast-strided", help="the fix to check ('' for none)")
     parser.add_argument("--full", action="store_true", help="the full sweep (default: the ci sample)")
     parser.add_argument("-k", dest="keyword", help="restrict the sweep (harness -k expression)")
-    parser.add_argument("--shard", metavar="I/N", help="the I-th of N equal parts of the sweep (harness run --shard): "
-                        "a uniform sample, or one host's part")
+    parser.add_argument(
+        "--shard",
+        metavar="I/N",
+        help="the I-th of N equal parts of the sweep (harness run --shard): a uniform sample, or one host's part",
+    )
     parser.add_argument("--out", default=os.path.join(ROOT, "reports", "blast-radius"))
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per case run")
     parser.add_argument("--workers", type=int, default=1, help="worker processes per sweep (harness run --workers)")
@@ -210,8 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.out, exist_ok=True)
     timings = {}
     paths = {}
-    for label, inject, given in (("baseline", None, args.baseline), (args.inject, args.inject, args.bug),
-                                 (args.fix, args.fix, args.fix_results)):
+    for label, inject, given in (
+        ("baseline", None, args.baseline),
+        (args.inject, args.inject, args.bug),
+        (args.fix, args.fix, args.fix_results),
+    ):
         if label == "" or label is None:
             continue
         path = given or os.path.join(args.out, f"results-{label}.json")
@@ -222,10 +280,17 @@ def main(argv: list[str] | None = None) -> int:
     _, injected = read_results(paths[args.inject])
     fixed = read_results(paths[args.fix])[1] if args.fix else None
     result = analyse(baseline, injected, fixed)
-    meta = {"inject": args.inject, "fix": args.fix or None, "device": args.device, "keyword": args.keyword,
-            "shard": args.shard, "sweep": "full" if args.full else "ci",
-            "torch": (meta_run.get("versions") or {}).get("torch"),
-            "wall_s": timings, "results": paths}
+    meta = {
+        "inject": args.inject,
+        "fix": args.fix or None,
+        "device": args.device,
+        "keyword": args.keyword,
+        "shard": args.shard,
+        "sweep": "full" if args.full else "ci",
+        "torch": (meta_run.get("versions") or {}).get("torch"),
+        "wall_s": timings,
+        "results": paths,
+    }
     with open(os.path.join(args.out, "blast_radius.json"), "w", encoding="utf-8") as handle:
         json.dump({"meta": meta, **result}, handle, indent=1)
     text = markdown(result, meta)

@@ -50,24 +50,34 @@ def _registry():  # once per worker process
 
 
 def _run(device: str, case_name: str, mode: str, inject: str | None) -> dict:
-    from harness.runner import RunConfig, run_case
+    from harness.run.case import RunConfig, run_case
 
     case = _registry().cases[case_name]
-    record = run_case(case, case.dtypes[0], mode,
-                      RunConfig(device=device, inject=inject, bisect="on-failure" if inject else "always"))
+    record = run_case(
+        case, case.dtypes[0], mode, RunConfig(device=device, inject=inject, bisect="on-failure" if inject else "always")
+    )
     found = record.first_divergent_kernel
-    return {"inject": inject, "status": str(record.status), "error": record.error.message[:300] if record.error else None,
-            "answer": str(found.answer) if found else None, "launch_index": found.launch_index if found else None,
-            "launches": found.launches if found else None, "diverged": bool(found and found.diverged),
-            "line": found.line()[:300] if found else None}
+    return {
+        "inject": inject,
+        "status": str(record.status),
+        "error": record.error.message[:300] if record.error else None,
+        "answer": str(found.answer) if found else None,
+        "launch_index": found.launch_index if found else None,
+        "launches": found.launches if found else None,
+        "diverged": bool(found and found.diverged),
+        "line": found.line()[:300] if found else None,
+    }
 
 
 def sweep(device: str, case_name: str, mode: str, kinds: list[str], pool: concurrent.futures.Executor) -> dict:
     clean = _run(device, case_name, mode, None)
     if clean["status"] != "pass" or clean["diverged"] or not clean["launches"]:
         return {"clean": clean, "error": "the clean run must pass with no divergence"}
-    jobs = {pool.submit(_run, device, case_name, mode, f"fault-{kind}@{k}"): (kind, k)
-            for kind in kinds for k in range(clean["launches"])}
+    jobs = {
+        pool.submit(_run, device, case_name, mode, f"fault-{kind}@{k}"): (kind, k)
+        for kind in kinds
+        for k in range(clean["launches"])
+    }
     table: dict[str, collections.Counter] = {kind: collections.Counter() for kind in kinds}
     misses = []
     for job in concurrent.futures.as_completed(jobs):
@@ -88,8 +98,11 @@ def sweep(device: str, case_name: str, mode: str, kinds: list[str], pool: concur
         row["named"] += named
         if not named:
             misses.append({"fault": f"{kind}@{k}", **result})
-    return {"launches": clean["launches"], "table": {kind: dict(row) for kind, row in table.items()},
-            "misses": sorted(misses, key=lambda m: m["fault"])}
+    return {
+        "launches": clean["launches"],
+        "table": {kind: dict(row) for kind, row in table.items()},
+        "misses": sorted(misses, key=lambda m: m["fault"]),
+    }
 
 
 def main() -> int:
@@ -105,8 +118,9 @@ def main() -> int:
     started = time.perf_counter()
     figures = {}
     context = multiprocessing.get_context("spawn")  # no torch state inherited from the parent
-    with concurrent.futures.ProcessPoolExecutor(args.processes, mp_context=context, initializer=_share_cores,
-                                                initargs=(args.processes,)) as pool:
+    with concurrent.futures.ProcessPoolExecutor(
+        args.processes, mp_context=context, initializer=_share_cores, initargs=(args.processes,)
+    ) as pool:
         for case_name in cases:
             figures[case_name] = sweep(args.device, case_name, args.mode, kinds, pool)
     ok = True
@@ -119,26 +133,43 @@ def main() -> int:
         totals = collections.Counter()
         for kind, row in figure["table"].items():
             totals.update(row)
-            print(f"{case_name:22} {kind:16} {row.get('runs', 0):5} {row.get('absorbed', 0):8} {row.get('failing', 0):8} "
-                  f"{row.get('answered', 0):9} {row.get('named', 0):6}")
+            print(
+                f"{case_name:22} {kind:16} {row.get('runs', 0):5} {row.get('absorbed', 0):8} {row.get('failing', 0):8} "
+                f"{row.get('answered', 0):9} {row.get('named', 0):6}"
+            )
         failing = totals["failing"] or 1
         answered, named = totals["answered"] / failing, totals["named"] / failing
         figure["answered_share"], figure["named_share"] = round(answered, 4), round(named, 4)
-        print(f"{case_name:22} {'all':16} {totals['runs']:5} {totals['absorbed']:8} {totals['failing']:8} "
-              f"{totals['answered']:9} {totals['named']:6}   answered {answered:.1%}, named {named:.1%} "
-              f"({figure['launches']} launches)")
+        print(
+            f"{case_name:22} {'all':16} {totals['runs']:5} {totals['absorbed']:8} {totals['failing']:8} "
+            f"{totals['answered']:9} {totals['named']:6}   answered {answered:.1%}, named {named:.1%} "
+            f"({figure['launches']} launches)"
+        )
         for miss in figure["misses"]:
             print(f"    miss {miss['fault']}: {miss['status']} {miss.get('error') or miss['line']}")
         ok = ok and answered >= TARGET_ANSWERED and named >= TARGET_NAMED
     elapsed = round(time.perf_counter() - started, 1)
-    print(f"{elapsed} s with {args.processes} processes; targets: answered {TARGET_ANSWERED:.0%}, named >= {TARGET_NAMED:.0%}")
+    print(
+        f"{elapsed} s with {args.processes} processes; targets: answered {TARGET_ANSWERED:.0%}, named >= {TARGET_NAMED:.0%}"
+    )
     if args.json:
         import torch
 
         with open(args.json, "w") as handle:
-            json.dump({"date": time.strftime("%Y-%m-%d"), "device": args.device, "mode": args.mode,
-                       "machine": platform.node(), "torch": torch.__version__, "seconds": elapsed,
-                       "processes": args.processes, "figures": figures}, handle, indent=1)
+            json.dump(
+                {
+                    "date": time.strftime("%Y-%m-%d"),
+                    "device": args.device,
+                    "mode": args.mode,
+                    "machine": platform.node(),
+                    "torch": torch.__version__,
+                    "seconds": elapsed,
+                    "processes": args.processes,
+                    "figures": figures,
+                },
+                handle,
+                indent=1,
+            )
     return 0 if ok else 1
 
 

@@ -11,8 +11,10 @@ import torch
 
 from harness import Case, Program, broadcast, contiguous, gapped, permuted, strided
 
-ISSUE = ("torch_npu Inductor (triton_experimental) report on AllenaiLongformerBase training (int64 boundary "
-         "downcast collapses a non-dense layout): the same risk for every non-dense int64/float64 kernel argument")
+ISSUE = (
+    "torch_npu Inductor (triton_experimental) report on AllenaiLongformerBase training (int64 boundary "
+    "downcast collapses a non-dense layout): the same risk for every non-dense int64/float64 kernel argument"
+)
 WIDE_DTYPES = (torch.int64, torch.float64)
 # arange's start: a tenth makes float64 values (and results) that float32 cannot
 # hold exactly, so narrowing shows as rounding; integers keep plain addresses (int(0.1) == 0).
@@ -38,9 +40,15 @@ def _input_case(layout, spec, dense):
     return Case(
         name=f"layout_input_{layout}",
         build=lambda dtype: Program(read_and_scale, [spec]),
-        tags=("layout", "input-side", "dense" if dense else "non-dense", layout,
-              *(("quick",) if layout == "overlapping" else ())),  # the family's sample in the quick run
-        dtypes=WIDE_DTYPES, issue=ISSUE,
+        tags=(
+            "layout",
+            "input-side",
+            "dense" if dense else "non-dense",
+            layout,
+            *(("quick",) if layout == "overlapping" else ()),
+        ),  # the family's sample in the quick run
+        dtypes=WIDE_DTYPES,
+        issue=ISSUE,
         description=f"A kernel reads an argument laid out as {layout} ({spec.describe()}).",
     )
 
@@ -64,37 +72,47 @@ CASES += [
         name="layout_output_inplace_gapped",
         build=lambda dtype: Program(scale_in_place, [gapped((48, 64), step=2, fill="arange", low=START)]),
         tags=("layout", "output-side", "non-dense", "gapped_slice", "inplace", "quick"),
-        dtypes=WIDE_DTYPES, issue=ISSUE,
+        dtypes=WIDE_DTYPES,
+        issue=ISSUE,
         description="A kernel updates a gapped slice in place (an in/out argument with holes).",
     ),
     Case(
         name="layout_output_inplace_permuted",
         build=lambda dtype: Program(scale_in_place, [permuted((64, 48), (1, 0), fill="arange", low=START)]),
         tags=("layout", "output-side", "dense", "permuted", "inplace"),
-        dtypes=WIDE_DTYPES, issue=ISSUE,
+        dtypes=WIDE_DTYPES,
+        issue=ISSUE,
         description="Control: a kernel updates a permuted (dense) tensor in place.",
     ),
     Case(
         name="layout_output_index_put_gapped",
-        build=lambda dtype: Program(put_through_index, [
-            gapped((4096,), step=2, fill="arange", low=START),
-            contiguous((512,), fill="randint", low=-1000, high=1000),
-        ]),
+        build=lambda dtype: Program(
+            put_through_index,
+            [
+                gapped((4096,), step=2, fill="arange", low=START),
+                contiguous((512,), fill="randint", low=-1000, high=1000),
+            ],
+        ),
         tags=("layout", "output-side", "non-dense", "gapped_slice", "index_put", "index"),
-        dtypes=(torch.int64,), issue=ISSUE,
+        dtypes=(torch.int64,),
+        issue=ISSUE,
         description="index_put_ into a gapped int64 buffer: a scatter writes a non-dense output.",
     ),
     Case(
         name="layout_output_slices_of_one_buffer",
-        build=lambda dtype: Program(blocks_on_a_diagonal, [
-            contiguous((1, 5), fill="arange", low=START),
-            contiguous((2, 5), fill="arange", low=START),
-            contiguous((3, 5), fill="arange", low=START),
-        ]),
+        build=lambda dtype: Program(
+            blocks_on_a_diagonal,
+            [
+                contiguous((1, 5), fill="arange", low=START),
+                contiguous((2, 5), fill="arange", low=START),
+                contiguous((3, 5), fill="arange", low=START),
+            ],
+        ),
         tags=("layout", "output-side", "aliasing", "block_diag"),
-        dtypes=WIDE_DTYPES, issue=ISSUE,
+        dtypes=WIDE_DTYPES,
+        issue=ISSUE,
         description="block_diag: one kernel writes slices of a buffer (views at offsets, each non-dense) and reads "
-                    "the buffer back; a launcher converting each argument on its own loses the writes.",
+        "the buffer back; a launcher converting each argument on its own loses the writes.",
     ),
 ]
 

@@ -18,10 +18,12 @@ from harness.opinfo import OpFailure, OpTolerance, opinfo_source
 
 UNREPORTED_CONJ = "cases/upstream/issue_new_fft_conj_view_copy.py (new; not yet reported upstream)"
 UNREPORTED_SPLIT = "cases/upstream/issue_new_split_overlapping_input_grad.py (new; not yet reported upstream)"
-UNREPORTED_SCATTER_BROADCAST = ("cases/upstream/issue_new_as_strided_scatter_broadcast_input.py "
-                                "(new; not yet reported upstream)")
-UNREPORTED_SCATTER_OFFSET = ("cases/upstream/issue_new_as_strided_scatter_input_offset.py "
-                             "(new; not yet reported upstream)")
+UNREPORTED_SCATTER_BROADCAST = (
+    "cases/upstream/issue_new_as_strided_scatter_broadcast_input.py (new; not yet reported upstream)"
+)
+UNREPORTED_SCATTER_OFFSET = (
+    "cases/upstream/issue_new_as_strided_scatter_input_offset.py (new; not yet reported upstream)"
+)
 UNREPORTED_COPY_OFFSET = "cases/upstream/README.md, Notes: as_strided_copy (new; not yet reported upstream)"
 UNREPORTED_COMPLEX_TRITON = "cases/upstream/README.md, Notes: complex64 in Triton (new; not yet reported upstream)"
 UNREPORTED_INDEX_FILL = "cases/upstream/README.md, Notes: index_fill (new; not yet reported upstream)"
@@ -29,115 +31,253 @@ UNREPORTED_INDEX_FILL = "cases/upstream/README.md, Notes: index_fill (new; not y
 KNOWN_FAILURES = (
     # torch.view_copy is decomposed into view().clone(): a layout `view` cannot take (expanded, permuted,
     # overlapping) fails in FakeTensor/the decomposition, eager's reshape fallback copies.
-    OpFailure("view_copy", "https://github.com/pytorch/pytorch/issues/191136",
-              KnownFailure("view_copy of a layout view() cannot take: the decomposition lacks eager's reshape fallback "
-                           "(pytorch#191136, fix #191480)", device="cpu", torch="2.13"),
-              layouts=("permuted", "broadcast", "overlapping")),
+    OpFailure(
+        "view_copy",
+        "https://github.com/pytorch/pytorch/issues/191136",
+        KnownFailure(
+            "view_copy of a layout view() cannot take: the decomposition lacks eager's reshape fallback "
+            "(pytorch#191136, fix #191480)",
+            device="cpu",
+            torch="2.13",
+        ),
+        layouts=("permuted", "broadcast", "overlapping"),
+    ),
     # ihfft = conj(r2c FFT): the lazy conjugate view of a non-contiguous fallback result is copied to the
     # output without conjugating. The full sweep shows ifft too (its compiled result is the conjugate of eager's
     # on a permuted input, every dtype that runs).
-    *(OpFailure(op, UNREPORTED_CONJ,
-                KnownFailure("the conjugate view of a non-contiguous FFT result is copied without conjugating "
-                             f"({UNREPORTED_CONJ})", device="cpu", torch="2.13"),
-                layouts=("permuted",))
-      for op in ("fft.ihfft", "fft.ifft")),
+    *(
+        OpFailure(
+            op,
+            UNREPORTED_CONJ,
+            KnownFailure(
+                f"the conjugate view of a non-contiguous FFT result is copied without conjugating ({UNREPORTED_CONJ})",
+                device="cpu",
+                torch="2.13",
+            ),
+            layouts=("permuted",),
+        )
+        for op in ("fft.ihfft", "fft.ifft")
+    ),
     # The pooling lowerings decode the window offset argmax returns as row-major, but the reduction's loop order
     # follows the input's strides: on an input whose spatial dims are not in row-major memory order the indices
     # come out with the window's dims swapped (the values are right). Found by the full sweep.
-    OpFailure("nn.functional.max_pool3d", "https://github.com/pytorch/pytorch/issues/197434",
-              KnownFailure("max_pool3d indices of an input whose spatial dims are not in row-major memory order "
-                           "(pytorch#197434, fix #197596)", device="cpu", torch="2.13"),
-              layouts=("permuted",)),
+    OpFailure(
+        "nn.functional.max_pool3d",
+        "https://github.com/pytorch/pytorch/issues/197434",
+        KnownFailure(
+            "max_pool3d indices of an input whose spatial dims are not in row-major memory order "
+            "(pytorch#197434, fix #197596)",
+            device="cpu",
+            torch="2.13",
+        ),
+        layouts=("permuted",),
+    ),
     # as_strided_scatter of an expanded input keeps its stride-0 layout (rows alias; OpInfo's sample writes past
     # them: int64 corrupted the heap and killed its worker). Its floating samples of that layout are skipped.
-    *(OpFailure("as_strided_scatter", UNREPORTED_SCATTER_BROADCAST,
-                KnownFailure(f"as_strided_scatter of an expanded input ({UNREPORTED_SCATTER_BROADCAST})",
-                             device="cpu", dtype=dtype, torch="2.13"),
-                layouts=("broadcast",), samples=(2,))
-      for dtype in ("int64", "int32", "bool")),
+    *(
+        OpFailure(
+            "as_strided_scatter",
+            UNREPORTED_SCATTER_BROADCAST,
+            KnownFailure(
+                f"as_strided_scatter of an expanded input ({UNREPORTED_SCATTER_BROADCAST})",
+                device="cpu",
+                dtype=dtype,
+                torch="2.13",
+            ),
+            layouts=("broadcast",),
+            samples=(2,),
+        )
+        for dtype in ("int64", "int32", "bool")
+    ),
     # as_strided_scatter on an input with a storage offset counts storage_offset from the input's first element
     # (caches off too). bool is left out: its sample scatters the value the element already holds.
-    *(OpFailure("as_strided_scatter", UNREPORTED_SCATTER_OFFSET,
-                KnownFailure(f"as_strided_scatter of an input with a storage offset ({UNREPORTED_SCATTER_OFFSET})",
-                             device="cpu", dtype=dtype, torch="2.13"),
-                layouts=("storage_offset",), samples=(0,))
-      for dtype in ("float32", "bfloat16", "float16", "int64", "int32")),
+    *(
+        OpFailure(
+            "as_strided_scatter",
+            UNREPORTED_SCATTER_OFFSET,
+            KnownFailure(
+                f"as_strided_scatter of an input with a storage offset ({UNREPORTED_SCATTER_OFFSET})",
+                device="cpu",
+                dtype=dtype,
+                torch="2.13",
+            ),
+            layouts=("storage_offset",),
+            samples=(0,),
+        )
+        for dtype in ("float32", "bfloat16", "float16", "int64", "int32")
+    ),
     # as_strided with an explicit storage offset bakes the input's offset into the compiled code, and neither
     # Dynamo nor the FX graph cache key guards on it: whichever of the contiguous and the storage-offset sample
     # compiles first (in any process sharing the cache) makes the other read the wrong element. Not strict:
     # which runs fail depends on the order.
-    OpFailure("as_strided_copy", UNREPORTED_COPY_OFFSET,
-              KnownFailure(f"as_strided_copy: the input's storage offset is baked into compiled code no cache key "
-                           f"holds ({UNREPORTED_COPY_OFFSET})", device="cpu", torch="2.13", strict=False),
-              layouts=("contiguous", "storage_offset"), samples=(0,)),
+    OpFailure(
+        "as_strided_copy",
+        UNREPORTED_COPY_OFFSET,
+        KnownFailure(
+            f"as_strided_copy: the input's storage offset is baked into compiled code no cache key "
+            f"holds ({UNREPORTED_COPY_OFFSET})",
+            device="cpu",
+            torch="2.13",
+            strict=False,
+        ),
+        layouts=("contiguous", "storage_offset"),
+        samples=(0,),
+    ),
     # The outputs of split() and its kin are views of the input; AOTAutograd regenerates them from the input's
     # storage, so with an overlapping input the input gradient sums over shared addresses (aot_eager already
     # differs). The full sweep shows the whole family (dsplit, hsplit and unbind samples agree).
-    *(OpFailure(op, UNREPORTED_SPLIT,
-                KnownFailure(f"input gradient of {op} outputs of an overlapping input ({UNREPORTED_SPLIT})",
-                             device="cpu", mode="training", torch="2.13"),
-                layouts=("overlapping",))
-      for op in ("split", "split.list_args", "split_with_sizes", "chunk", "unsafe_chunk", "unsafe_split")),
+    *(
+        OpFailure(
+            op,
+            UNREPORTED_SPLIT,
+            KnownFailure(
+                f"input gradient of {op} outputs of an overlapping input ({UNREPORTED_SPLIT})",
+                device="cpu",
+                mode="training",
+                torch="2.13",
+            ),
+            layouts=("overlapping",),
+        )
+        for op in ("split", "split.list_args", "split_with_sizes", "chunk", "unsafe_chunk", "unsafe_split")
+    ),
     # CUDA, torch 2.11: seen in two 1/32 shards of the full sweep on an H200 (2026-12-01), one dtype and mode
     # each, so not strict: the other dtypes and modes of these layouts were not run there.
-    OpFailure("view_copy", "https://github.com/pytorch/pytorch/issues/191136",
-              KnownFailure("view_copy of a layout view() cannot take (pytorch#191136); seen on CUDA in int32 and "
-                           "bool", device="cuda", torch="2.11", strict=False),
-              layouts=("permuted", "broadcast", "overlapping")),
-    OpFailure("nn.functional.max_pool3d", "https://github.com/pytorch/pytorch/issues/197434",
-              KnownFailure("max_pool3d indices of an input whose spatial dims are not in row-major memory order "
-                           "(pytorch#197434); seen on CUDA in bfloat16 training", device="cuda", torch="2.11",
-                           strict=False),
-              layouts=("permuted",)),
+    OpFailure(
+        "view_copy",
+        "https://github.com/pytorch/pytorch/issues/191136",
+        KnownFailure(
+            "view_copy of a layout view() cannot take (pytorch#191136); seen on CUDA in int32 and bool",
+            device="cuda",
+            torch="2.11",
+            strict=False,
+        ),
+        layouts=("permuted", "broadcast", "overlapping"),
+    ),
+    OpFailure(
+        "nn.functional.max_pool3d",
+        "https://github.com/pytorch/pytorch/issues/197434",
+        KnownFailure(
+            "max_pool3d indices of an input whose spatial dims are not in row-major memory order "
+            "(pytorch#197434); seen on CUDA in bfloat16 training",
+            device="cuda",
+            torch="2.11",
+            strict=False,
+        ),
+        layouts=("permuted",),
+    ),
     # Triton's fp32 a / b is not IEEE-rounded: floor() of an exact integer quotient can land one below.
-    OpFailure("floor_divide", "https://github.com/pytorch/pytorch/issues/197895",
-              KnownFailure("floor_divide computed as floor(a / b) with a non-IEEE division (pytorch#197895 and "
-                           "#177740); seen on CUDA in bfloat16", device="cuda", torch="2.11", strict=False)),
+    OpFailure(
+        "floor_divide",
+        "https://github.com/pytorch/pytorch/issues/197895",
+        KnownFailure(
+            "floor_divide computed as floor(a / b) with a non-IEEE division (pytorch#197895 and "
+            "#177740); seen on CUDA in bfloat16",
+            device="cuda",
+            torch="2.11",
+            strict=False,
+        ),
+    ),
     # CUDA, torch 2.11, H200 (2026-12-02): every sample of these ops and layouts (all dtypes, both modes) run there.
     # The stride-0 scatter class: the compiled output keeps the expanded input's stride-0 layout, rows aliased;
     # localization names the kernel that wrote it and the strides of both sides.
-    *(OpFailure(op, UNREPORTED_SCATTER_BROADCAST,
-                KnownFailure(f"{op} of an expanded input returns a stride-0 output, rows aliased "
-                             f"({UNREPORTED_SCATTER_BROADCAST}); seen on CUDA", device="cuda", torch="2.11"),
-                layouts=("broadcast",), samples=samples)
-      for op, samples in (("select_scatter", None), ("slice_scatter", None), ("as_strided_scatter", (2,)))),
+    *(
+        OpFailure(
+            op,
+            UNREPORTED_SCATTER_BROADCAST,
+            KnownFailure(
+                f"{op} of an expanded input returns a stride-0 output, rows aliased "
+                f"({UNREPORTED_SCATTER_BROADCAST}); seen on CUDA",
+                device="cuda",
+                torch="2.11",
+            ),
+            layouts=("broadcast",),
+            samples=samples,
+        )
+        for op, samples in (("select_scatter", None), ("slice_scatter", None), ("as_strided_scatter", (2,)))
+    ),
     # bool is left out, as on CPU: its sample scatters the value the element already holds (it passes).
-    *(OpFailure("as_strided_scatter", UNREPORTED_SCATTER_OFFSET,
-                KnownFailure(f"as_strided_scatter of an input with a storage offset ({UNREPORTED_SCATTER_OFFSET}); "
-                             "seen on CUDA", device="cuda", dtype=dtype, torch="2.11"),
-                layouts=("storage_offset",), samples=(0,))
-      for dtype in ("float32", "bfloat16", "float16", "int64", "int32")),
+    *(
+        OpFailure(
+            "as_strided_scatter",
+            UNREPORTED_SCATTER_OFFSET,
+            KnownFailure(
+                f"as_strided_scatter of an input with a storage offset ({UNREPORTED_SCATTER_OFFSET}); seen on CUDA",
+                device="cuda",
+                dtype=dtype,
+                torch="2.11",
+            ),
+            layouts=("storage_offset",),
+            samples=(0,),
+        )
+        for dtype in ("float32", "bfloat16", "float16", "int64", "int32")
+    ),
     # A complex64 tensor passed to a generated Triton kernel: Inductor's Triton signature has no type for it
     # (`torch/_inductor/utils.py` `_type_of`: KeyError 'complex64'), a compile error. The FFTs' non-contiguous
     # (permuted) inputs and view_as_complex of an expanded input reach a pointwise kernel with a complex argument.
     # float16 FFTs give complex32, which takes another path: they pass, and are left out.
-    *(OpFailure(op, UNREPORTED_COMPLEX_TRITON,
-                KnownFailure(f"a complex64 argument of a generated Triton kernel: no Triton type for it "
-                             f"({UNREPORTED_COMPLEX_TRITON}); seen on CUDA", device="cuda", dtype=dtype,
-                             torch="2.11"),
-                layouts=layouts)
-      for op, layouts, dtypes in (*((fft, ("permuted",), ("float32", "int64", "int32", "bool"))
-                                    for fft in ("fft.fft", "fft.ifft", "fft.ihfft", "fft.rfft")),
-                                  ("view_as_complex", ("broadcast",), (None,)))
-      for dtype in dtypes),
-    OpFailure("as_strided_copy", UNREPORTED_COPY_OFFSET,
-              KnownFailure(f"as_strided_copy: the input's storage offset is baked into compiled code no cache key "
-                           f"holds ({UNREPORTED_COPY_OFFSET}); seen on CUDA", device="cuda", torch="2.11",
-                           strict=False),
-              layouts=("contiguous", "storage_offset"), samples=(0,)),
+    *(
+        OpFailure(
+            op,
+            UNREPORTED_COMPLEX_TRITON,
+            KnownFailure(
+                f"a complex64 argument of a generated Triton kernel: no Triton type for it "
+                f"({UNREPORTED_COMPLEX_TRITON}); seen on CUDA",
+                device="cuda",
+                dtype=dtype,
+                torch="2.11",
+            ),
+            layouts=layouts,
+        )
+        for op, layouts, dtypes in (
+            *(
+                (fft, ("permuted",), ("float32", "int64", "int32", "bool"))
+                for fft in ("fft.fft", "fft.ifft", "fft.ihfft", "fft.rfft")
+            ),
+            ("view_as_complex", ("broadcast",), (None,)),
+        )
+        for dtype in dtypes
+    ),
+    OpFailure(
+        "as_strided_copy",
+        UNREPORTED_COPY_OFFSET,
+        KnownFailure(
+            f"as_strided_copy: the input's storage offset is baked into compiled code no cache key "
+            f"holds ({UNREPORTED_COPY_OFFSET}); seen on CUDA",
+            device="cuda",
+            torch="2.11",
+            strict=False,
+        ),
+        layouts=("contiguous", "storage_offset"),
+        samples=(0,),
+    ),
     # index_fill of a non-contiguous input (sample 4: a 0-dim value over a permuted, gapped, expanded or
     # overlapping input): Inductor's reinplacing asserts on the copy_ into the permuted empty it makes for the
     # result ("AssertionError: n=copy_, n.args[0]=permute"), every dtype and mode: a compile error, no result.
-    OpFailure("index_fill", UNREPORTED_INDEX_FILL,
-              KnownFailure("index_fill of a non-contiguous input: the compile asserts in reinplacing (copy_ into a "
-                           "permuted empty); seen on CUDA", device="cuda", torch="2.11"),
-              layouts=("permuted", "gapped", "broadcast", "overlapping"), samples=(4,)),
+    OpFailure(
+        "index_fill",
+        UNREPORTED_INDEX_FILL,
+        KnownFailure(
+            "index_fill of a non-contiguous input: the compile asserts in reinplacing (copy_ into a "
+            "permuted empty); seen on CUDA",
+            device="cuda",
+            torch="2.11",
+        ),
+        layouts=("permuted", "gapped", "broadcast", "overlapping"),
+        samples=(4,),
+    ),
     # The compiled output keeps the expanded input's stride-0 layout (rows alias), as as_strided_scatter's does.
-    OpFailure("diagonal_scatter", UNREPORTED_SCATTER_BROADCAST,
-              KnownFailure(f"diagonal_scatter of an expanded input returns a stride-0 output, rows aliased "
-                           f"({UNREPORTED_SCATTER_BROADCAST}); seen on CUDA in bfloat16", device="cuda",
-                           torch="2.11", strict=False),
-              layouts=("broadcast",)),
+    OpFailure(
+        "diagonal_scatter",
+        UNREPORTED_SCATTER_BROADCAST,
+        KnownFailure(
+            f"diagonal_scatter of an expanded input returns a stride-0 output, rows aliased "
+            f"({UNREPORTED_SCATTER_BROADCAST}); seen on CUDA in bfloat16",
+            device="cuda",
+            torch="2.11",
+            strict=False,
+        ),
+        layouts=("broadcast",),
+    ),
 )
 
 # Differences decided to be rounding, each with its reasoning.
@@ -149,8 +289,12 @@ ROUNDING = (
     # from rounding alone. The float64 reference cannot rank them at that level: it recomputes tan(x) unrounded,
     # while both sides share the float16 y, whose half-ulp rounding (1 + y^2 amplifies it by 2y^2 / (1 + y^2),
     # close to 2 near the pole) is of the same size. So it is rounding, not a compiler bug: 2 ulps of float16.
-    OpTolerance("tan", torch.float16, Tolerance(rtol=2e-3, atol=1e-5),
-                "2 float16 ulps: the backward's three float16 roundings in eager against one in Inductor"),
+    OpTolerance(
+        "tan",
+        torch.float16,
+        Tolerance(rtol=2e-3, atol=1e-5),
+        "2 float16 ulps: the backward's three float16 roundings in eager against one in Inductor",
+    ),
 )
 
 CASE_SOURCES = [opinfo_source(KNOWN_FAILURES, ROUNDING)]

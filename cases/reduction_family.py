@@ -2,7 +2,7 @@
 
 Seed 002's NPU codegen broke reductions over several flattened axes in two
 ways, emulated on CPU and CUDA by `--inject reduction-partial` and
-`--inject reduction-axis-order` (`harness/rewritten_kernels.py`). Each case
+`--inject reduction-axis-order` (`harness/inject/rewritten.py`). Each case
 here is one point of the space those bugs depend on, so that each emulation
 can be shown to hit and to miss where it should:
 
@@ -32,8 +32,10 @@ import torch
 
 from harness import Case, Program, contiguous, permuted
 
-ISSUE = ("torch_npu Inductor (NPU Triton codegen) report: multi-axis reduction scoped wrong after flatten "
-         "(RMSNorm weight gradient, sum over dims (0, 1, 2) of a permuted bf16 x fp32 product)")
+ISSUE = (
+    "torch_npu Inductor (NPU Triton codegen) report: multi-axis reduction scoped wrong after flatten "
+    "(RMSNorm weight gradient, sum over dims (0, 1, 2) of a permuted bf16 x fp32 product)"
+)
 ROWS = 8  # outputs: one reduction per row
 # Small integers: every sum (and product) is exact in float32 whatever the order, so a correct
 # kernel matches eager to the bit and a failure is never a reordered sum.
@@ -61,12 +63,14 @@ def axis_sizes(axes: int, size: str) -> tuple[int, ...]:
 def sum_last(axes: int):
     def program(x):
         return x.sum(dim=tuple(range(-axes, 0)))
+
     return program
 
 
 def product_sum_last(axes: int):
     def program(a, b):
         return (a * b).sum(dim=tuple(range(-axes, 0)))
+
     return program
 
 
@@ -80,26 +84,42 @@ def _build(axes: int, layout: str, size: str):
         # b is stored with its first two reduced axes swapped (as the seed's permute(0, 2, 1, 3)):
         # no two reduced axes are adjacent in both operands, so none can be merged.
         stored = (ROWS, sizes[1], sizes[0], *sizes[2:])
-        return Program(product_sum_last(axes), [contiguous((ROWS, *sizes), **VALUES),
-                                               permuted(stored, (0, 2, 1, *range(3, axes + 1)), **VALUES)])
+        return Program(
+            product_sum_last(axes),
+            [contiguous((ROWS, *sizes), **VALUES), permuted(stored, (0, 2, 1, *range(3, axes + 1)), **VALUES)],
+        )
+
     return build
 
 
 FAMILY = [
-    (1, "contiguous", "below"), (1, "contiguous", "at"), (1, "contiguous", "above"), (1, "permuted", "above"),
-    (2, "contiguous", "below"), (2, "contiguous", "above"), (2, "permuted", "above"),
-    (3, "contiguous", "at"), (3, "permuted", "above"),
+    (1, "contiguous", "below"),
+    (1, "contiguous", "at"),
+    (1, "contiguous", "above"),
+    (1, "permuted", "above"),
+    (2, "contiguous", "below"),
+    (2, "contiguous", "above"),
+    (2, "permuted", "above"),
+    (3, "contiguous", "at"),
+    (3, "permuted", "above"),
 ]
 
 CASES = [
     Case(
         name=f"reduction_axes{axes}_{layout}_{size}",
         build=_build(axes, layout, size),
-        tags=("reduction", "emulation-target", f"axes{axes}", layout, f"{size}-chunk",
-              *(("quick",) if (axes, layout, size) == (2, "permuted", "above") else ())),  # the quick run's sample
-        dtypes=(torch.float32,), issue=ISSUE,
+        tags=(
+            "reduction",
+            "emulation-target",
+            f"axes{axes}",
+            layout,
+            f"{size}-chunk",
+            *(("quick",) if (axes, layout, size) == (2, "permuted", "above") else ()),
+        ),  # the quick run's sample
+        dtypes=(torch.float32,),
+        issue=ISSUE,
         description=f"A sum over {axes} axis{'es' if axes > 1 else ''} ({layout} layout), "
-                    f"{size} one loop chunk{' (4100 elements)' if size == 'above' else ''}.",
+        f"{size} one loop chunk{' (4100 elements)' if size == 'above' else ''}.",
     )
     for axes, layout, size in FAMILY
 ]

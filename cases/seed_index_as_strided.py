@@ -21,13 +21,17 @@ import torch
 from harness import KnownFailure, Program, case, contiguous, strided
 
 # The upstream report (a torch_npu issue, in Chinese) has no public link we could find; it is named in words.
-ISSUE = ("torch_npu Inductor (triton_experimental) report: int64 boundary downcast collapses a non-dense layout "
-         "(AllenaiLongformerBase training accuracy, backward index_put index producer)")
+ISSUE = (
+    "torch_npu Inductor (triton_experimental) report: int64 boundary downcast collapses a non-dense layout "
+    "(AllenaiLongformerBase training accuracy, backward index_put index producer)"
+)
 VIEW_SIZE = (12, 4, 768, 64)
 VIEW_STRIDE = (98304, 16384, 64, 1)
 BASE_NUMEL = 1179648
 NPU_BOUNDARY_DOWNCAST = KnownFailure(
-    device="npu", npu_backend="triton_experimental", dtype="int64",
+    device="npu",
+    npu_backend="triton_experimental",
+    dtype="int64",
     reason="triton_experimental narrows int64 args with Tensor.to(), collapsing the overlapping view (seed 000)",
 )
 
@@ -40,15 +44,23 @@ def index_producer_from_view(view):
     return view.contiguous().view(-1)
 
 
-@case(tags=("seed", "quick", "layout", "overlapping", "index"), dtypes=(torch.int64, torch.int32), issue=ISSUE,
-      known_failures=(NPU_BOUNDARY_DOWNCAST,))
+@case(
+    tags=("seed", "quick", "layout", "overlapping", "index"),
+    dtypes=(torch.int64, torch.int32),
+    issue=ISSUE,
+    known_failures=(NPU_BOUNDARY_DOWNCAST,),
+)
 def seed_index_as_strided_base(dtype):
     """The report's repro: arange base in, overlapping view built inside the graph."""
     return Program(index_producer_from_base, [contiguous((BASE_NUMEL,), fill="arange")])
 
 
-@case(tags=("seed", "quick", "layout", "overlapping", "index"), dtypes=(torch.int64, torch.int32), issue=ISSUE,
-      known_failures=(NPU_BOUNDARY_DOWNCAST,))
+@case(
+    tags=("seed", "quick", "layout", "overlapping", "index"),
+    dtypes=(torch.int64, torch.int32),
+    issue=ISSUE,
+    known_failures=(NPU_BOUNDARY_DOWNCAST,),
+)
 def seed_index_as_strided_view(dtype):
     """As the backward graph sees it: the overlapping view is the graph input."""
     view = strided(VIEW_SIZE, VIEW_STRIDE, storage_numel=BASE_NUMEL, fill="arange")
@@ -62,16 +74,26 @@ def index_put_backward(view, grad, weight):
     index = index_producer_from_view(view)
     scaled = grad * weight
     scattered = torch.zeros(BASE_NUMEL, dtype=grad.dtype, device=grad.device).index_put(
-        (index,), scaled.reshape(-1), accumulate=True)
+        (index,), scaled.reshape(-1), accumulate=True
+    )
     return scattered.neg(), scaled.sum(0)
 
 
-@case(tags=("seed", "quick", "layout", "overlapping", "index"), dtypes=(torch.int64, torch.int32), issue=ISSUE,
-      known_failures=(NPU_BOUNDARY_DOWNCAST,))
+@case(
+    tags=("seed", "quick", "layout", "overlapping", "index"),
+    dtypes=(torch.int64, torch.int32),
+    issue=ISSUE,
+    known_failures=(NPU_BOUNDARY_DOWNCAST,),
+)
 def seed_index_as_strided_index_put(dtype):
     """The overlapping view inside a larger graph (a scatter of a gradient through it): what `harness extract`
     reduces back to the view and its copy."""
     view = strided(VIEW_SIZE, VIEW_STRIDE, storage_numel=BASE_NUMEL, fill="arange")
-    return Program(index_put_backward, [
-        view, contiguous(VIEW_SIZE, dtype=torch.float32, fill="randint", low=-4, high=5),
-        contiguous(VIEW_SIZE[-1:], dtype=torch.float32, fill="randint", low=-4, high=5)])
+    return Program(
+        index_put_backward,
+        [
+            view,
+            contiguous(VIEW_SIZE, dtype=torch.float32, fill="randint", low=-4, high=5),
+            contiguous(VIEW_SIZE[-1:], dtype=torch.float32, fill="randint", low=-4, high=5),
+        ],
+    )

@@ -13,8 +13,10 @@ from torch import nn
 from harness import Program, Tolerance, case, contiguous, permuted
 
 # The upstream report (a torch_npu issue, in Chinese) has no public link we could find; it is named in words.
-ISSUE = ("torch_npu Inductor (NPU Triton codegen) report: multi-axis reduction scoped wrong after flatten "
-         "(RMSNorm weight gradient, sum over dims (0, 1, 2) of a permuted bf16 x fp32 product)")
+ISSUE = (
+    "torch_npu Inductor (NPU Triton codegen) report: multi-axis reduction scoped wrong after flatten "
+    "(RMSNorm weight gradient, sum over dims (0, 1, 2) of a permuted bf16 x fp32 product)"
+)
 # The report checks with assert_close(rtol=1e-2, atol=1e-2) on the bf16 result.
 REPORT_TOLERANCE = {torch.bfloat16: Tolerance(rtol=1e-2, atol=1e-2)}
 
@@ -34,15 +36,21 @@ def _inputs(batch, seq, heads, head_dim):
     ]
 
 
-@case(tags=("seed", "quick", "reduction", "permute"), dtypes=(torch.bfloat16,), issue=ISSUE,
-      tolerances=REPORT_TOLERANCE, size="full")
+@case(
+    tags=("seed", "quick", "reduction", "permute"),
+    dtypes=(torch.bfloat16,),
+    issue=ISSUE,
+    tolerances=REPORT_TOLERANCE,
+    size="full",
+)
 def seed_rmsnorm_weight_grad(dtype):
     """The report's shapes: batch 2, seq 4096, heads 64, head_dim 128."""
     return Program(rms_norm_weight_grad, _inputs(2, 4096, 64, 128))
 
 
-@case(tags=("seed", "quick", "reduction", "permute"), dtypes=(torch.bfloat16,), issue=ISSUE,
-      tolerances=REPORT_TOLERANCE)
+@case(
+    tags=("seed", "quick", "reduction", "permute"), dtypes=(torch.bfloat16,), issue=ISSUE, tolerances=REPORT_TOLERANCE
+)
 def seed_rmsnorm_weight_grad_small(dtype):
     """The same program at shapes two CPU cores afford (head_dim kept at 128)."""
     return Program(rms_norm_weight_grad, _inputs(2, 64, 8, 128))
@@ -61,8 +69,12 @@ class PermutedRMSNorm(nn.Module):
         return (x.float() * inv_rms).to(x.dtype) * self.weight.to(x.dtype)
 
 
-@case(tags=("seed", "quick", "reduction", "permute", "training"), dtypes=(torch.float32, torch.bfloat16),
-      modes=("training",), issue=ISSUE)
+@case(
+    tags=("seed", "quick", "reduction", "permute", "training"),
+    dtypes=(torch.float32, torch.bfloat16),
+    modes=("training",),
+    issue=ISSUE,
+)
 def rmsnorm_permuted_training(dtype):
     """The same weight gradient as autograd derives it: forward + backward of a permuted RMSNorm."""
     return Program(PermutedRMSNorm(128), [contiguous((2, 8, 32, 128), requires_grad=True)])

@@ -53,11 +53,19 @@ def transformer_encoder(dtype):
 RELU_TIE_ON_CUDA = KnownFailure(
     "a correct program: one ReLU input within rounding of zero is rounded to the other side by the compiled "
     "code, and every gradient below that layer differs (a tie of a discontinuous op, not a bug)",
-    device="cuda", torch="2.11", strict=False)
+    device="cuda",
+    torch="2.11",
+    strict=False,
+)
 
 
-@case(tags=("model", "relu", "transformer", "training"), dtypes=(torch.float32,), modes=("training",), size="full",
-      known_failures=(RELU_TIE_ON_CUDA,))
+@case(
+    tags=("model", "relu", "transformer", "training"),
+    dtypes=(torch.float32,),
+    modes=("training",),
+    size="full",
+    known_failures=(RELU_TIE_ON_CUDA,),
+)
 def transformer_encoder_t5_small(dtype):
     """T5-small's scale (d_model 512, 8 heads, d_ff 2048, 6 layers) as a plain encoder: a GPU benchmark."""
     torch.manual_seed(0)

@@ -47,7 +47,7 @@ else
     python=$(command -v python3 || echo python3)
 fi
 if [[ -z ${HARNESS:-} ]]; then
-    if ! "$python" -c "import harness.cli" >/dev/null 2>&1; then
+    if ! "$python" -c "import harness.frontends.cli" >/dev/null 2>&1; then
         echo "error: $python cannot import the harness: set HARNESS_PYTHON to the Python it is installed in" \
              "(after the README's set-up, $checkout/.venv/bin/python)" >&2
         exit 2

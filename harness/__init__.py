@@ -14,10 +14,17 @@ import importlib
 from typing import Any
 
 _PUBLIC = {
-    "Case": "registry", "KnownFailure": "registry", "Program": "registry", "case": "registry",
-    "TensorSpec": "inputs", "broadcast": "inputs", "contiguous": "inputs", "gapped": "inputs",
-    "permuted": "inputs", "strided": "inputs",
-    "Tolerance": "tolerances",
+    "Case": "registry",
+    "KnownFailure": "registry",
+    "Program": "registry",
+    "case": "registry",
+    "TensorSpec": "inputs",
+    "broadcast": "inputs",
+    "contiguous": "inputs",
+    "gapped": "inputs",
+    "permuted": "inputs",
+    "strided": "inputs",
+    "Tolerance": "judge.tolerances",
 }
 
 __all__ = sorted(_PUBLIC)

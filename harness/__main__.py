@@ -1,6 +1,6 @@
 import sys
 
-from .cli import main
+from harness.frontends.cli import main
 
 # Guarded: multiprocessing's spawn re-imports the main module in each worker.
 if __name__ == "__main__":

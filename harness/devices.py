@@ -32,7 +32,7 @@ FULL_FLOAT32: dict[str, tuple[tuple[str, str, Any], ...]] = {
 
 @contextlib.contextmanager
 def _attributes_set(settings: tuple[tuple[str, str, Any], ...]) -> Iterator[None]:
-    from .inductor_compat.torch_state import backend_flags_mutable
+    from harness.inductor_compat.torch_state import backend_flags_mutable
 
     saved = []
     try:
@@ -167,7 +167,9 @@ class Cuda(Device):
 
     def unavailable_reason(self) -> str | None:
         if not torch.cuda.is_available():
-            build = "a CPU-only torch build" if torch.version.cuda is None else f"torch built for CUDA {torch.version.cuda}"
+            build = (
+                "a CPU-only torch build" if torch.version.cuda is None else f"torch built for CUDA {torch.version.cuda}"
+            )
             return f"no CUDA device visible ({build}); install a CUDA build of torch on a machine with an NVIDIA GPU"
         return None
 
@@ -246,7 +248,7 @@ class Npu(Device):
         return torch.npu.get_device_name()  # type: ignore[attr-defined]
 
     def compile_options(self, config: Any) -> dict[str, Any]:
-        from .inductor_compat import torch_npu_backend
+        from harness.inductor_compat import torch_npu_backend
 
         # A torch_npu with one backend has no `npu_backend` option: Inductor would reject it.
         return {"npu_backend": self.asked_backend(config)} if torch_npu_backend.selects_backends() else {}
@@ -256,15 +258,16 @@ class Npu(Device):
         return (options or {}).get("npu_backend") or getattr(config, "npu_backend", None) or cls.DEFAULT_BACKEND
 
     def load_compiler(self, config: Any, options: dict[str, Any]) -> dict[str, Any]:
-        from .inductor_compat import torch_npu_backend
+        from harness.inductor_compat import torch_npu_backend
 
         asked = self.asked_backend(config, options)
         found = torch_npu_backend.load(asked)
         if found.mismatch:
             hint = "" if found.loaded is None else f"; to run the one that loads, pass --npu-backend {found.loaded}"
             raise BackendMismatch(f"{found.mismatch}{hint}")
-        problem = torch_npu_backend.codegen_import_problem(asked, torch_npu_backend.missing_codegen_imports(),
-                                                           self.versions())
+        problem = torch_npu_backend.codegen_import_problem(
+            asked, torch_npu_backend.missing_codegen_imports(), self.versions()
+        )
         if problem is not None:
             raise CodegenImportMissing(problem)
         if (unseen := torch_npu_backend.fast_launch()) is not None:
@@ -294,8 +297,11 @@ class Npu(Device):
             return ""
         paths = [_package_root(module)]
         triton = sys.modules.get("triton")
-        if triton is not None and getattr(triton, "__file__", None) and \
-                _package_root(triton) in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if (
+            triton is not None
+            and getattr(triton, "__file__", None)
+            and _package_root(triton) in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+        ):
             paths.append(_package_root(triton))
         settings = [f"PYTHONPATH={shlex.quote(os.pathsep.join(paths))}"]
         settings += [f"{name}={shlex.quote(str(value))}" for name, value in getattr(module, "ENVIRONMENT", {}).items()]
@@ -308,9 +314,11 @@ def _two_tritons() -> str | None:
     without a CPU torch installed first resolves both)."""
     found = _package_versions()
     if "triton" in found and "triton-ascend" in found:
-        return (f"triton {found['triton']} and triton-ascend {found['triton-ascend']} are both installed and both own "
-                f"the `triton` package: install torch's CPU build, then pip uninstall -y triton triton-ascend && "
-                f"pip install triton-ascend=={found['triton-ascend']} (docs/npu.md)")
+        return (
+            f"triton {found['triton']} and triton-ascend {found['triton-ascend']} are both installed and both own "
+            f"the `triton` package: install torch's CPU build, then pip uninstall -y triton triton-ascend && "
+            f"pip install triton-ascend=={found['triton-ascend']} (docs/npu.md)"
+        )
     return None
 
 
@@ -335,7 +343,7 @@ def compiler_problem(device: Device, config: Any) -> str | None:
 
 
 def _catalog():
-    from .extensions import DEVICE_GROUP, Catalog
+    from harness.extensions import DEVICE_GROUP, Catalog
 
     return Catalog("device", DEVICE_GROUP, DEVICES, lambda found: isinstance(found, type) and issubclass(found, Device))
 

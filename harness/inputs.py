@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .layout import clone_exact, contiguous_stride, extent, is_non_overlapping, is_non_overlapping_and_dense  # noqa: F401  (re-exported for case authors)
+from harness.layout import clone_exact, contiguous_stride, extent, is_non_overlapping, is_non_overlapping_and_dense  # noqa: F401  (re-exported for case authors)
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,10 @@ class TensorSpec:
         if self.fill not in FILLS:
             problems.append(f"fill {self.fill!r} is not one of {', '.join(FILLS)}")
         if not problems and self.storage_numel is not None and self.storage_numel < self.needed_storage():
-            problems.append(f"storage_numel {self.storage_numel} is smaller than the {self.needed_storage()} "
-                            "elements the view reads")
+            problems.append(
+                f"storage_numel {self.storage_numel} is smaller than the {self.needed_storage()} "
+                "elements the view reads"
+            )
         if problems:
             raise ValueError(f"TensorSpec(size={self.size}, stride={self.stride}): " + "; ".join(problems))
 
@@ -68,7 +70,8 @@ class TensorSpec:
 
     def describe(self) -> str:
         on = f" device={self.device}" if self.device else ""
-        return f"size={self.size} stride={self.resolved_stride} offset={self.storage_offset} storage={self.storage_numel or self.needed_storage()}{on}"
+        storage = self.storage_numel or self.needed_storage()
+        return f"size={self.size} stride={self.resolved_stride} offset={self.storage_offset} storage={storage}{on}"
 
 
 FILLS = ("randn", "rand", "randint", "arange", "ones")
@@ -85,6 +88,7 @@ def _whole(value: Any) -> bool:
 # Layout constructors: each returns a TensorSpec whose view has the layout named, or raises ValueError naming
 # the call when its arguments describe another layout (a case would then pass while testing something else).
 
+
 def _check(call: str, ok: bool, why: str) -> None:
     if not ok:
         raise ValueError(f"{call}: {why}")
@@ -97,8 +101,11 @@ def contiguous(size: Sequence[int], **kw: Any) -> TensorSpec:
 def permuted(base_size: Sequence[int], dims: Sequence[int], **kw: Any) -> TensorSpec:
     """`torch.empty(base_size).permute(dims)`: dense but not contiguous."""
     call = f"permuted({tuple(base_size)}, {tuple(dims)})"
-    _check(call, sorted(dims) == list(range(len(base_size))),
-           f"dims must be a permutation of 0..{len(base_size) - 1}, one per dimension of base_size")
+    _check(
+        call,
+        sorted(dims) == list(range(len(base_size))),
+        f"dims must be a permutation of 0..{len(base_size) - 1}, one per dimension of base_size",
+    )
     base_stride = contiguous_stride(base_size)
     return TensorSpec(tuple(base_size[d] for d in dims), stride=tuple(base_stride[d] for d in dims), **kw)
 
@@ -121,20 +128,28 @@ def broadcast(size: Sequence[int], from_size: Sequence[int], **kw: Any) -> Tenso
     """`base.expand(size)` of a `from_size` tensor: stride 0 on broadcast dims."""
     call = f"broadcast({tuple(size)}, from_size={tuple(from_size)})"
     lead = len(size) - len(from_size)
-    _check(call, lead >= 0 and all(f in (1, n) for f, n in zip(from_size, size[lead:])),
-           "from_size must expand to size (each of its dimensions 1 or equal, trailing dimensions aligned)")
+    _check(
+        call,
+        lead >= 0 and all(f in (1, n) for f, n in zip(from_size, size[lead:])),
+        "from_size must expand to size (each of its dimensions 1 or equal, trailing dimensions aligned)",
+    )
     from_stride = contiguous_stride(from_size)
     stride = [0] * lead + [0 if f == 1 and n != 1 else st for f, n, st in zip(from_size, size[lead:], from_stride)]
     return TensorSpec(tuple(size), stride=tuple(stride), storage_numel=math.prod(from_size), **kw)
 
 
-def strided(size: Sequence[int], stride: Sequence[int], storage_offset: int = 0, storage_numel: int | None = None, **kw: Any) -> TensorSpec:
+def strided(
+    size: Sequence[int], stride: Sequence[int], storage_offset: int = 0, storage_numel: int | None = None, **kw: Any
+) -> TensorSpec:
     """Any `as_strided` layout, overlapping views included."""
     _check(f"strided({tuple(size)}, {tuple(stride)})", len(stride) == len(size), "needs one stride per dimension")
-    return TensorSpec(tuple(size), stride=tuple(stride), storage_offset=storage_offset, storage_numel=storage_numel, **kw)
+    return TensorSpec(
+        tuple(size), stride=tuple(stride), storage_offset=storage_offset, storage_numel=storage_numel, **kw
+    )
 
 
 # Materialization.
+
 
 def seed_for(*parts: object) -> int:
     """A stable 31-bit seed from the case name (and dtype, mode...)."""

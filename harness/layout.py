@@ -42,8 +42,9 @@ def overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
 def is_non_overlapping(t: torch.Tensor, broadcast_dims_too: bool = True) -> bool:
     """Whether no two elements share an address (gaps allowed): a layout `copy_` can write. Without
     `broadcast_dims_too`, stride-0 dims are left out of the question (see `overlaps_beyond_broadcast`)."""
-    dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride())
-                  if size != 1 and (broadcast_dims_too or stride != 0))
+    dims = sorted(
+        (stride, size) for size, stride in zip(t.shape, t.stride()) if size != 1 and (broadcast_dims_too or stride != 0)
+    )
     reach = 0  # elements spanned by the dims so far, minus one
     for stride, size in dims:
         if stride <= reach:
@@ -74,8 +75,9 @@ def is_non_overlapping_and_dense(t: torch.Tensor) -> bool:
     return True
 
 
-def clone_exact(t: torch.Tensor, dtype: torch.dtype | None = None,
-                device: torch.device | str | None = None) -> torch.Tensor:
+def clone_exact(
+    t: torch.Tensor, dtype: torch.dtype | None = None, device: torch.device | str | None = None
+) -> torch.Tensor:
     """Copy a tensor with its size, stride, offset and whole storage kept (on `device`, when given).
 
     `Tensor.clone()` (and `Tensor.to(device)`) gives an overlapping or gapped view

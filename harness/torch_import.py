@@ -43,8 +43,10 @@ def prepare(device: str | None) -> str | None:
         said = f"import torch failed: {str(exc).split('. ')[0]}{cause}"
         if (device or "cpu") == "npu":
             return f"{said}; torch_npu must import for a run on npu: source CANN's set_env.sh"
-        return (f"{said}; {AUTOLOAD_VARIABLE}={os.environ[AUTOLOAD_VARIABLE]} is set here and loads it: unset it "
-                f"(a run on {device or 'cpu'} then leaves device backends out)")
+        return (
+            f"{said}; {AUTOLOAD_VARIABLE}={os.environ[AUTOLOAD_VARIABLE]} is set here and loads it: unset it "
+            f"(a run on {device or 'cpu'} then leaves device backends out)"
+        )
     return None
 
 

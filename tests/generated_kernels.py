@@ -62,7 +62,12 @@ def _compile_calls(wrappers: list[str], method: str, source_position: int) -> di
     for wrapper in wrappers:
         for node in ast.parse(wrapper).body:
             call = node.value if isinstance(node, ast.Assign) else None
-            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == method
-                    and isinstance(call.func.value, ast.Name) and call.func.value.id == "async_compile"):
+            if (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr == method
+                and isinstance(call.func.value, ast.Name)
+                and call.func.value.id == "async_compile"
+            ):
                 kernels[node.targets[0].id] = ast.literal_eval(call.args[source_position])
     return kernels

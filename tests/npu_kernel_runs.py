@@ -52,8 +52,15 @@ def main() -> None:
         expected = eval(entry["program"], {"torch": torch})(*inputs)  # noqa: S307 - the fixture's own table
         for rewriter in [None, *rewriters]:
             text = source if rewriter is None else rewrite(rewriter, "triton", source)
-            out = _launch(folder, f"{program}_{(rewriter or 'kernel').replace('-', '_')}", text, inputs,
-                          expected, xblock, r0_block)
+            out = _launch(
+                folder,
+                f"{program}_{(rewriter or 'kernel').replace('-', '_')}",
+                text,
+                inputs,
+                expected,
+                xblock,
+                r0_block,
+            )
             found.append([program, rewriter, float((out - expected).abs().nan_to_num(float("inf")).max())])
     print(json.dumps(found))
 
@@ -62,7 +69,7 @@ def _launch(folder: Path, name: str, source: str, inputs: list, expected, xblock
     import torch
 
     path = folder / f"{name}.py"
-    path.write_text(HEADER + source[source.index("@triton.jit"):])
+    path.write_text(HEADER + source[source.index("@triton.jit") :])
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -10,7 +10,7 @@ import torch
 from harness import records as R
 from harness.inputs import contiguous
 from harness.registry import Case, Program, load_registry
-from harness.runner import RunConfig, run_case
+from harness.run.case import RunConfig, run_case
 
 CASES = load_registry().cases
 RELU_BUG = {"cpp.inject_relu_bug_TESTING_ONLY": "accuracy"}  # Inductor's own codegen fault
@@ -95,9 +95,11 @@ def test_boundary_downcast_names_the_kernel_that_reads_the_view():
     assert (kernel.metrics.bad, kernel.metrics.max_abs) == (2260992, 589824)
     assert "98304" in kernel.source  # the compile-time strides the kernel indexes with
     # What diverges is the launcher's emulation, and the answer says so.
-    assert kernel.isolated == ("kernel as the emulated launcher (boundary-downcast) calls it, its 64-bit "
-                               "arguments narrowed at the launch boundary, is wrong: the launcher is what "
-                               "diverges, not the kernel's code"), kernel.isolated
+    assert kernel.isolated == (
+        "kernel as the emulated launcher (boundary-downcast) calls it, its 64-bit "
+        "arguments narrowed at the launch boundary, is wrong: the launcher is what "
+        "diverges, not the kernel's code"
+    ), kernel.isolated
     assert len(kernel.isolated) <= 200
 
 
@@ -105,8 +107,10 @@ def norm_of_rows(x, w):
     return torch.sqrt((x * w).sum(-1))  # one kernel: mul and sum into an accumulator, then sqrt
 
 
-NORM_OF_ROWS = Case(name="norm_of_rows", build=lambda d: Program(norm_of_rows, [contiguous((8, 64), dtype=d),
-                                                                               contiguous((8, 64), dtype=d)]))
+NORM_OF_ROWS = Case(
+    name="norm_of_rows",
+    build=lambda d: Program(norm_of_rows, [contiguous((8, 64), dtype=d), contiguous((8, 64), dtype=d)]),
+)
 
 
 def test_the_answer_names_every_node_the_diverging_buffer_is_computed_from_in_its_kernel():
@@ -119,18 +123,24 @@ def test_the_answer_names_every_node_the_diverging_buffer_is_computed_from_in_it
 
 
 def amplify(x, w):
-    a = x @ w                      # launch 0, extern mm: exactly 32.0 everywhere
+    a = x @ w  # launch 0, extern mm: exactly 32.0 everywhere
     return (a / 32.0 - 1.0) * 1e6  # launch 1: turns one ulp of `a` (3.8e-6) into 0.119
 
 
-DRIFT = Case(name="drift", build=lambda d: Program(amplify, [contiguous((16, 32), fill="ones"),
-                                                             contiguous((32, 16), fill="ones")]),
-             reference="none")
+DRIFT = Case(
+    name="drift",
+    build=lambda d: Program(amplify, [contiguous((16, 32), fill="ones"), contiguous((32, 16), fill="ones")]),
+    reference="none",
+)
 
 
 def test_a_drift_is_traced_to_the_kernel_where_it_starts():
-    record = run_case(DRIFT, torch.float32, "inference", RunConfig(bisect=True, inject="fault-ulp@0",
-                                                                     compile_options={"max_autotune_gemm": False}))
+    record = run_case(
+        DRIFT,
+        torch.float32,
+        "inference",
+        RunConfig(bisect=True, inject="fault-ulp@0", compile_options={"max_autotune_gemm": False}),
+    )
     kernel = record.first_divergent_kernel
     assert record.status == R.FAIL
     # The mm's one-ulp error is within tolerance; the next kernel, computing right, amplifies it beyond.
@@ -145,7 +155,7 @@ def test_a_drift_is_traced_to_the_kernel_where_it_starts():
 
 def amplify_then_carry(x, w, v):
     a = (x @ w / 32.0 - 1.0) * 1e6  # launches 0 and 1: the drift above (eager: 0.0 everywhere)
-    for _ in range(10):             # 20 more launches, each right on eager inputs, each off by what it reads
+    for _ in range(10):  # 20 more launches, each right on eager inputs, each off by what it reads
         a = torch.sin(a @ v)
     return a
 
@@ -155,13 +165,23 @@ def test_a_failing_runs_probe_stops_comparing_after_enough_differences_from_upst
 
     isolated = []
     real_isolate = probe_module.isolate
-    monkeypatch.setattr(probe_module, "isolate", lambda launch, *a, **k: isolated.append(launch.index) or
-                        real_isolate(launch, *a, **k))
-    case = Case(name="carried_drift", reference="none", build=lambda d: Program(
-        amplify_then_carry, [contiguous((16, 32), fill="ones"), contiguous((32, 16), fill="ones"),
-                             contiguous((16, 16))]))
-    record = run_case(case, torch.float32, "inference", RunConfig(bisect=True, inject="fault-ulp@0",
-                                                                    compile_options={"max_autotune_gemm": False}))
+    monkeypatch.setattr(
+        probe_module, "isolate", lambda launch, *a, **k: isolated.append(launch.index) or real_isolate(launch, *a, **k)
+    )
+    case = Case(
+        name="carried_drift",
+        reference="none",
+        build=lambda d: Program(
+            amplify_then_carry,
+            [contiguous((16, 32), fill="ones"), contiguous((32, 16), fill="ones"), contiguous((16, 16))],
+        ),
+    )
+    record = run_case(
+        case,
+        torch.float32,
+        "inference",
+        RunConfig(bisect=True, inject="fault-ulp@0", compile_options={"max_autotune_gemm": False}),
+    )
     kernel = record.first_divergent_kernel
     assert record.status == R.FAIL and kernel.launches == 22
     # The same answer as without the cap, from the same search...
@@ -173,19 +193,24 @@ def test_a_failing_runs_probe_stops_comparing_after_enough_differences_from_upst
     assert isolated == list(range(1, limit + 1)) + [1, 0], isolated
     assert [p for p in kernel.problems if RELOWERED not in p] == [
         f"launches after {limit} not compared: {limit} differences from upstream seen by then (kernels right on "
-        "eager inputs, or not isolated); the search decides from there"]
+        "eager inputs, or not isolated); the search decides from there"
+    ]
 
 
 def amplify_reshaped(x, w):
-    a = (x @ w).view(2, 8, 16)     # launch 1 updates the mm's buffer in place, under another name and shape
+    a = (x @ w).view(2, 8, 16)  # launch 1 updates the mm's buffer in place, under another name and shape
     return (a / 32.0 - 1.0) * 1e6
 
 
 @pytest.mark.parametrize("program", [amplify, amplify_reshaped])
 def test_an_in_place_kernel_after_a_drift_is_replayed_on_the_state_before_it(program):
     case = dataclasses.replace(DRIFT, build=lambda d: Program(program, DRIFT.build(d).inputs))
-    record = run_case(case, torch.float32, "inference", RunConfig(bisect=True, inject="fault-ulp@0",
-                                                                    compile_options={"max_autotune_gemm": False}))
+    record = run_case(
+        case,
+        torch.float32,
+        "inference",
+        RunConfig(bisect=True, inject="fault-ulp@0", compile_options={"max_autotune_gemm": False}),
+    )
     kernel = record.first_divergent_kernel
     assert (kernel.answer, kernel.launch_index) == (R.Answer.DRIFT, 0)
     assert kernel.visible_at.launch_index == 1 and "upstream drift amplified here" in kernel.visible_at.isolated
@@ -196,8 +221,12 @@ def test_an_in_place_kernel_whose_prior_state_is_unknown_is_not_called_wrong(mon
 
     monkeypatch.setattr(RegionMap, "_same_memory_write", lambda self, tensor: None)  # the prior state unmapped
     case = dataclasses.replace(DRIFT, build=lambda d: Program(amplify_reshaped, DRIFT.build(d).inputs))
-    record = run_case(case, torch.float32, "inference", RunConfig(bisect=True, inject="fault-ulp@0",
-                                                                    compile_options={"max_autotune_gemm": False}))
+    record = run_case(
+        case,
+        torch.float32,
+        "inference",
+        RunConfig(bisect=True, inject="fault-ulp@0", compile_options={"max_autotune_gemm": False}),
+    )
     kernel = record.first_divergent_kernel
     assert (kernel.answer, kernel.launch_index) == (R.Answer.DRIFT, 0)
     assert "the kernel reads its state before the launch, which has no eager twin" in kernel.visible_at.isolated
@@ -208,8 +237,10 @@ def two_matmuls_concatenated(x, w1, w2):
     return torch.cat([x @ w1, x @ w2], dim=1) * 2
 
 
-SLICED = Case(name="sliced", build=lambda d: Program(two_matmuls_concatenated, [
-    contiguous((16, 8)), contiguous((8, 8)), contiguous((8, 8))]))
+SLICED = Case(
+    name="sliced",
+    build=lambda d: Program(two_matmuls_concatenated, [contiguous((16, 8)), contiguous((8, 8)), contiguous((8, 8))]),
+)
 
 
 def test_a_buffer_written_a_slice_at_a_time_is_compared_slice_by_slice():
@@ -312,7 +343,7 @@ def test_a_write_covers_a_lowering_state_only_where_it_stores_every_element():
 def test_an_unmapped_lowering_state_counts_as_superseded_once_its_lowering_writes_it_over_whole():
     from types import SimpleNamespace
 
-    from harness.compare import Verdict
+    from harness.judge.compare import VerdictPolicy
     from harness.inductor_compat import STATE_BEFORE_IN_PLACE, BufferFact
     from harness.probe.probe import KernelProbe, _Memory
 
@@ -321,7 +352,7 @@ def test_an_unmapped_lowering_state_counts_as_superseded_once_its_lowering_write
     state = BufferFact("buf0", None, "buf0", unmapped_reason=STATE_BEFORE_IN_PLACE, completed_by=["buf1"])
     buffers = {"buf0": state, "buf1": BufferFact("buf1", "copy_", "buf0"), "buf2": BufferFact("buf2", "mul", "buf2")}
     call = SimpleNamespace(label="inference 0", info=SimpleNamespace(buffers=buffers))
-    probe, buffer = KernelProbe(Verdict()), torch.zeros(8)
+    probe, buffer = KernelProbe(VerdictPolicy()), torch.zeros(8)
     probe._lowering_states[("inference 0", "buf0")] = [_Memory.of(buffer)]
     probe._write_over_lowering_states(call, "buf1", buffer[:4])  # part of it: still live
     probe._write_over_lowering_states(call, "buf2", buffer)  # another node's write (a reused buffer)
@@ -357,9 +388,14 @@ def test_only_a_live_unmapped_buffer_keeps_an_all_eager_failure_from_the_graph_p
     # buffer, and a wrong output layout (wrapper glue): the copy's state is unmapped, then written over whole.
     from harness.probe.localize import _after_aot
 
-    found = R.Localization(answer=R.Answer.UNLOCALIZED, diverged=True, launches=2, compared_buffers=1,
-                           unmapped_buffers=1,
-                           unmapped={"holds the state before the in-place part of its lowering": ["inference 0:buf0"]})
+    found = R.Localization(
+        answer=R.Answer.UNLOCALIZED,
+        diverged=True,
+        launches=2,
+        compared_buffers=1,
+        unmapped_buffers=1,
+        unmapped={"holds the state before the in-place part of its lowering": ["inference 0:buf0"]},
+    )
     found = _after_aot(found, None, superseded)
     assert found.answer == answer
     assert (found.stage == "inductor_graph_passes") == (answer == R.Answer.STAGE)
@@ -561,8 +597,13 @@ def deep_mlp(x, w1, w2, w3, w4):
     return x.sum()
 
 
-DEEP_MLP = Case(name="deep_mlp", modes=("training",), build=lambda d: Program(deep_mlp, [
-    contiguous((64, 32))] + [contiguous((32, 32), requires_grad=True) for _ in range(4)]))
+DEEP_MLP = Case(
+    name="deep_mlp",
+    modes=("training",),
+    build=lambda d: Program(
+        deep_mlp, [contiguous((64, 32))] + [contiguous((32, 32), requires_grad=True) for _ in range(4)]
+    ),
+)
 
 
 @pytest.fixture
@@ -645,8 +686,9 @@ class _ManyLayers(torch.nn.Module):
         return x
 
 
-MANY_PARAMETERS = Case(name="many_parameters", modes=("train_step",),
-                       build=lambda d: Program(_ManyLayers().to(d), [contiguous((4, 8))]))
+MANY_PARAMETERS = Case(
+    name="many_parameters", modes=("train_step",), build=lambda d: Program(_ManyLayers().to(d), [contiguous((4, 8))])
+)
 
 
 def test_a_write_into_a_shared_input_moves_only_the_values_on_its_storage(monkeypatch):
@@ -664,6 +706,7 @@ def test_a_write_into_a_shared_input_moves_only_the_values_on_its_storage(monkey
         def counted(value):
             visits["values"] += 1
             return moved(value)
+
         return counted
 
     monkeypatch.setattr(values, "_mover", counting_mover)
@@ -674,16 +717,19 @@ def test_a_write_into_a_shared_input_moves_only_the_values_on_its_storage(monkey
     assert visits["values"] <= 4 * visits["writes"], visits
 
 
-@pytest.mark.parametrize("culprit, hint, most_runs", [
-    (7, 7, 2),      # the difference starts where it was first seen: confirmed in two runs
-    (0, 0, 1),
-    (7, 3, 7),      # an earlier difference the outputs absorb: searched after it
-    (7, 12, 7),     # first seen after where it matters (an unmapped buffer carried it): searched before
-    (7, None, 6),
-    (None, 5, 2),   # nothing makes the outputs pass
-])
+@pytest.mark.parametrize(
+    "culprit, hint, most_runs",
+    [
+        (7, 7, 2),  # the difference starts where it was first seen: confirmed in two runs
+        (0, 0, 1),
+        (7, 3, 7),  # an earlier difference the outputs absorb: searched after it
+        (7, 12, 7),  # first seen after where it matters (an unmapped buffer carried it): searched before
+        (7, None, 6),
+        (None, 5, 2),  # nothing makes the outputs pass
+    ],
+)
 def test_the_search_for_where_a_difference_matters_tries_the_first_divergence_first(culprit, hint, most_runs):
-    from harness.probe.localize import CompiledProgram, _first_that_matters, _Substitution
+    from harness.probe.localize import LocalizationHooks, _first_that_matters, _Substitution
 
     runs, described = [], []
 
@@ -692,8 +738,9 @@ def test_the_search_for_where_a_difference_matters_tries_the_first_divergence_fi
         described.extend(probe.describe)
         return culprit is not None and runs[-1] >= culprit
 
-    program = CompiledProgram(rerun=rerun, passes=bool, moved=bool, diverges_under=lambda backend: False,
-                              injection=lambda: None)
+    program = LocalizationHooks(
+        rerun=rerun, passes=bool, moved=bool, diverges_under=lambda backend: False, injection=lambda: None
+    )
     search = _Substitution(program, None, 19)
     assert _first_that_matters(search, hint) == culprit
     assert len(runs) <= most_runs, runs
@@ -713,10 +760,19 @@ def absorbed_then_doubled(x, w1, w2):
 
 
 def test_a_wrong_kernel_the_outputs_absorb_is_passed_over_for_the_next():
-    case = Case(name="absorbed_then_wrong", modes=("inference",), build=lambda d: Program(
-        absorbed_then_doubled, [contiguous((8, 16)), contiguous((16, 16)), contiguous((16, 8))]))
-    record = run_case(case, torch.float32, "inference", RunConfig(
-        bisect=True, inject="fault-scale@extern_kernels.mm", compile_options={"max_autotune_gemm": False}))
+    case = Case(
+        name="absorbed_then_wrong",
+        modes=("inference",),
+        build=lambda d: Program(
+            absorbed_then_doubled, [contiguous((8, 16)), contiguous((16, 16)), contiguous((16, 8))]
+        ),
+    )
+    record = run_case(
+        case,
+        torch.float32,
+        "inference",
+        RunConfig(bisect=True, inject="fault-scale@extern_kernels.mm", compile_options={"max_autotune_gemm": False}),
+    )
     found = record.first_divergent_kernel
     assert record.status == R.FAIL
     assert (found.answer, found.launch_index, found.launches) == (R.Answer.KERNEL, 2, 3)
@@ -724,7 +780,8 @@ def test_a_wrong_kernel_the_outputs_absorb_is_passed_over_for_the_next():
     assert [p for p in found.problems if RELOWERED not in p] == [
         "inference 0 launch 0 extern_kernels.mm differs on exact inputs, but making its outputs eager changes no "
         "failing output beyond tolerance (the outputs absorb its difference, or later kernels spoil the same "
-        "elements; its other launches are not tried)"]
+        "elements; its other launches are not tried)"
+    ]
     # The probe run (stops at launch 0); launch 0 made eager, which moves no output; the probe run again from
     # launch 0 (launch 2 is the same kernel: not a candidate, but the next difference); the search from
     # launch 2, not from the immaterial launch 0: 2 passes, 1 fails and describes launch 2.
@@ -742,8 +799,11 @@ def test_a_kernel_that_moves_only_passing_results_is_not_blamed_for_a_failing_on
     # launch's eager twin is made wrong on purpose; the fault is in the other chain's kernel.
     from harness.probe import values as values_module
 
-    case = Case(name="two_chains", modes=("inference",),
-                build=lambda d: Program(_two_chains, [contiguous((64,)), contiguous((8, 8)), contiguous((8, 8))]))
+    case = Case(
+        name="two_chains",
+        modes=("inference",),
+        build=lambda d: Program(_two_chains, [contiguous((64,)), contiguous((8, 8)), contiguous((8, 8))]),
+    )
     clean, kernels = bisect_case(case, bisect="always")
     assert clean.status == R.PASS and len(kernels.kernels) == 2
     twisted: list[str] = []
@@ -754,6 +814,7 @@ def test_a_kernel_that_moves_only_passing_results_is_not_blamed_for_a_failing_on
             if not twisted:
                 twisted.append(node)  # the first value asked for: the first launch's buffer
             return found + 1 if node == twisted[0] and found is not None else found
+
         return value
 
     for name in ("value", "float64"):  # the eager twin and its float64 reference alike

@@ -7,18 +7,27 @@ import pytest
 import torch
 
 from harness import records as R
-from harness.bug_classes.scalars import arrives_as
-from harness.bug_classes.stores import memory_order
-from harness.emulation import injection_named
-from harness.inductor_compat.padding_variants import (cpp_masked_load_garbage, cpp_reduction_small_inner,
-                                                      triton_masked_load_garbage, triton_reduction_small_inner)
+from harness.inject.ascend.scalars import arrives_as
+from harness.inject.ascend.stores import memory_order
+from harness.inject.launch import injection_named
+from harness.inductor_compat.padding_variants import (
+    cpp_masked_load_garbage,
+    cpp_reduction_small_inner,
+    triton_masked_load_garbage,
+    triton_reduction_small_inner,
+)
 from harness.registry import load_registry
-from harness.runner import RunConfig, run_case
+from harness.run.case import RunConfig, run_case
 
 from generated_kernels import generated_cpp_kernels, generated_triton_kernels
 
-CLASSES = ("first-launch-dropped-stores", "masked-store-lost", "half-scalar-arg", "reduction-small-inner",
-           "masked-load-garbage")
+CLASSES = (
+    "first-launch-dropped-stores",
+    "masked-store-lost",
+    "half-scalar-arg",
+    "reduction-small-inner",
+    "masked-load-garbage",
+)
 
 
 def _family(injection, role):
@@ -64,8 +73,12 @@ def test_first_launch_dropped_stores_fails_with_symptom_first_launch():
 
 
 def test_first_launch_dropped_stores_in_training_is_localized_to_a_kernel_it_hit():
-    record = run_case(load_registry().cases["relu_mlp"], torch.float32, "training",
-                      RunConfig(inject="first-launch-dropped-stores", bisect=True))
+    record = run_case(
+        load_registry().cases["relu_mlp"],
+        torch.float32,
+        "training",
+        RunConfig(inject="first-launch-dropped-stores", bisect=True),
+    )
     assert (record.status, record.symptom) == (R.FAIL, R.Symptom.FIRST_LAUNCH), record.summary()
     found = record.first_divergent_kernel
     assert found.answer == R.Answer.KERNEL, found.line()
@@ -142,8 +155,10 @@ def test_cpp_garbage_reduces_the_whole_tail_vector():
     (source,) = _kernels(lambda x: x.sum(-1), torch.randn(64, 20), triton=False).values()
     rewritten = cpp_masked_load_garbage(source)
     assert "sum_masked_reduce(tmp_acc0_vec, tmp0, static_cast<int64_t>(4L))" in source
-    assert ("sum_masked_reduce(tmp_acc0_vec, harness_padding_garbage(tmp0, static_cast<int64_t>(4L)), "
-            "harness_all_lanes(tmp0, static_cast<int64_t>(4L)))") in rewritten
+    assert (
+        "sum_masked_reduce(tmp_acc0_vec, harness_padding_garbage(tmp0, static_cast<int64_t>(4L)), "
+        "harness_all_lanes(tmp0, static_cast<int64_t>(4L)))"
+    ) in rewritten
 
 
 def test_small_inner_rewrites_outer_reductions_of_narrow_kept_axes_only():

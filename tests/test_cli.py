@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
+from harness.frontends.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -31,20 +31,24 @@ def hangs(dtype):
 
 
 def cli(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["run", "no_such_case"], "unknown case 'no_such_case'"),
-    (["run", "--device", "tpu"], "unknown device 'tpu'; choose one of: cpu, cuda, npu"),
-    (["run", "--dtype", "float33"], "unknown dtype float33"),
-    (["run", "--inject", "boundary-upcast"], "unknown injection 'boundary-upcast'"),
-    (["run", "--compile-option", "not_an_option=1"], "'not_an_option' is not an Inductor config option"),
-    (["run", "--mode", "serving"], "invalid choice: 'serving'"),
-    (["run", "-k", "seed and ("], "bad selection"),
-    (["frobnicate"], "invalid choice: 'frobnicate'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "no_such_case"], "unknown case 'no_such_case'"),
+        (["run", "--device", "tpu"], "unknown device 'tpu'; choose one of: cpu, cuda, npu"),
+        (["run", "--dtype", "float33"], "unknown dtype float33"),
+        (["run", "--inject", "boundary-upcast"], "unknown injection 'boundary-upcast'"),
+        (["run", "--compile-option", "not_an_option=1"], "'not_an_option' is not an Inductor config option"),
+        (["run", "--mode", "serving"], "invalid choice: 'serving'"),
+        (["run", "-k", "seed and ("], "bad selection"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+    ],
+)
 def test_usage_errors_are_one_line_and_exit_2(capsys, args, message):
     assert main(args) == EXIT_USAGE
     err = capsys.readouterr().err
@@ -55,7 +59,7 @@ def test_a_run_without_compile_options_does_not_import_the_compiler_in_the_harne
     """The harness process never compiles: checking option names (which imports Dynamo) waits for an option."""
     code = textwrap.dedent("""
         import sys
-        from harness.options import run_config_from
+        from harness.frontends.options import run_config_from
         config = run_config_from({"device": "cpu"})
         plain = "torch._inductor" in sys.modules
         config = run_config_from({"device": "cpu", "compile_option": [("max_autotune", True)]})
@@ -69,6 +73,7 @@ def test_missing_torch_npu_is_a_usage_error_that_says_how_to_fix_it(capsys):
     pytest.importorskip("torch")
     try:
         import torch_npu  # noqa: F401
+
         pytest.skip("torch_npu is installed here")
     except ImportError:
         pass
@@ -112,9 +117,18 @@ def test_run_writes_json_records_and_exits_0(tmp_path):
     for key in ("case", "device", "backend", "dtype", "mode", "status", "outputs", "duration_s", "versions"):
         assert key in record
     assert (record["case"], record["device"], record["backend"], record["status"]) == (
-        "seed_index_as_strided_view", "cpu", "eager", "pass")
+        "seed_index_as_strided_view",
+        "cpu",
+        "eager",
+        "pass",
+    )
     output = record["outputs"][0]
-    assert {k: output[k] for k in ("name", "numel", "bad", "max_abs")} == {"name": "out0", "numel": 2359296, "bad": 0, "max_abs": 0}
+    assert {k: output[k] for k in ("name", "numel", "bad", "max_abs")} == {
+        "name": "out0",
+        "numel": 2359296,
+        "bad": 0,
+        "max_abs": 0,
+    }
     assert "torch" in record["versions"]
 
 
@@ -127,8 +141,20 @@ def test_divergence_exits_1_with_the_seed_summary(tmp_path):
 def test_a_crash_or_hang_takes_down_only_its_case(tmp_path):
     (tmp_path / "trivial.py").write_text(textwrap.dedent(TRIVIAL_CASES))
     results = tmp_path / "r.json"
-    result = cli("run", "crashes", "hangs", "adds_one", "--case-path", str(tmp_path), "--backend", "eager",
-                 "--timeout", "20", "--json", str(results))
+    result = cli(
+        "run",
+        "crashes",
+        "hangs",
+        "adds_one",
+        "--case-path",
+        str(tmp_path),
+        "--backend",
+        "eager",
+        "--timeout",
+        "20",
+        "--json",
+        str(results),
+    )
     assert result.returncode == EXIT_FAILED, result.stderr
     records = {r["case"]: r for r in json.loads(results.read_text())["records"]}
     assert (records["crashes"]["status"], records["crashes"]["symptom"]) == ("error", "crash")
@@ -149,8 +175,20 @@ def test_a_malformed_case_module_is_reported_and_the_rest_still_run(tmp_path):
 def test_console_diagnoses_only_failing_runs_and_points_at_the_kernel(tmp_path):
     # Under the narrowing emulation float64 contiguous inputs pass with a "precision narrowing" diagnosis;
     # the seed's overlapping int64 view fails, and --bisect names the kernel that read it.
-    result = cli("run", "layout_input_contiguous", "seed_index_as_strided_view", "--dtype", "float64", "--dtype",
-                 "int64", "--inject", "boundary-downcast", "--bisect", "--json", str(tmp_path / "r.json"))
+    result = cli(
+        "run",
+        "layout_input_contiguous",
+        "seed_index_as_strided_view",
+        "--dtype",
+        "float64",
+        "--dtype",
+        "int64",
+        "--inject",
+        "boundary-downcast",
+        "--bisect",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
     assert result.returncode == EXIT_FAILED, result.stderr
     blocks = {}
     for line in result.stdout.splitlines():
@@ -160,7 +198,9 @@ def test_console_diagnoses_only_failing_runs_and_points_at_the_kernel(tmp_path):
             current.append(line.strip())
     assert blocks["layout_input_contiguous[float64-inference]"] == []
     records = {r["case"] + r["dtype"]: r for r in json.loads((tmp_path / "r.json").read_text())["records"]}
-    assert records["layout_input_contiguousfloat64"]["diagnosis"].startswith("precision narrowing")  # kept in the record
+    assert records["layout_input_contiguousfloat64"]["diagnosis"].startswith(
+        "precision narrowing"
+    )  # kept in the record
     seed = blocks["seed_index_as_strided_view[int64-inference]"]
     module_path = records["seed_index_as_strided_viewint64"]["first_divergent_kernel"]["module_path"]
     assert f"kernel source: {module_path}" in seed and os.path.isfile(module_path)
@@ -170,16 +210,24 @@ def test_console_diagnoses_only_failing_runs_and_points_at_the_kernel(tmp_path):
 
 def test_baseline_of_another_setup_is_a_console_warning(capsys):
     from harness import records as R
-    from harness.cli import _against_baseline
+    from harness.frontends.cli import _against_baseline
 
     def run(status, emulation):
-        return R.CaseResult(case="seed_index_as_strided_view", device="cpu", backend="inductor", dtype="int64",
-                            mode="inference", status=status, emulation=emulation)
+        return R.CaseResult(
+            case="seed_index_as_strided_view",
+            device="cpu",
+            backend="inductor",
+            dtype="int64",
+            mode="inference",
+            status=status,
+            emulation=emulation,
+        )
 
     assert _against_baseline([run(R.FAIL, "boundary-downcast")], [run(R.PASS, None)]) == EXIT_FAILED
     out = capsys.readouterr().out
-    assert ("warning: the baseline was run differently (emulation: baseline without emulation, this run "
-            "boundary-downcast)") in out
+    assert (
+        "warning: the baseline was run differently (emulation: baseline without emulation, this run boundary-downcast)"
+    ) in out
     assert _against_baseline([run(R.PASS, None)], [run(R.PASS, None)]) == EXIT_OK
     assert "warning" not in capsys.readouterr().out
 
@@ -195,7 +243,8 @@ def test_a_case_path_alone_runs_only_its_cases_as_in_pytest(tmp_path):
 
 
 def test_a_failure_says_how_to_localize_it_and_x_stops_at_the_first(tmp_path):
-    (tmp_path / "mine.py").write_text(textwrap.dedent('''
+    (tmp_path / "mine.py").write_text(
+        textwrap.dedent('''
         import torch
         from harness import Program, case, contiguous
 
@@ -206,12 +255,15 @@ def test_a_failure_says_how_to_localize_it_and_x_stops_at_the_first(tmp_path):
         @case()
         def b_adds_one(dtype):
             return Program(lambda x: x + 1, [contiguous((4,))])
-    '''))
+    ''')
+    )
     result = cli("run", "--case-path", str(tmp_path), "--backend", "eager", "-x", "-q")
     assert result.returncode == EXIT_FAILED
     lines = result.stdout.splitlines()
-    assert any(line.strip().startswith("localize: python -m harness run a_diverges") and line.endswith("--bisect")
-               for line in lines), result.stdout
+    assert any(
+        line.strip().startswith("localize: python -m harness run a_diverges") and line.endswith("--bisect")
+        for line in lines
+    ), result.stdout
     assert "b_adds_one" not in result.stdout and "== 1 fail ==" in result.stdout  # -x: the rest did not run
     again = cli("run", "--case-path", str(tmp_path), "--backend", "eager", "--json", str(tmp_path / "r.json"))
     rerun = cli("run", "--case-path", str(tmp_path), "--backend", "eager", "--last-failed", str(tmp_path / "r.json"))
@@ -222,8 +274,9 @@ def test_report_against_a_baseline_prints_what_changed_and_check_decides_the_exi
     from harness import records as R
 
     def results(path, status):
-        record = R.CaseResult(case="adds_one", device="cpu", backend="eager", dtype="float32", mode="inference",
-                              status=status)
+        record = R.CaseResult(
+            case="adds_one", device="cpu", backend="eager", dtype="float32", mode="inference", status=status
+        )
         R.write_results(str(path), [record], {"device": "cpu", "backend": "eager"})
         return str(path)
 
@@ -240,13 +293,18 @@ def test_run_help_gives_the_legend_of_a_failures_line(capsys):
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     legend = " ".join(capsys.readouterr().out.split())
-    for word in ("bad=", "max_abs", "max_rel", "out_max (the largest finite value in the compiled output)",
-                 "cos (the cosine similarity of compiled and eager)"):
+    for word in (
+        "bad=",
+        "max_abs",
+        "max_rel",
+        "out_max (the largest finite value in the compiled output)",
+        "cos (the cosine similarity of compiled and eager)",
+    ):
         assert word in legend
 
 
 def test_a_progress_line_says_done_total_an_eta_and_the_runs_that_run_long(capsys):
-    from harness.cli import _Progress
+    from harness.frontends.cli import _Progress
 
     progress = _Progress(10)
     progress.started -= 40
@@ -255,8 +313,9 @@ def test_a_progress_line_says_done_total_an_eta_and_the_runs_that_run_long(capsy
     progress.last -= 31
     progress.done = 4
     progress.waiting([("slow_case[float32-inference]", 45.0), ("quick_case[float32-inference]", 1.0)])
-    assert capsys.readouterr().err.strip() == ("progress: 4/10 done in 40s, about 1m00s left; running long: "
-                                               "slow_case[float32-inference] 45s")
+    assert capsys.readouterr().err.strip() == (
+        "progress: 4/10 done in 40s, about 1m00s left; running long: slow_case[float32-inference] 45s"
+    )
     progress.waiting([])
     assert capsys.readouterr().err == ""  # not again within 30 s
     quiet = _Progress(10, quiet=True)

@@ -1,4 +1,4 @@
-"""Writes that collide (harness/colliding_writes.py): an undefined winner is left out of the verdict, and a
+"""Writes that collide (harness/judge/colliding_writes.py): an undefined winner is left out of the verdict, and a
 float16/bfloat16 atomic sum is judged by the rounding such adds make.
 
 Known answers for the eager modes; runs of programs that differ only when compiled
@@ -10,21 +10,21 @@ import pytest
 import torch
 
 from harness import records as R
-from harness.colliding_writes import CollidingWrites, LowPrecisionSums
-from harness.compare import Verdict
+from harness.judge.colliding_writes import CollidingWrites, LowPrecisionSums
+from harness.judge.compare import VerdictPolicy
 from harness.inputs import contiguous
 from harness.registry import Case, Program
-from harness.runner import RunConfig, run_case
+from harness.run.case import RunConfig, run_case
 
 
 def written_under(mode):
     index = torch.tensor([1, 1, 3, 3, 3, 0])
-    values = torch.tensor([10., 11., 30., 31., 32., 5.])
+    values = torch.tensor([10.0, 11.0, 30.0, 31.0, 32.0, 5.0])
     with mode:
         put = torch.zeros(5).index_put_((index,), values)
-        scattered = torch.zeros(2, 5).scatter(1, torch.tensor([[1, 1], [2, 2]]), torch.tensor([[1., 2.], [3., 4.]]))
-        copied = torch.zeros(3, 2).index_copy(0, torch.tensor([0, 0]), torch.tensor([[1., 1.], [2., 2.]]))
-        unpooled = torch.nn.functional.max_unpool2d(torch.tensor([[[[1., 2.]]]]), torch.tensor([[[[3, 3]]]]), 2)
+        scattered = torch.zeros(2, 5).scatter(1, torch.tensor([[1, 1], [2, 2]]), torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+        copied = torch.zeros(3, 2).index_copy(0, torch.tensor([0, 0]), torch.tensor([[1.0, 1.0], [2.0, 2.0]]))
+        unpooled = torch.nn.functional.max_unpool2d(torch.tensor([[[[1.0, 2.0]]]]), torch.tensor([[[[3, 3]]]]), 2)
         summed = torch.zeros(5).index_put_((index,), values, accumulate=True)
     return put.tolist(), scattered.tolist(), copied[0].tolist(), unpooled.flatten()[3].item(), summed.tolist()
 
@@ -34,13 +34,20 @@ def test_the_first_or_the_last_writer_wins_each_colliding_element():
     put, scattered, copied, unpooled, summed = written_under(noted)
     first = written_under(CollidingWrites("first"))
     last = written_under(CollidingWrites("last"))
-    assert first[0] == [5., 10., 0., 30., 0.] and last[0] == [5., 11., 0., 32., 0.]
-    assert first[1] == [[0., 1., 0., 0., 0.], [0., 0., 3., 0., 0.]] and last[1] == [[0., 2., 0., 0., 0.], [0., 0., 4., 0., 0.]]
-    assert (first[2], last[2]) == ([1., 1.], [2., 2.])
-    assert (first[3], last[3]) == (1., 2.)
-    assert first[4] == last[4] == summed == [5., 21., 0., 93., 0.]  # a sum is no collision
+    assert first[0] == [5.0, 10.0, 0.0, 30.0, 0.0] and last[0] == [5.0, 11.0, 0.0, 32.0, 0.0]
+    assert first[1] == [[0.0, 1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 3.0, 0.0, 0.0]] and last[1] == [
+        [0.0, 2.0, 0.0, 0.0, 0.0],
+        [0.0, 0.0, 4.0, 0.0, 0.0],
+    ]
+    assert (first[2], last[2]) == ([1.0, 1.0], [2.0, 2.0])
+    assert (first[3], last[3]) == (1.0, 2.0)
+    assert first[4] == last[4] == summed == [5.0, 21.0, 0.0, 93.0, 0.0]  # a sum is no collision
     assert [(c.op, c.elements) for c in noted.collisions] == [
-        ("index_put_", 2), ("scatter", 2), ("index_copy", 2), ("max_unpool2d", 1)]
+        ("index_put_", 2),
+        ("scatter", 2),
+        ("index_copy", 2),
+        ("max_unpool2d", 1),
+    ]
 
 
 def test_low_precision_sums_add_one_value_at_a_time_in_their_dtype():
@@ -49,23 +56,28 @@ def test_low_precision_sums_add_one_value_at_a_time_in_their_dtype():
     sums = LowPrecisionSums()
     with sums:
         stalled = torch.zeros(1, dtype=torch.bfloat16).scatter_add_(0, zeros, ones)  # 256 + 1 rounds to 256
-        scaled = torch.zeros(3, dtype=torch.bfloat16).index_add(0, torch.tensor([0, 2, 0]),
-                                                                torch.tensor([1., 2., 3.], dtype=torch.bfloat16), alpha=2)
-        wide = torch.zeros(3).index_put((torch.tensor([0, 0]),), torch.tensor([1., 2.]), accumulate=True)
-    assert stalled.item() == 256 and scaled.tolist() == [8., 0., 4.] and wide.tolist() == [3., 0., 0.]
+        scaled = torch.zeros(3, dtype=torch.bfloat16).index_add(
+            0, torch.tensor([0, 2, 0]), torch.tensor([1.0, 2.0, 3.0], dtype=torch.bfloat16), alpha=2
+        )
+        wide = torch.zeros(3).index_put((torch.tensor([0, 0]),), torch.tensor([1.0, 2.0]), accumulate=True)
+    assert stalled.item() == 256 and scaled.tolist() == [8.0, 0.0, 4.0] and wide.tolist() == [3.0, 0.0, 0.0]
     assert sums.emulated == ["scatter_add_", "index_add"]  # float32 sums are eager's own
 
 
 def test_compiled_within_the_rounding_of_low_precision_adds_passes_by_that_rule_alone():
-    expected, reference = torch.tensor([1000.]), torch.tensor([1000.], dtype=torch.float64)
-    stalled = torch.tensor([256.])
-    plain = Verdict().tensors("out0", stalled, expected, reference)
+    expected, reference = torch.tensor([1000.0]), torch.tensor([1000.0], dtype=torch.float64)
+    stalled = torch.tensor([256.0])
+    plain = VerdictPolicy().tensors("out0", stalled, expected, reference)
     assert not plain.passed and plain.rule == "rmse_vs_fp64"
-    judged = Verdict(atomic_baseline={"out0": torch.tensor([256.])}).tensors("out0", stalled, expected, reference)
+    judged = VerdictPolicy(atomic_baseline={"out0": torch.tensor([256.0])}).tensors(
+        "out0", stalled, expected, reference
+    )
     assert judged.passed and judged.passed_by == R.PASSED_BY_LOW_PRECISION_ATOMICS, judged.summary()
-    beyond = Verdict(atomic_baseline={"out0": torch.tensor([900.])}).tensors("out0", stalled, expected, reference)
+    beyond = VerdictPolicy(atomic_baseline={"out0": torch.tensor([900.0])}).tensors(
+        "out0", stalled, expected, reference
+    )
     assert not beyond.passed  # 744 off, where the adds' rounding makes 100: three times that is the limit
-    strict = Verdict(strict_eager=True, atomic_baseline={"out0": torch.tensor([256.])})
+    strict = VerdictPolicy(strict_eager=True, atomic_baseline={"out0": torch.tensor([256.0])})
     assert not strict.tensors("out0", stalled, expected, reference).passed
 
 
@@ -81,6 +93,7 @@ def another_winner(extra):
             buffer = buffer.index_put((index.flip(0),), values.flip(0))
             return (buffer + extra).softmax(0)
         return buffer.index_put((index,), values).softmax(0)
+
     return program
 
 
@@ -114,6 +127,7 @@ def sums_atomically(scale):
         if torch.compiler.is_compiling():  # Inductor's bfloat16 atomic adds (CUDA's from SM90, the CPU's)
             return buffer.index_put_((index,), values * scale if scale != 1 else values, accumulate=True)
         return buffer.scatter_add_(0, index, values)  # sums in float32, as eager's index_put_ does on a GPU
+
     return program
 
 
@@ -144,8 +158,9 @@ def test_a_dynamic_run_masks_each_size_by_its_own_collisions_and_says_which():
     """65 rows written onto 64 collide at the second size only (the correct corpus's index_put_2d_fresh)."""
     from harness.registry import load_registry
 
-    record = run_case(load_registry().cases["correct_index_put_2d_fresh"], torch.float32, "training",
-                      RunConfig(dynamic=True))
+    record = run_case(
+        load_registry().cases["correct_index_put_2d_fresh"], torch.float32, "training", RunConfig(dynamic=True)
+    )
     assert record.status == R.PASS, record.summary()
     undefined = {o.name: o.undefined for o in record.outputs if o.undefined}
     # At most the one row of 256 written twice (its softmax), and the gradients of its two writers' rows of 160.

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from harness.compare import compare_tensors
-from harness.tolerances import Tolerance
+from harness.judge.compare import compare_tensors
+from harness.judge.tolerances import Tolerance
 
 from seed_simulation import eager_index, npu_boundary_downcast_index
 
@@ -29,15 +29,17 @@ def test_seed_int32_is_untouched():
 def test_metrics_on_a_known_tensor():
     expected = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
     actual = expected.clone()
-    actual[0, 1] = 2.5   # abs 0.5, rel 0.25
-    actual[1, 2] = 3.0   # abs 3.0, rel 0.5
+    actual[0, 1] = 2.5  # abs 0.5, rel 0.25
+    actual[1, 2] = 3.0  # abs 3.0, rel 0.5
     result = compare_tensors("out0", actual, expected)
     assert (result.bad, result.numel) == (2, 6)
     assert result.bad_pct == pytest.approx(100 * 2 / 6)
     assert result.max_abs == 3.0 and result.max_abs_index == [1, 2]
     assert result.max_rel == 0.5 and result.max_rel_index == [1, 2]
     assert [(s.index, s.actual, s.expected) for s in result.samples] == [([0, 1], 2.5, 2.0), ([1, 2], 3.0, 6.0)]
-    expected_cos = float(torch.nn.functional.cosine_similarity(actual.flatten().double(), expected.flatten().double(), dim=0))
+    expected_cos = float(
+        torch.nn.functional.cosine_similarity(actual.flatten().double(), expected.flatten().double(), dim=0)
+    )
     assert result.cosine == pytest.approx(expected_cos)
     assert result.mismatch_map.counts == [[0, 1, 0], [0, 0, 1]]
     assert sum(result.error_histogram.counts) == 2 and result.error_histogram.zero == 4
@@ -56,12 +58,15 @@ def test_nan_and_inf_mismatches_are_counted_apart_and_shown():
 
 
 # At 1.0 the allowed error is atol + rtol; `inside` and `outside` are representable steps on either side.
-@pytest.mark.parametrize("dtype, rtol, atol, inside, outside", [
-    (torch.float16, 1e-3, 1e-5, 2**-10, 2**-9),
-    (torch.bfloat16, 1.6e-2, 1e-5, 2**-7, 2**-5),
-    (torch.float32, 1.3e-6, 1e-5, 1e-5, 2e-5),
-    (torch.float64, 1e-7, 1e-7, 1.5e-7, 3e-7),
-])
+@pytest.mark.parametrize(
+    "dtype, rtol, atol, inside, outside",
+    [
+        (torch.float16, 1e-3, 1e-5, 2**-10, 2**-9),
+        (torch.bfloat16, 1.6e-2, 1e-5, 2**-7, 2**-5),
+        (torch.float32, 1.3e-6, 1e-5, 1e-5, 2e-5),
+        (torch.float64, 1e-7, 1e-7, 1.5e-7, 3e-7),
+    ],
+)
 def test_tolerance_edges_per_dtype(dtype, rtol, atol, inside, outside):
     expected = torch.ones(4, dtype=dtype)
     passing = compare_tensors("x", expected + inside, expected)
@@ -166,20 +171,25 @@ def test_two_eager_runs_that_differ_by_summation_order_pass_and_a_random_differe
 INF, NAN = float("inf"), float("nan")
 
 
-@pytest.mark.parametrize("compiled, eager, reference, undefined", [
-    ([1.0, -INF, INF], [1.0, NAN, NAN], [1.0, NAN, -INF], True),   # float64 NaN, or an inf eager misses
-    ([1.0, NAN], [1.0, -INF], [1.0, -INF], False),                 # eager matches float64's -inf: judged
-    ([1.0, 5.0], [1.0, NAN], [1.0, NAN], False),                   # a finite value against NaN: judged
-    ([2.0, -INF], [1.0, NAN], [1.0, NAN], False),                  # a finite element differs too
-    ([1.000001, -INF], [1.0, NAN], [1.0, NAN], True),              # ... within its tolerance: no difference
-    ([1.0, NAN], [1.0, NAN], [1.0, NAN], False),                   # nothing differs
-])
+@pytest.mark.parametrize(
+    "compiled, eager, reference, undefined",
+    [
+        ([1.0, -INF, INF], [1.0, NAN, NAN], [1.0, NAN, -INF], True),  # float64 NaN, or an inf eager misses
+        ([1.0, NAN], [1.0, -INF], [1.0, -INF], False),  # eager matches float64's -inf: judged
+        ([1.0, 5.0], [1.0, NAN], [1.0, NAN], False),  # a finite value against NaN: judged
+        ([2.0, -INF], [1.0, NAN], [1.0, NAN], False),  # a finite element differs too
+        ([1.000001, -INF], [1.0, NAN], [1.0, NAN], True),  # ... within its tolerance: no difference
+        ([1.0, NAN], [1.0, NAN], [1.0, NAN], False),  # nothing differs
+    ],
+)
 def test_results_that_differ_only_where_no_value_exists(compiled, eager, reference, undefined):
-    from harness.compare import differs_only_where_undefined
+    from harness.judge.compare import differs_only_where_undefined
 
     as_float = lambda values, dtype=torch.float32: torch.tensor(values, dtype=dtype)  # noqa: E731
-    assert differs_only_where_undefined(as_float(compiled), as_float(eager),
-                                        as_float(reference, torch.float64)) == undefined
+    assert (
+        differs_only_where_undefined(as_float(compiled), as_float(eager), as_float(reference, torch.float64))
+        == undefined
+    )
 
 
 def test_cosine_pass_and_plain_results_have_no_passed_by():
@@ -191,7 +201,7 @@ def test_cosine_pass_and_plain_results_have_no_passed_by():
 
 
 def test_mismatch_map_is_bounded_and_written_compactly(tmp_path):
-    from harness.compare import MAP_CELLS
+    from harness.judge.compare import MAP_CELLS
     from harness.records import CaseResult, write_results
 
     # 2048 x 1024 = 2,097,152 elements; the first 32 rows are wrong: exactly the top row of cells.
@@ -211,12 +221,24 @@ def test_mismatch_map_is_bounded_and_written_compactly(tmp_path):
 
     # In the results file a map takes one line per row of cells, not one line per cell.
     path = tmp_path / "r.json"
-    write_results(path, [CaseResult(case="big", device="cpu", backend="inductor", dtype="int64", mode="inference",
-                                    status="fail", outputs=[result])])
+    write_results(
+        path,
+        [
+            CaseResult(
+                case="big",
+                device="cpu",
+                backend="inductor",
+                dtype="int64",
+                mode="inference",
+                status="fail",
+                outputs=[result],
+            )
+        ],
+    )
     text = path.read_text()
     assert len(text.splitlines()) < 200, len(text.splitlines())
-    counts = text[text.index('"counts"'):]
-    counts = counts[:counts.index("]\n") + 1]
+    counts = text[text.index('"counts"') :]
+    counts = counts[: counts.index("]\n") + 1]
     assert len(counts) <= MAP_CELLS * (MAP_CELLS * 4 + 8), len(counts)
     assert json.loads(text)["records"][0]["outputs"][0]["mismatch_map"]["counts"] == grid.counts
 

@@ -26,8 +26,10 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 # `VAR=value` words first (a value may be quoted or hold `$(...)`), then the program.
-PROGRAM = re.compile(r"^(?:[A-Z_]+=(?:\$\([^)]*\)|\"[^\"]*\"|[^\s\"$])*\s+)*"
-                     r"(?:harness|python3?|pytest|pip|examples/|\.venv/bin/)")
+PROGRAM = re.compile(
+    r"^(?:[A-Z_]+=(?:\$\([^)]*\)|\"[^\"]*\"|[^\s\"$])*\s+)*"
+    r"(?:harness|python3?|pytest|pip|examples/|\.venv/bin/)"
+)
 SYNOPSIS = re.compile(r"\[[^\]]*[A-Z.]{2,}[^\]]*\]|\S\|\S")  # `[-k EXPR]`, `cpu|cuda|npu`: a usage line
 
 
@@ -61,28 +63,67 @@ RULES = [
     Rule(r"--device cuda|DEVICE=cuda", "gpu", "needs a CUDA GPU"),
     Rule(r"^(?!PYTHONPATH=tests/npu_surrogate).*--device npu", "npu", "needs torch_npu and an Ascend NPU"),
     Rule(SYNOPSIS.pattern, "synopsis", "a usage synopsis: its subcommand and every option it names exist"),
-    Rule(r"pytest cases -k longformer", "nightly", "installs the checkout, then trains Longformer's ci size "
-         "(40 s on two cores, installed)", in_checkout=True, timeout=1200),
+    Rule(
+        r"pytest cases -k longformer",
+        "nightly",
+        "installs the checkout, then trains Longformer's ci size (40 s on two cores, installed)",
+        in_checkout=True,
+        timeout=1200,
+    ),
     # Every upstream bug is a declared known failure: they xfail, and the run exits 0.
-    Rule(r"--tag upstream --bisect --extract", "nightly", "localizes and extracts every upstream bug (70 s on two "
-         "cores)", timeout=1800),
-    Rule(r"SHARD=2/4 examples/nightly.sh run", "nightly", "a quarter of the shipped suite, localized (160 s on two "
-         "cores)", timeout=1800),
-    Rule(r"examples/nightly.sh merge", "nightly", "runs that shard first, then merges it against itself as the "
-         "baseline (70 s with warm caches)",
-         before="SHARD=2/4 examples/nightly.sh run >/dev/null; mkdir -p last; cp nightly/shard-2-of-4.json "
-                "last/results.json", timeout=1800),
-    Rule(r"PYTHONPATH=tests/npu_surrogate pytest cases", "nightly", "every seed_index case through pytest on the "
-         "surrogate NPU, a process each (105 s on two cores)", timeout=1200),
-    Rule(r"install_triton.py", "nightly", "installs triton-ascend into a folder of its own on first use, then "
-         "runs the Triton surrogate's interpreter (18 s once installed)", exit_code=1, timeout=1200),
-    Rule(r"regenerate_npu_kernels.py", "nightly", "downloads the torch-npu 2.14 wheel from the package index",
-         timeout=1200),
+    Rule(
+        r"--tag upstream --bisect --extract",
+        "nightly",
+        "localizes and extracts every upstream bug (70 s on two cores)",
+        timeout=1800,
+    ),
+    Rule(
+        r"SHARD=2/4 examples/nightly.sh run",
+        "nightly",
+        "a quarter of the shipped suite, localized (160 s on two cores)",
+        timeout=1800,
+    ),
+    Rule(
+        r"examples/nightly.sh merge",
+        "nightly",
+        "runs that shard first, then merges it against itself as the baseline (70 s with warm caches)",
+        before="SHARD=2/4 examples/nightly.sh run >/dev/null; mkdir -p last; cp nightly/shard-2-of-4.json "
+        "last/results.json",
+        timeout=1800,
+    ),
+    Rule(
+        r"PYTHONPATH=tests/npu_surrogate pytest cases",
+        "nightly",
+        "every seed_index case through pytest on the surrogate NPU, a process each (105 s on two cores)",
+        timeout=1200,
+    ),
+    Rule(
+        r"install_triton.py",
+        "nightly",
+        "installs triton-ascend into a folder of its own on first use, then "
+        "runs the Triton surrogate's interpreter (18 s once installed)",
+        exit_code=1,
+        timeout=1200,
+    ),
+    Rule(
+        r"regenerate_npu_kernels.py",
+        "nightly",
+        "downloads the torch-npu 2.14 wheel from the package index",
+        timeout=1200,
+    ),
     # The same runs as tests that CI runs (test_extraction's seed test, test_npu_path's seed on the surrogate).
-    Rule(r"harness extract seed_index_as_strided_index_put", "nightly", "the extraction test_extraction's seed "
-         "test makes in CI (30 s)", exit_code=1),
-    Rule(r"PYTHONPATH=tests/npu_surrogate python -m harness run -k seed_index", "nightly", "the surrogate run "
-         "test_npu_path's seed test makes in CI (40 s)", exit_code=1),
+    Rule(
+        r"harness extract seed_index_as_strided_index_put",
+        "nightly",
+        "the extraction test_extraction's seed test makes in CI (30 s)",
+        exit_code=1,
+    ),
+    Rule(
+        r"PYTHONPATH=tests/npu_surrogate python -m harness run -k seed_index",
+        "nightly",
+        "the surrogate run test_npu_path's seed test makes in CI (40 s)",
+        exit_code=1,
+    ),
     Rule(r"--inject (fault-|boundary-downcast)", "run", exit_code=1),
 ]
 
@@ -146,14 +187,23 @@ def _sandbox(tmp_path: Path) -> tuple[Path, dict[str, str]]:
             (sandbox / entry.name).symlink_to(entry)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    shims = {"harness": '-m harness "$@"', "python": '"$@"', "python3": '"$@"', "pytest": '-m pytest "$@"',
-             "pip": '-m pip "$@"'}
+    shims = {
+        "harness": '-m harness "$@"',
+        "python": '"$@"',
+        "python3": '"$@"',
+        "pytest": '-m pytest "$@"',
+        "pip": '-m pip "$@"',
+    }
     for name, call in shims.items():
         shim = bin_dir / name
         shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" {call}\n')
         shim.chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-           "HARNESS_PYTHON": sys.executable, "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "HARNESS_PYTHON": sys.executable,
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
     env.pop("PYTEST_XDIST_WORKER", None)
     env.pop("PYTEST_ADDOPTS", None)
     return sandbox, env
@@ -163,8 +213,14 @@ def _run(command: Command, rule: Rule, tmp_path: Path) -> subprocess.CompletedPr
     sandbox, env = _sandbox(tmp_path)
     text = command.text.replace(".venv/bin/", str(tmp_path / "bin") + "/")
     script = f"set -e\n{rule.before}\nset +e\n{text}\n" if rule.before else text
-    return subprocess.run(["bash", "-c", script], cwd=REPO if rule.in_checkout else sandbox, env=env,
-                          capture_output=True, text=True, timeout=rule.timeout)
+    return subprocess.run(
+        ["bash", "-c", script],
+        cwd=REPO if rule.in_checkout else sandbox,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=rule.timeout,
+    )
 
 
 @pytest.mark.parametrize("command, rule", _params())
@@ -185,7 +241,8 @@ def test_a_documented_command_does_what_its_document_says(command, rule, tmp_pat
     done = _run(command, rule, tmp_path)
     assert done.returncode == rule.exit_code, (
         f"{command.id}: `{command.text}` exited {done.returncode}, not {rule.exit_code}\n"
-        f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
     assert "Traceback (most recent call last)" not in done.stderr, done.stderr[-3000:]
 
 
@@ -194,10 +251,12 @@ def _check_synopsis(command: Command, tmp_path: Path) -> None:
     words = command.text.split()
     assert words[0] == "harness", command.text
     sandbox, env = _sandbox(tmp_path)
-    helped = subprocess.run(["harness", words[1], "--help"], cwd=sandbox, env=env, capture_output=True, text=True,
-                            timeout=120)
+    helped = subprocess.run(
+        ["harness", words[1], "--help"], cwd=sandbox, env=env, capture_output=True, text=True, timeout=120
+    )
     assert helped.returncode == 0, helped.stderr
     shown = " ".join((command.text.split("#")[0], *command.continuation))
     for option in re.findall(r"(?<![\w-])(--?[a-z][\w-]*)", shown):
         assert re.search(rf"(?<![\w-]){re.escape(option)}\b", helped.stdout), (
-            f"{command.id}: `harness {words[1]} --help` does not list {option}")
+            f"{command.id}: `harness {words[1]} --help` does not list {option}"
+        )

@@ -1,4 +1,4 @@
-"""Dynamic runs (harness/dynamic_shapes.py): one compile with symbolic sizes, judged at two sizes.
+"""Dynamic runs (harness/run/dynamic.py): one compile with symbolic sizes, judged at two sizes.
 
 Known answers for the plan (which dims vary, the second size, resized layouts); runs of real programs that
 pass at both sizes without recompiling; emulations that fail at both sizes and are localized; and a fault
@@ -8,14 +8,14 @@ that only the second size meets, which the record names.
 import pytest
 import torch
 
-from harness import emulation
+from harness.inject import launch as emulation
 from harness import records as R
-from harness.dynamic_shapes import plans_for, resized, resized_tensor, second_size
-from harness.emulation import Injection
+from harness.run.dynamic import plans_for, resized, resized_tensor, second_size
+from harness.inject.launch import Injection
 from harness.inputs import TensorSpec, contiguous, gapped, permuted, strided
 from harness.records import InjectionStats
 from harness.registry import Case, Program, load_registry
-from harness.runner import RunConfig, run_case
+from harness.run.case import RunConfig, run_case
 
 DYNAMIC = RunConfig(dynamic=True)
 
@@ -45,15 +45,18 @@ def test_no_varying_dim_says_why():
 
 
 def test_a_conv_varies_its_batch_alone_and_a_matmul_its_shared_size_too():
-    conv = Case(name="dynamic_conv", build=lambda d: Program(
-        torch.nn.Conv2d(8, 4, 3), [contiguous((8, 8, 12, 12))]))  # batch 8 equals the channels
+    conv = Case(
+        name="dynamic_conv", build=lambda d: Program(torch.nn.Conv2d(8, 4, 3), [contiguous((8, 8, 12, 12))])
+    )  # batch 8 equals the channels
     record = run_case(conv, torch.float32, "inference", DYNAMIC)
     assert (record.status, record.dynamic_sizes) == (R.PASS, [[[8, 8, 12, 12]], [[9, 8, 12, 12]]]), record.summary()
-    matmul = Case(name="dynamic_matmul", build=lambda d: Program(
-        torch.matmul, [contiguous((16, 32)), contiguous((32, 8))]))  # 32 leads the second and ends the first
+    matmul = Case(
+        name="dynamic_matmul", build=lambda d: Program(torch.matmul, [contiguous((16, 32)), contiguous((32, 8))])
+    )  # 32 leads the second and ends the first
     record = run_case(matmul, torch.float32, "inference", DYNAMIC)
-    assert (record.status, record.dynamic_sizes) == (R.PASS, [[[16, 32], [32, 8]], [[17, 33], [33, 8]]]), \
+    assert (record.status, record.dynamic_sizes) == (R.PASS, [[[16, 32], [32, 8]], [[17, 33], [33, 8]]]), (
         record.summary()
+    )
 
 
 def test_a_tensor_given_as_it_is_repeats_its_values_in_its_own_layout():
@@ -85,12 +88,21 @@ def test_a_correct_model_passes_at_both_sizes_without_recompiling():
     assert {o.name for o in record.outputs} >= {"out0", "out0@size2", "grad_in0@size2"}
 
 
-@pytest.mark.parametrize("name, dtype", [("seed_index_as_strided_view", torch.int64),
-                                         ("layout_input_overlapping", torch.int64),
-                                         ("layout_input_gapped_slice", torch.float64)])
+@pytest.mark.parametrize(
+    "name, dtype",
+    [
+        ("seed_index_as_strided_view", torch.int64),
+        ("layout_input_overlapping", torch.int64),
+        ("layout_input_gapped_slice", torch.float64),
+    ],
+)
 def test_the_launch_boundary_downcast_fails_both_sizes_and_is_localized(name, dtype):
-    record = run_case(load_registry().cases[name], dtype, "inference",
-                      RunConfig(dynamic=True, inject="boundary-downcast", bisect=True))
+    record = run_case(
+        load_registry().cases[name],
+        dtype,
+        "inference",
+        RunConfig(dynamic=True, inject="boundary-downcast", bisect=True),
+    )
     assert (record.status, record.failed_sizes, record.recompiled) == (R.FAIL, [1, 2], False), record.summary()
     assert record.first_divergent_kernel.answer == R.Answer.KERNEL, record.first_divergent_kernel.line()
 
@@ -122,8 +134,11 @@ class WrongAtAnotherSize:
 
 @pytest.fixture
 def wrong_at_another_size(monkeypatch):
-    monkeypatch.setitem(emulation.INJECTIONS, "test-wrong-at-another-size", Injection(
-        "test-wrong-at-another-size", "a dynamic kernel wrong at any size but its first", WrongAtAnotherSize))
+    monkeypatch.setitem(
+        emulation.INJECTIONS,
+        "test-wrong-at-another-size",
+        Injection("test-wrong-at-another-size", "a dynamic kernel wrong at any size but its first", WrongAtAnotherSize),
+    )
     return "test-wrong-at-another-size"
 
 
@@ -131,8 +146,9 @@ SCALE = Case(name="dynamic_scale_rows", build=lambda d: Program(lambda x: (x * 3
 
 
 def test_a_kernel_wrong_only_at_the_second_size_fails_and_names_that_size(wrong_at_another_size):
-    record = run_case(SCALE, torch.float32, "inference", RunConfig(dynamic=True, inject=wrong_at_another_size,
-                                                                   bisect=True))
+    record = run_case(
+        SCALE, torch.float32, "inference", RunConfig(dynamic=True, inject=wrong_at_another_size, bisect=True)
+    )
     assert (record.status, record.failed_sizes) == (R.FAIL, [2]), record.summary()
     failing = [o.name for o in record.outputs if not o.passed]
     assert failing == ["out0@size2"]
@@ -150,8 +166,9 @@ def test_a_second_size_lowered_afresh_is_compiled_at_the_first_size(monkeypatch,
     monkeypatch.setattr(graphs, "_load_sidecar", lambda path: None)
     assert run_case(SCALE, torch.float32, "inference", RunConfig(dynamic=True)).status == R.PASS  # cached, no facts
     monkeypatch.setattr(graphs, "_GRAPHS", {})
-    record = run_case(SCALE, torch.float32, "inference", RunConfig(dynamic=True, inject=wrong_at_another_size,
-                                                                   bisect=True))
+    record = run_case(
+        SCALE, torch.float32, "inference", RunConfig(dynamic=True, inject=wrong_at_another_size, bisect=True)
+    )
     assert (record.status, record.failed_sizes) == (R.FAIL, [2]), record.summary()
     found = record.first_divergent_kernel
     assert any("lowered again with caches off" in p for p in found.problems), found.problems
@@ -176,16 +193,16 @@ def test_a_recompilation_whose_values_pass_is_a_pass_naming_the_guard():
 def test_dynamic_strict_fails_a_recompilation_and_says_so_in_the_command():
     strict = RunConfig(dynamic=True, dynamic_strict=True)
     record = run_case(BRANCH, torch.float32, "inference", strict)
-    assert (record.status, record.symptom, record.recompiled) == (R.FAIL, R.Symptom.RECOMPILED, True), \
-        record.summary()
+    assert (record.status, record.symptom, record.recompiled) == (R.FAIL, R.Symptom.RECOMPILED, True), record.summary()
     assert "compiled again (guard failed: " in record.diagnosis
     assert strict.command_for(BRANCH.name, "float32", "inference").endswith("--dynamic strict")
     assert RunConfig(dynamic_strict=True).dynamic  # strict alone is a dynamic run
 
 
 def test_a_case_whose_second_size_eager_rejects_is_skipped_with_the_reason():
-    mismatched = Case(name="dynamic_fixed_width", build=lambda d: Program(
-        lambda x: x.reshape(16, 8, 1) * 2, [contiguous((16, 8))]))  # a size baked into the program
+    mismatched = Case(
+        name="dynamic_fixed_width", build=lambda d: Program(lambda x: x.reshape(16, 8, 1) * 2, [contiguous((16, 8))])
+    )  # a size baked into the program
     record = run_case(mismatched, torch.float32, "inference", DYNAMIC)
     assert record.status == R.SKIP and "eager rejects the second size" in record.reason, record.summary()
 
@@ -194,9 +211,19 @@ def test_the_report_and_the_console_show_the_sizes_and_which_failed():
     from harness.records import CaseResult
     from harness.report import render_html
 
-    record = CaseResult(case="scaled", device="cpu", backend="inductor", dtype="float32", mode="inference",
-                        status=R.FAIL, dynamic=True, dynamic_sizes=[[[16, 64]], [[17, 64]]], failed_sizes=[2],
-                        recompiled=False, duration_s=1.0)
+    record = CaseResult(
+        case="scaled",
+        device="cpu",
+        backend="inductor",
+        dtype="float32",
+        mode="inference",
+        status=R.FAIL,
+        dynamic=True,
+        dynamic_sizes=[[[16, 64]], [[17, 64]]],
+        failed_sizes=[2],
+        recompiled=False,
+        duration_s=1.0,
+    )
     assert record.run_id == "scaled[float32-inference-dynamic]"
     assert "dynamic sizes: 1 (16, 64) -> 2 (17, 64) FAILED" in record.summary()
     html = render_html([record], {})
@@ -211,8 +238,9 @@ def test_the_opinfo_sweep_has_a_dynamic_axis_in_its_ci_sample():
     assert dynamic and all(c.always_dynamic and c.name.endswith("-dynamic") and "ci" in c.tags for c in dynamic)
     static = registry.cases[dynamic[0].name.removesuffix("-dynamic")]
     assert not static.always_dynamic
-    record = run_case(registry.cases["opinfo-neg-bfloat16-s0-overlapping-dynamic"], torch.bfloat16, "inference",
-                      RunConfig())  # no --dynamic: the case asks for it
+    record = run_case(
+        registry.cases["opinfo-neg-bfloat16-s0-overlapping-dynamic"], torch.bfloat16, "inference", RunConfig()
+    )  # no --dynamic: the case asks for it
     assert (record.status, record.dynamic, record.recompiled) == (R.PASS, True, False), record.summary()
     (first,), (second,) = record.dynamic_sizes  # the leading dim alone: eager accepts that
     assert second == [first[0] + 1, *first[1:]], record.dynamic_sizes
@@ -264,8 +292,12 @@ def test_a_parameter_given_as_an_input_keeps_its_sizes_unless_declared():
 
 
 def test_a_dynamic_failure_is_extracted_as_a_static_case_when_that_reproduces(tmp_path):
-    record = run_case(load_registry().cases["layout_input_gapped_slice"], torch.float64, "inference",
-                      RunConfig(dynamic=True, inject="boundary-downcast", bisect=True, extract_dir=str(tmp_path)))
+    record = run_case(
+        load_registry().cases["layout_input_gapped_slice"],
+        torch.float64,
+        "inference",
+        RunConfig(dynamic=True, inject="boundary-downcast", bisect=True, extract_dir=str(tmp_path)),
+    )
     assert record.extracted == "reproduces", (record.extracted, record.extraction and record.extraction.notes)
     said = next(n for n in record.extraction.notes if n.startswith("extracted from a dynamic run"))
     assert "at its first size" in said and "static at those shapes, and reproduces run without --dynamic" in said
@@ -273,9 +305,14 @@ def test_a_dynamic_failure_is_extracted_as_a_static_case_when_that_reproduces(tm
 
 
 def test_a_failure_only_a_dynamic_kernel_has_is_extracted_as_a_case_that_always_runs_dynamic(
-        wrong_at_another_size, tmp_path):
-    record = run_case(SCALE, torch.float32, "inference", RunConfig(dynamic=True, inject=wrong_at_another_size,
-                                                                   bisect=True, extract_dir=str(tmp_path)))
+    wrong_at_another_size, tmp_path
+):
+    record = run_case(
+        SCALE,
+        torch.float32,
+        "inference",
+        RunConfig(dynamic=True, inject=wrong_at_another_size, bisect=True, extract_dir=str(tmp_path)),
+    )
     assert (record.failed_sizes, record.extracted) == ([2], "reproduces"), record.extraction.notes
     said = next(n for n in record.extraction.notes if n.startswith("extracted from a dynamic run"))
     assert "at its second size ((17, 64))" in said and "always runs dynamic" in said, said
@@ -285,13 +322,15 @@ def test_a_failure_only_a_dynamic_kernel_has_is_extracted_as_a_case_that_always_
 def test_dynamic_strict_is_a_word_after_the_flag_and_anything_else_a_usage_error():
     import argparse
 
-    from harness.options import RUN_OPTIONS, add_to_argparse, run_config_from
+    from harness.frontends.options import RUN_OPTIONS, add_to_argparse, run_config_from
 
     parser = argparse.ArgumentParser()
     add_to_argparse(parser, RUN_OPTIONS)
     values = lambda *argv: vars(parser.parse_args(list(argv)))  # noqa: E731
-    assert (run_config_from(values("--dynamic")).dynamic, run_config_from(values("--dynamic")).dynamic_strict) == \
-        (True, False)
+    assert (run_config_from(values("--dynamic")).dynamic, run_config_from(values("--dynamic")).dynamic_strict) == (
+        True,
+        False,
+    )
     strict = run_config_from(values("--dynamic", "strict"))
     assert (strict.dynamic, strict.dynamic_strict, strict.identity()["dynamic_strict"]) == (True, True, True)
     assert "dynamic_strict" not in run_config_from(values("--dynamic")).identity()
@@ -299,14 +338,18 @@ def test_dynamic_strict_is_a_word_after_the_flag_and_anything_else_a_usage_error
         values("--dynamic", "relu_mlp")  # a case name after --dynamic is no mode: name cases before it
 
 
-@pytest.mark.parametrize("dims, said", [
-    ({0: (-1,)}, None),  # the last dim, as torch counts: it varies
-    ({0: (2,)}, "has no dim 2"),
-    ({0: "0"}, "needs a tuple of dims"),
-])
+@pytest.mark.parametrize(
+    "dims, said",
+    [
+        ({0: (-1,)}, None),  # the last dim, as torch counts: it varies
+        ({0: (2,)}, "has no dim 2"),
+        ({0: "0"}, "needs a tuple of dims"),
+    ],
+)
 def test_dynamic_dims_count_from_the_end_and_a_dim_the_input_lacks_is_an_error(dims, said):
-    case = Case(name="dynamic_declared", build=lambda d: Program(lambda x: x * 2, [contiguous((16, 8))]),
-                dynamic_dims=dims)
+    case = Case(
+        name="dynamic_declared", build=lambda d: Program(lambda x: x * 2, [contiguous((16, 8))]), dynamic_dims=dims
+    )
     record = run_case(case, torch.float32, "inference", DYNAMIC)
     if said is None:
         assert (record.status, record.dynamic_sizes) == (R.PASS, [[[16, 8]], [[16, 9]]]), record.summary()
@@ -316,7 +359,7 @@ def test_dynamic_dims_count_from_the_end_and_a_dim_the_input_lacks_is_an_error(d
 
 
 def test_a_second_size_equal_to_the_first_is_an_error_naming_the_declaration():
-    from harness.dynamic_shapes import BadDynamicDims, check_second_size
+    from harness.run.dynamic import BadDynamicDims, check_second_size
 
     same = ([TensorSpec((16, 8))], {})
     with pytest.raises(BadDynamicDims, match=r"dynamic_dims \{0: \(1,\)\} made the second size equal"):

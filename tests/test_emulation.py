@@ -7,17 +7,26 @@ import pytest
 import torch
 
 from harness import records as R
-from harness.emulation import parse_injection
+from harness.inject.launch import parse_injection
 from harness.inputs import contiguous, gapped
 from harness.registry import Case, Program, load_registry
-from harness.runner import RunConfig, run_case
+from harness.run.case import RunConfig, run_case
 
 CASES = load_registry().cases
-DENSE_LAYOUTS = ["layout_input_contiguous", "layout_input_permuted", "layout_input_storage_offset",
-                 "layout_output_inplace_permuted"]
-BROKEN_BY_COLLAPSE = ["layout_input_gapped_slice", "layout_input_broadcast_rows", "layout_input_overlapping",
-                      "layout_output_inplace_gapped", "layout_output_index_put_gapped",
-                      "layout_output_slices_of_one_buffer"]
+DENSE_LAYOUTS = [
+    "layout_input_contiguous",
+    "layout_input_permuted",
+    "layout_input_storage_offset",
+    "layout_output_inplace_permuted",
+]
+BROKEN_BY_COLLAPSE = [
+    "layout_input_gapped_slice",
+    "layout_input_broadcast_rows",
+    "layout_input_overlapping",
+    "layout_output_inplace_gapped",
+    "layout_output_index_put_gapped",
+    "layout_output_slices_of_one_buffer",
+]
 
 
 def run(name, dtype, inject):
@@ -79,8 +88,11 @@ def test_strided_conversion_leaves_float64_with_rounding_only(name):
 
 
 def test_narrowing_is_real_int64_wraps():
-    big = Case(name="big", build=lambda d: Program(lambda x: x + 1, [contiguous((4,), fill="arange", low=2**31)]),
-               dtypes=(torch.int64,))
+    big = Case(
+        name="big",
+        build=lambda d: Program(lambda x: x + 1, [contiguous((4,), fill="arange", low=2**31)]),
+        dtypes=(torch.int64,),
+    )
     record = run_case(big, torch.int64, "inference", RunConfig(inject="boundary-downcast-strided"))
     (out,) = record.outputs
     assert out.bad == 4 and out.max_abs == 2**32  # 2**31 + i wraps to -2**31 + i
@@ -88,17 +100,21 @@ def test_narrowing_is_real_int64_wraps():
 
 # Faults, on one kernel computing x + 1 over arange(8) = [1, 2, ..., 8].
 ADD_ONE = Case(name="add_one", build=lambda d: Program(lambda x: x + 1, [contiguous((8,), fill="arange")]))
-GAPPED_ADD_ONE = Case(name="gapped_add_one",
-                      build=lambda d: Program(lambda x: x + 1, [gapped((8,), step=2, fill="arange")]))
+GAPPED_ADD_ONE = Case(
+    name="gapped_add_one", build=lambda d: Program(lambda x: x + 1, [gapped((8,), step=2, fill="arange")])
+)
 
 
-@pytest.mark.parametrize("fault, bad, max_abs, nan_mismatch", [
-    ("fault-scale@0", 8, 8.0, 0),       # 2 * (x + 1): off by x + 1, at most 8
-    ("fault-offset@0", 8, 1.0, 0),      # x + 2
-    ("fault-zero-tail@0", 4, 8.0, 0),   # [1, 2, 3, 4, 0, 0, 0, 0]
-    ("fault-nan@0", 1, math.inf, 1),    # [nan, 2, ...]: a NaN where eager is finite is infinitely off
-    ("fault-scale@cpp_fused_*", 8, 8.0, 0),
-])
+@pytest.mark.parametrize(
+    "fault, bad, max_abs, nan_mismatch",
+    [
+        ("fault-scale@0", 8, 8.0, 0),  # 2 * (x + 1): off by x + 1, at most 8
+        ("fault-offset@0", 8, 1.0, 0),  # x + 2
+        ("fault-zero-tail@0", 4, 8.0, 0),  # [1, 2, 3, 4, 0, 0, 0, 0]
+        ("fault-nan@0", 1, math.inf, 1),  # [nan, 2, ...]: a NaN where eager is finite is infinitely off
+        ("fault-scale@cpp_fused_*", 8, 8.0, 0),
+    ],
+)
 def test_fault_figures(fault, bad, max_abs, nan_mismatch):
     record = run_case(ADD_ONE, torch.float32, "inference", RunConfig(inject=fault))
     (out,) = record.outputs
@@ -114,14 +130,26 @@ def test_stride_collapse_fault_misreads_a_gapped_input():
     assert (out.bad, out.max_abs) == (7, 14.0)
 
 
-@pytest.mark.parametrize("fault, said", [
-    ("fault-offset@1", "fault-offset@1: @1 selected none of the 1 kernel launches (there is no launch 1: "
-                       "launches count from 0 to 0)"),
-    ("fault-scale@7", "fault-scale@7: @7 selected none of the 1 kernel launches (there is no launch 7: "
-                      "launches count from 0 to 0)"),
-    ("fault-scale@*relu*", "fault-scale@*relu*: @*relu* selected none of the 1 kernel launches (no kernel "
-                           "launched is named like '*relu*')"),
-])
+@pytest.mark.parametrize(
+    "fault, said",
+    [
+        (
+            "fault-offset@1",
+            "fault-offset@1: @1 selected none of the 1 kernel launches (there is no launch 1: "
+            "launches count from 0 to 0)",
+        ),
+        (
+            "fault-scale@7",
+            "fault-scale@7: @7 selected none of the 1 kernel launches (there is no launch 7: "
+            "launches count from 0 to 0)",
+        ),
+        (
+            "fault-scale@*relu*",
+            "fault-scale@*relu*: @*relu* selected none of the 1 kernel launches (no kernel "
+            "launched is named like '*relu*')",
+        ),
+    ],
+)
 def test_a_fault_that_hits_nothing_is_an_error_not_a_pass(fault, said):
     record = run_case(ADD_ONE, torch.float32, "inference", RunConfig(inject=fault))
     assert (record.status, record.stage, record.symptom) == (R.ERROR, R.Stage.COMPILE, R.Symptom.INJECTION_MISSED)
@@ -141,11 +169,14 @@ def test_the_launcher_emulation_misses_only_a_program_without_generated_kernels(
     assert record.status == R.PASS and record.injection_stats.converted_args == 0
 
 
-@pytest.mark.parametrize("text, message", [
-    ("boundary-upcast", "unknown injection"),
-    ("fault-scale", "needs a kernel"),
-    ("boundary-downcast@3", "takes no @selector"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("boundary-upcast", "unknown injection"),
+        ("fault-scale", "needs a kernel"),
+        ("boundary-downcast@3", "takes no @selector"),
+    ],
+)
 def test_bad_injection_names(text, message):
     with pytest.raises(ValueError, match=message):
         parse_injection(text)
@@ -162,12 +193,16 @@ def test_injection_stats_are_typed_and_keep_their_json_keys():
 def test_boundary_downcast_leaves_what_the_kernels_own_launcher_narrows_to_it():
     # torch_npu's launcher narrows the arguments its codegen put in `triton_meta["downcast_args"]` itself
     # (`npu_triton_heuristics._wrap_launcher_with_downcast`): the emulation must not convert those again.
-    from harness.emulation import BoundaryDowncast
+    from harness.inject.launch import BoundaryDowncast
     from harness.inductor_compat.launches import KernelInfo, Launch
 
     seen = []
-    kernel = KernelInfo("triton_unk_fused_index_0", "triton", ["in_ptr0", "in_ptr1", "out_ptr0"],
-                        launcher_narrowed=frozenset({"in_ptr0"}))
+    kernel = KernelInfo(
+        "triton_unk_fused_index_0",
+        "triton",
+        ["in_ptr0", "in_ptr1", "out_ptr0"],
+        launcher_narrowed=frozenset({"in_ptr0"}),
+    )
     args = [torch.arange(4, dtype=torch.int64), torch.arange(4, dtype=torch.int64), torch.zeros(4, dtype=torch.int64)]
 
     def invoke(*passed, **kwargs):
@@ -186,8 +221,10 @@ def test_a_kernels_launcher_narrowing_is_read_from_its_triton_meta():
 
     heuristics = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
     autotuner = heuristics.CachingAutotuner.__new__(heuristics.CachingAutotuner)
-    autotuner.triton_meta = {"signature": {"in_ptr0": "*i32", "out_ptr0": "*fp32", "xnumel": "i32"},
-                             "downcast_args": {"in_ptr0": "*i64"}}
+    autotuner.triton_meta = {
+        "signature": {"in_ptr0": "*i32", "out_ptr0": "*fp32", "xnumel": "i32"},
+        "downcast_args": {"in_ptr0": "*i64"},
+    }
     autotuner.inductor_meta, autotuner.fn = {}, type("Fn", (), {"arg_names": ["in_ptr0", "out_ptr0", "xnumel"]})()
     info = launches._kernel_info("triton_unk_fused_0", autotuner, {}, "module.py")
     assert info.kind == "triton" and info.launcher_narrowed == frozenset({"in_ptr0"})

@@ -8,14 +8,14 @@ import torch
 
 from harness import extensions
 from harness.devices import UnknownDeviceError, device_names, get_device
-from harness.emulation import injection_names, parse_injection
+from harness.inject.launch import injection_names, parse_injection
 from harness.registry import Case, Program
-from harness.run_identity import RunConfig
-from harness.runner import run_case
+from harness.run.config import RunConfig
+from harness.run.case import run_case
 
 PLUGIN = '''
 from harness.devices import Cpu
-from harness.emulation import Injection, KernelFault
+from harness.inject.launch import Injection, KernelFault
 
 class PretendAccelerator(Cpu):
     """A CPU that says it is another device and adds a compile option, as a new backend's adapter would."""
@@ -35,12 +35,19 @@ def plugin(tmp_path, monkeypatch):
     (tmp_path / "harness_plugin_example.py").write_text(textwrap.dedent(PLUGIN))
     monkeypatch.syspath_prepend(str(tmp_path))
     points = {
-        extensions.DEVICE_GROUP: [("pretend", "harness_plugin_example:PretendAccelerator"),
-                                  ("broken", "harness_plugin_example:NOT_A_DEVICE")],
+        extensions.DEVICE_GROUP: [
+            ("pretend", "harness_plugin_example:PretendAccelerator"),
+            ("broken", "harness_plugin_example:NOT_A_DEVICE"),
+        ],
         extensions.INJECTION_GROUP: [("scale-everything", "harness_plugin_example:SCALE_EVERYTHING")],
     }
-    monkeypatch.setattr(extensions, "declared", lambda group: {
-        name: importlib.metadata.EntryPoint(name, value, group) for name, value in points.get(group, [])})
+    monkeypatch.setattr(
+        extensions,
+        "declared",
+        lambda group: {
+            name: importlib.metadata.EntryPoint(name, value, group) for name, value in points.get(group, [])
+        },
+    )
 
 
 def test_a_declared_device_is_listed_built_and_adds_its_compile_options(plugin):
@@ -61,4 +68,3 @@ def test_a_declared_injection_runs_like_a_built_in_one(plugin):
     record = run_case(case, torch.float32, "inference", RunConfig(inject="scale-everything"))
     assert record.status == "fail" and record.emulation == "scale-everything"
     assert record.outputs[0].max_abs == pytest.approx(2.0)  # relu(1) * 2 doubled, against 2
-

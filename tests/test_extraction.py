@@ -18,15 +18,16 @@ from harness import records as R
 from harness.extraction import forms
 from harness.extraction import subgraph as S
 from harness.registry import load_registry
-from harness.runner import RunConfig, run_case
+from harness.run.case import RunConfig, run_case
 
 REPO = Path(__file__).resolve().parent.parent
 SEED_FIGURES = (2260992, 2359296, 589824, 589823)
 
 
 def harness(*args, cwd=REPO, timeout=600, env=None):
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def extracted(name, dtype, mode, directory, **config):
@@ -35,6 +36,7 @@ def extracted(name, dtype, mode, directory, **config):
 
 
 # --- The subgraph: torch.fx cut, closure, code -------------------------------------------------------------
+
 
 def _traced():
     def program(x, y):
@@ -92,6 +94,7 @@ def test_the_code_imports_what_it_names():
 
 # --- Regenerating inputs -----------------------------------------------------------------------------------
 
+
 def test_regenerable_inputs_keep_the_layout_and_the_range():
     base = torch.arange(100, dtype=torch.int64) + 7
     view = base.as_strided((3, 4), (8, 2), 5)
@@ -111,9 +114,11 @@ def test_regenerable_inputs_keep_the_layout_and_the_range():
 
 # --- End to end --------------------------------------------------------------------------------------------
 
+
 def test_the_seed_inside_a_larger_graph_reduces_to_the_view_and_its_copy(tmp_path):
-    record = extracted("seed_index_as_strided_index_put", torch.int64, "inference", tmp_path,
-                       inject="boundary-downcast")
+    record = extracted(
+        "seed_index_as_strided_index_put", torch.int64, "inference", tmp_path, inject="boundary-downcast"
+    )
     assert record.status == R.FAIL and record.extracted == "reproduces"
     found = record.extraction
     assert found.kernel_repro == "reproduces" and found.plain_script == "reproduces"
@@ -128,8 +133,9 @@ def test_the_seed_inside_a_larger_graph_reduces_to_the_view_and_its_copy(tmp_pat
     # The kernel-level repro diverges under the emulation, and not without it.
     repro = subprocess.run([sys.executable, "repro.py"], cwd=directory, capture_output=True, text=True, timeout=300)
     assert repro.returncode == 1 and "DIVERGES" in repro.stdout and "emulation" in repro.stdout, repro.stderr
-    clean = subprocess.run([sys.executable, "repro.py", "--without-injection"], cwd=directory, capture_output=True,
-                           text=True, timeout=300)
+    clean = subprocess.run(
+        [sys.executable, "repro.py", "--without-injection"], cwd=directory, capture_output=True, text=True, timeout=300
+    )
     assert clean.returncode == 0, clean.stdout + clean.stderr
     # The plain script carries the launcher's emulation inline, imports no harness, and shows the seed's figures
     # on its own; without the emulation it passes.
@@ -139,8 +145,9 @@ def test_the_seed_inside_a_larger_graph_reduces_to_the_view_and_its_copy(tmp_pat
     script = subprocess.run([sys.executable, str(plain)], cwd="/", capture_output=True, text=True, timeout=300)
     assert script.returncode != 0 and "Mismatched elements: 2260992 / 2359296" in script.stderr, script.stderr
     assert "Greatest absolute difference: 589824" in script.stderr
-    clean = subprocess.run([sys.executable, str(plain), "cpu", "--without-emulation"], cwd="/", capture_output=True,
-                           text=True, timeout=300)
+    clean = subprocess.run(
+        [sys.executable, str(plain), "cpu", "--without-emulation"], cwd="/", capture_output=True, text=True, timeout=300
+    )
     assert clean.returncode == 0 and "compiled matches eager" in clean.stdout, clean.stdout + clean.stderr
     # The case is a registry case: listed, failing with the seed's figures under the emulation, passing without.
     listed = harness("list", "--case-path", str(tmp_path))
@@ -165,8 +172,9 @@ def test_a_real_upstream_bug_gets_all_three_forms_and_the_plain_script_fails_on_
     assert "harness" not in plain.read_text().split('"""', 2)[2]  # no harness import below its docstring
     script = subprocess.run([sys.executable, str(plain)], cwd="/", capture_output=True, text=True, timeout=300)
     assert script.returncode != 0 and "AssertionError" in script.stderr, script.stdout + script.stderr
-    repro = subprocess.run([sys.executable, "repro.py"], cwd=found.directory, capture_output=True, text=True,
-                           timeout=300)
+    repro = subprocess.run(
+        [sys.executable, "repro.py"], cwd=found.directory, capture_output=True, text=True, timeout=300
+    )
     assert repro.returncode == 1, repro.stdout + repro.stderr
 
 
@@ -187,11 +195,20 @@ def test_a_backward_fault_extracts_a_short_case_that_passes_without_the_fault(tm
     assert harness("run", "--case-path", str(tmp_path)).returncode == 0
 
 
-@pytest.mark.parametrize("injection, carried", [
-    ("boundary-downcast", True), ("fault-scale@cpp_fused_relu_0", True), ("fault-stride-collapse@3", True),
-    ("fault-nan@aten:0", False), ("reduction-partial", False), ("masked-load-garbage", False),
-    ("first-launch-dropped-stores", False), ("glue-offset-dropped", False), ("boundary-downcast-strided", False),
-])
+@pytest.mark.parametrize(
+    "injection, carried",
+    [
+        ("boundary-downcast", True),
+        ("fault-scale@cpp_fused_relu_0", True),
+        ("fault-stride-collapse@3", True),
+        ("fault-nan@aten:0", False),
+        ("reduction-partial", False),
+        ("masked-load-garbage", False),
+        ("first-launch-dropped-stores", False),
+        ("glue-offset-dropped", False),
+        ("boundary-downcast-strided", False),
+    ],
+)
 def test_a_plain_script_carries_what_a_few_lines_of_torch_can_say_and_says_why_not_otherwise(injection, carried):
     from harness.extraction import inline_emulation
 
@@ -199,8 +216,12 @@ def test_a_plain_script_carries_what_a_few_lines_of_torch_can_say_and_says_why_n
     assert (why is None) == carried, why
     if carried:  # the text is Python that defines the context manager the script enters
         namespace = {"torch": torch}
-        exec("\n".join(inline_emulation.STDLIB_IMPORTS + inline_emulation.TORCH_IMPORTS
-                       + [inline_emulation.text(injection)]), namespace)
+        exec(
+            "\n".join(
+                inline_emulation.STDLIB_IMPORTS + inline_emulation.TORCH_IMPORTS + [inline_emulation.text(injection)]
+            ),
+            namespace,
+        )
         assert callable(namespace["emulated_launches"]) and callable(namespace["emulate"])
     else:
         found = R.Extraction("reproduces", "repros/x", plain_script_reason=why)
@@ -216,8 +237,7 @@ def test_what_does_not_reproduce_is_never_written(tmp_path):
 
 
 def test_no_answer_naming_a_kernel_extracts_nothing(tmp_path):
-    stage = extracted("upstream_198094_slice_scatter_reinplaced_into_mutated_input", torch.int64, "inference",
-                      tmp_path)
+    stage = extracted("upstream_198094_slice_scatter_reinplaced_into_mutated_input", torch.int64, "inference", tmp_path)
     assert stage.first_divergent_kernel.answer == R.Answer.STAGE
     assert stage.extracted == "not-extracted" and stage.extraction is None
     assert any("--extract: nothing extracted" in w for w in stage.warnings)
@@ -227,10 +247,26 @@ def test_no_answer_naming_a_kernel_extracts_nothing(tmp_path):
 
 
 def test_extraction_records_round_trip_and_the_console_line_names_the_case():
-    found = R.Extraction("widened(1)", "/x/y", kernel="k", case_file="/x/y/extracted_a.py", case_name="extracted_a",
-                         graph_lines=7, widened=1, values="saved", kernel_repro="reproduces")
-    record = R.CaseResult.from_dict(json.loads(json.dumps(R.CaseResult(
-        "c", "cpu", "inductor", "float32", "inference", R.FAIL, extracted="widened(1)", extraction=found).to_dict())))
+    found = R.Extraction(
+        "widened(1)",
+        "/x/y",
+        kernel="k",
+        case_file="/x/y/extracted_a.py",
+        case_name="extracted_a",
+        graph_lines=7,
+        widened=1,
+        values="saved",
+        kernel_repro="reproduces",
+    )
+    record = R.CaseResult.from_dict(
+        json.loads(
+            json.dumps(
+                R.CaseResult(
+                    "c", "cpu", "inductor", "float32", "inference", R.FAIL, extracted="widened(1)", extraction=found
+                ).to_dict()
+            )
+        )
+    )
     assert record.extraction == found and record.extracted == "widened(1)"
     assert "extracted: widened(1) -> /x/y/extracted_a.py (7 lines of graph code, saved inputs)" in found.line()
 
@@ -238,16 +274,31 @@ def test_extraction_records_round_trip_and_the_console_line_names_the_case():
 def test_the_report_links_the_extracted_case_and_shows_its_code(tmp_path):
     from harness.report import render_html
 
-    found = R.Extraction("reproduces", str(tmp_path / "repros" / "a"), case_file=str(tmp_path / "repros/a/extracted_a.py"),
-                         case_name="extracted_a", graph_lines=1, values="regenerated",
-                         code="def graph(x):\n    return (torch.ops.aten.clone.default(x),)")
-    record = R.CaseResult("c", "cpu", "inductor", "float32", "inference", R.FAIL, extracted="reproduces",
-                          extraction=found)
+    found = R.Extraction(
+        "reproduces",
+        str(tmp_path / "repros" / "a"),
+        case_file=str(tmp_path / "repros/a/extracted_a.py"),
+        case_name="extracted_a",
+        graph_lines=1,
+        values="regenerated",
+        code="def graph(x):\n    return (torch.ops.aten.clone.default(x),)",
+    )
+    record = R.CaseResult(
+        "c", "cpu", "inductor", "float32", "inference", R.FAIL, extracted="reproduces", extraction=found
+    )
     page = render_html([record], output=str(tmp_path / "report" / "index.html"))
     assert 'href="../repros/a/extracted_a.py"' in page and "Extracted repro: reproduces" in page
     assert "torch.ops.aten.clone.default(x)" in page
-    hostile = R.CaseResult("c", "cpu", "inductor", "float32", "inference", R.FAIL, extracted="reproduces",
-                           extraction=R.Extraction("reproduces", "x", case_file="javascript:alert(1)", case_name="x"))
+    hostile = R.CaseResult(
+        "c",
+        "cpu",
+        "inductor",
+        "float32",
+        "inference",
+        R.FAIL,
+        extracted="reproduces",
+        extraction=R.Extraction("reproduces", "x", case_file="javascript:alert(1)", case_name="x"),
+    )
     assert 'href="./javascript:alert(1)"' in render_html([hostile])  # a file name, not a URL with a scheme
 
 
@@ -261,8 +312,18 @@ def test_extract_needs_a_directory_it_can_write(tmp_path):
 
 def test_upstream_bugs_extract_and_each_plain_script_fails_on_its_own(tmp_path):
     out = tmp_path / "r.json"
-    harness("run", "--tag", "upstream", "--extract", str(tmp_path / "repros"), "--workers", "2", "--json", str(out),
-            timeout=1800)
+    harness(
+        "run",
+        "--tag",
+        "upstream",
+        "--extract",
+        str(tmp_path / "repros"),
+        "--workers",
+        "2",
+        "--json",
+        str(out),
+        timeout=1800,
+    )
     records = json.loads(out.read_text())["records"]
     localized = [r for r in records if (r.get("first_divergent_kernel") or {}).get("answer") == "kernel"]
     kept = [r for r in localized if r["extracted"] == "reproduces" or r["extracted"].startswith("widened")]
@@ -271,17 +332,23 @@ def test_upstream_bugs_extract_and_each_plain_script_fails_on_its_own(tmp_path):
         assert r["extraction"]["graph_lines"] < 30 or r["case"].startswith("upstream_163932"), r["case"]
     # A kernel localization found wrong on exact inputs is wrong in its kernel-level repro too, judged as the run
     # judged it (strict_eager cases: a result closer to float64 than eager is still wrong).
-    kernel_answers = [r for r in localized
-                      if (r["first_divergent_kernel"].get("isolated") or "").startswith("kernel is wrong")]
-    assert kernel_answers and all(r["extraction"]["kernel_repro"] in ("reproduces", "not-written")
-                                  for r in kernel_answers), [(r["case"], r["extraction"]["notes"]) for r in kernel_answers]
-    scripts = [str(Path(r["extraction"]["directory"]) / "plain_repro.py") for r in kept
-               if r["extraction"]["plain_script"] == "reproduces"]
+    kernel_answers = [
+        r for r in localized if (r["first_divergent_kernel"].get("isolated") or "").startswith("kernel is wrong")
+    ]
+    assert kernel_answers and all(
+        r["extraction"]["kernel_repro"] in ("reproduces", "not-written") for r in kernel_answers
+    ), [(r["case"], r["extraction"]["notes"]) for r in kernel_answers]
+    scripts = [
+        str(Path(r["extraction"]["directory"]) / "plain_repro.py")
+        for r in kept
+        if r["extraction"]["plain_script"] == "reproduces"
+    ]
     assert len(scripts) >= 0.8 * len(kept)
     # Each script run as a program of its own (`runpy`, as `python plain_repro.py` does) in one process that
     # imports no harness: one torch import for all of them.
-    ran = subprocess.run([sys.executable, "-c", PLAIN_SCRIPTS_RUNNER, *scripts], capture_output=True, text=True,
-                         timeout=1200, cwd="/")
+    ran = subprocess.run(
+        [sys.executable, "-c", PLAIN_SCRIPTS_RUNNER, *scripts], capture_output=True, text=True, timeout=1200, cwd="/"
+    )
     outcomes = json.loads(ran.stdout.strip().splitlines()[-1])
     assert outcomes == {script: "AssertionError" for script in scripts}, ran.stderr[-3000:]
 
@@ -338,8 +405,17 @@ def test_a_worker_lost_while_extracting_keeps_the_runs_verdict(tmp_path):
     module.parent.mkdir()
     module.write_text(DIES_WHILE_EXTRACTING)
     out = tmp_path / "r.json"
-    result = harness("run", "--case-path", str(module.parent), "--inject", "fault-scale@0", "--extract",
-                     str(tmp_path / "repros"), "--json", str(out))
+    result = harness(
+        "run",
+        "--case-path",
+        str(module.parent),
+        "--inject",
+        "fault-scale@0",
+        "--extract",
+        str(tmp_path / "repros"),
+        "--json",
+        str(out),
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     (record,) = json.loads(out.read_text())["records"]
     assert record["status"] == "fail" and record["first_divergent_kernel"]["answer"] == "kernel"
@@ -353,8 +429,17 @@ def test_a_repro_left_unfinished_by_a_lost_process_is_removed(tmp_path):
     # The folder, its kernel-level repro and its manifest are written; the process dies before they are verified.
     module.write_text(DIES_WHILE_EXTRACTING.replace("extraction.extract = ", "extraction._graph_forms = "))
     out, repros = tmp_path / "r.json", tmp_path / "repros"
-    result = harness("run", "--case-path", str(module.parent), "--inject", "fault-scale@0", "--extract",
-                     str(repros), "--json", str(out))
+    result = harness(
+        "run",
+        "--case-path",
+        str(module.parent),
+        "--inject",
+        "fault-scale@0",
+        "--extract",
+        str(repros),
+        "--json",
+        str(out),
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     (record,) = json.loads(out.read_text())["records"]
     assert (record["status"], record["extracted"]) == ("fail", "does-not-reproduce")
@@ -364,9 +449,13 @@ def test_a_repro_left_unfinished_by_a_lost_process_is_removed(tmp_path):
 
 def test_run_case_hands_over_the_judged_record_before_extracting(tmp_path):
     judged = []
-    record = run_case(load_registry().cases["upstream_197895_float_floor_divide_off_by_one"], torch.float32,
-                      "inference", RunConfig(bisect=True, extract_dir=str(tmp_path)),
-                      on_verdict=lambda r: judged.append((r.status, r.extracted)))
+    record = run_case(
+        load_registry().cases["upstream_197895_float_floor_divide_off_by_one"],
+        torch.float32,
+        "inference",
+        RunConfig(bisect=True, extract_dir=str(tmp_path)),
+        on_verdict=lambda r: judged.append((r.status, r.extracted)),
+    )
     assert judged == [(R.XFAIL, None)] and record.extracted == "reproduces"
 
 
@@ -384,14 +473,15 @@ def scaled(x):
 def test_ids_that_slug_alike_extract_apart_and_no_case_repr_reaches_the_generated_code(tmp_path):
     from harness.registry import Case, Program
     from harness.inputs import contiguous
-    from harness.tolerances import Tolerance
+    from harness.judge.tolerances import Tolerance
 
     hostile = {torch.float32: Tolerance(rtol=ReprIsCode(1.3e-6), atol=ReprIsCode(1e-5))}
     folders = []
     for name in ("ex-a", "ex_a"):
         case = Case(name=name, build=lambda d: Program(scaled, [contiguous((8, 8))]), tolerances=hostile)
-        record = run_case(case, torch.float32, "inference",
-                          RunConfig(bisect=True, extract_dir=str(tmp_path), inject="fault-scale@0"))
+        record = run_case(
+            case, torch.float32, "inference", RunConfig(bisect=True, extract_dir=str(tmp_path), inject="fault-scale@0")
+        )
         assert record.extracted == "reproduces", record.extraction and record.extraction.notes
         folders.append(record.extraction.directory)
         text = Path(record.extraction.case_file).read_text()

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from harness import records as R
-from harness.emulation import parse_injection
+from harness.inject.launch import parse_injection
 from harness.inductor_compat.launches import KIND_FALLBACK, Launch, KernelInfo, _flatten_call, is_fallback_launch
 from harness.registry import load_registry
-from harness.runner import RunConfig, run_case
+from harness.run.case import RunConfig, run_case
 
 CASE_DIR = str(Path(__file__).resolve().parent / "fallback_cases")
 
@@ -32,8 +32,10 @@ def test_a_wrong_aten_fallback_is_named_wrong_on_eager_inputs(cases, selector):
     found = record.first_divergent_kernel
     assert (found.answer, found.kind, found.name) == (R.Answer.KERNEL, KIND_FALLBACK, "torch.ops.aten.sort.stable")
     assert (found.fallback_index, found.launch_index) == (0, None)
-    assert found.isolated.startswith("ATen fallback `aten.sort.stable` (on the NPU: a CANN operator) is wrong: on "
-                                     "eager values of its inputs it still diverges")
+    assert found.isolated.startswith(
+        "ATen fallback `aten.sort.stable` (on the NPU: a CANN operator) is wrong: on "
+        "eager values of its inputs it still diverges"
+    )
     assert "fallback aten:0 torch.ops.aten.sort.stable" in found.line()
     assert record.injection_stats.hits == ["aten:0:torch.ops.aten.sort.stable"]
 
@@ -44,9 +46,13 @@ def test_kernel_launch_numbers_and_selectors_do_not_count_fallbacks(cases):
     log = record.first_divergent_kernel.kernels
     kernels = [e for e in log if e.fallback is None]
     fallbacks = [e for e in log if e.fallback is not None]
-    assert [e.index for e in kernels] == list(range(len(kernels))) == list(range(record.first_divergent_kernel.launches))
-    assert [(e.fallback, e.name) for e in fallbacks] == [(0, "torch.ops.aten.sort.stable"),
-                                                        (1, "torch.ops.aten.cumsum.default")]
+    assert (
+        [e.index for e in kernels] == list(range(len(kernels))) == list(range(record.first_divergent_kernel.launches))
+    )
+    assert [(e.fallback, e.name) for e in fallbacks] == [
+        (0, "torch.ops.aten.sort.stable"),
+        (1, "torch.ops.aten.cumsum.default"),
+    ]
     assert all(e.compared for e in fallbacks)
     # `@1` is the second generated kernel, whatever fallbacks come between.
     second = _run(cases, "fallback_sort_cumsum", inject="fault-scale@1", bisect=True)
@@ -70,11 +76,17 @@ def test_a_view_the_wrapper_builds_at_the_wrong_offset_names_the_call_the_argume
     assert record.status == R.FAIL and record.emulation == "glue-offset-dropped", record.summary()
     found = record.first_divergent_kernel
     assert (found.answer, found.name, found.fallback_index) == (
-        R.Answer.KERNEL, "torch.ops.harness_fallback_test.fill_rows_.default", 0)
-    assert found.isolated.startswith("the wrapper's glue is wrong: it hands out to harness_fallback_test.fill_rows_."
-                                     "default as a view of ")
-    assert "with size (4, 16) stride (16, 1) storage offset 0, where eager's value of slice_tensor has size (4, 16) " \
-           "stride (16, 1) storage offset 32" in found.isolated
+        R.Answer.KERNEL,
+        "torch.ops.harness_fallback_test.fill_rows_.default",
+        0,
+    )
+    assert found.isolated.startswith(
+        "the wrapper's glue is wrong: it hands out to harness_fallback_test.fill_rows_.default as a view of "
+    )
+    assert (
+        "with size (4, 16) stride (16, 1) storage offset 0, where eager's value of slice_tensor has size (4, 16) "
+        "stride (16, 1) storage offset 32" in found.isolated
+    )
     assert found.isolated.endswith("holds eager's values")
     assert _run(cases, "fallback_view_write", dynamic=dynamic).status == R.PASS
 
@@ -90,8 +102,10 @@ def test_a_wrong_linear_solve_is_named_by_its_op_glob(cases):
     record = _run(cases, "fallback_linalg_solve", inject="fault-scale@aten:*solve*", bisect=True)
     found = record.first_divergent_kernel
     assert (record.status, found.name, found.fallback_index) == (R.FAIL, "torch.ops.aten._linalg_solve_ex.default", 0)
-    assert found.isolated.startswith("ATen fallback `aten._linalg_solve_ex.default` (on the NPU: a CANN operator) "
-                                     "is wrong: on eager values of its inputs")
+    assert found.isolated.startswith(
+        "ATen fallback `aten._linalg_solve_ex.default` (on the NPU: a CANN operator) "
+        "is wrong: on eager values of its inputs"
+    )
 
 
 def test_returns_that_hold_the_generators_state_are_not_compared():
@@ -104,11 +118,18 @@ def test_returns_that_hold_the_generators_state_are_not_compared():
     assert [any(word in name for word in _GENERATOR_STATE) for name in names] == [False, False, True, True]
 
 
-@pytest.mark.parametrize("name, mode", [("fallback_sort_cumsum", "inference"), ("fallback_sort_cumsum", "training"),
-                                        ("fallback_linalg_solve", "inference"), ("fallback_linalg_solve", "training"),
-                                        ("fallback_mutating_custom_op", "inference"),
-                                        ("fallback_mutating_custom_op", "training"),
-                                        ("fallback_view_write", "inference")])
+@pytest.mark.parametrize(
+    "name, mode",
+    [
+        ("fallback_sort_cumsum", "inference"),
+        ("fallback_sort_cumsum", "training"),
+        ("fallback_linalg_solve", "inference"),
+        ("fallback_linalg_solve", "training"),
+        ("fallback_mutating_custom_op", "inference"),
+        ("fallback_mutating_custom_op", "training"),
+        ("fallback_view_write", "inference"),
+    ],
+)
 def test_correct_programs_with_fallbacks_blame_nothing(cases, name, mode):
     record = _run(cases, name, mode, bisect="always")
     assert record.status == R.PASS, record.summary()
@@ -120,8 +141,10 @@ def test_correct_programs_with_fallbacks_blame_nothing(cases, name, mode):
 def test_a_fallback_selector_that_selects_nothing_is_injection_missed(cases):
     record = _run(cases, "fallback_sort_cumsum", inject="fault-scale@aten:7")
     assert (record.status, record.symptom) == (R.ERROR, R.Symptom.INJECTION_MISSED)
-    assert "@aten:7 selected none of the 2 fallback calls (there is no fallback call 7: fallback calls count from 0 " \
-           "to 1)" in record.error.message
+    assert (
+        "@aten:7 selected none of the 2 fallback calls (there is no fallback call 7: fallback calls count from 0 "
+        "to 1)" in record.error.message
+    )
 
 
 @pytest.mark.parametrize("text", ["reduction-partial@aten:0", "fault-stride-collapse@aten:0"])
@@ -152,11 +175,20 @@ def test_a_fallback_launch_takes_what_it_returned_as_written_arguments():
     op = torch.ops.aten.sort.stable
     x = torch.tensor([3.0, 1.0, 2.0])
     leaves, labels, roles, rebuild = _flatten_call(op, (x,), {"stable": False, "dim": 0})
-    launch = Launch(KernelInfo("torch.ops.aten.sort.stable", KIND_FALLBACK, [], op=op), 0, leaves, {},
-                    lambda *given: op(*rebuild(given)[0], **rebuild(given)[1]), fallback=0, labels=labels,
-                    roles=roles)
+    launch = Launch(
+        KernelInfo("torch.ops.aten.sort.stable", KIND_FALLBACK, [], op=op),
+        0,
+        leaves,
+        {},
+        lambda *given: op(*rebuild(given)[0], **rebuild(given)[1]),
+        fallback=0,
+        labels=labels,
+        roles=roles,
+    )
     values, indices = launch.run()
     assert [(launch.param_name(k), launch.role(k)) for k, _ in launch.written_args()] == [
-        ("result[0]", "out"), ("result[1]", "out")]
+        ("result[0]", "out"),
+        ("result[1]", "out"),
+    ]
     assert launch.result_path(values) == (0,) and launch.result_path(indices) == (1,)
     assert launch.key == "aten:0" and launch.selector == "aten:0"

@@ -8,13 +8,13 @@ wrapper module loaded (each load makes its kernels afresh), and never again.
 import pytest
 import torch
 
-from harness import emulation
+from harness.inject import launch as emulation
 from harness import records as R
-from harness.emulation import Injection
+from harness.inject.launch import Injection
 from harness.inputs import contiguous
 from harness.records import InjectionStats
 from harness.registry import Case, Program, load_registry
-from harness.runner import RunConfig, run_case
+from harness.run.case import RunConfig, run_case
 
 
 class WrongOnFirstCall:
@@ -39,19 +39,30 @@ class WrongOnFirstCall:
 
 @pytest.fixture
 def first_call_wrong(monkeypatch):
-    monkeypatch.setitem(emulation.INJECTIONS, "test-first-call-wrong", Injection(
-        "test-first-call-wrong", "a kernel's first call after loading writes wrong values", WrongOnFirstCall))
+    monkeypatch.setitem(
+        emulation.INJECTIONS,
+        "test-first-call-wrong",
+        Injection("test-first-call-wrong", "a kernel's first call after loading writes wrong values", WrongOnFirstCall),
+    )
     return "test-first-call-wrong"
 
 
-MLP = Case(name="first_launch_mlp", build=lambda d: Program(
-    lambda x, w: torch.relu(x @ w).sum(dim=-1) * 2, [contiguous((16, 32)), contiguous((32, 8))]))
+MLP = Case(
+    name="first_launch_mlp",
+    build=lambda d: Program(
+        lambda x, w: torch.relu(x @ w).sum(dim=-1) * 2, [contiguous((16, 32)), contiguous((32, 8))]
+    ),
+)
 
 
 def test_a_divergence_of_first_launches_is_a_failure_not_nondeterminism(first_call_wrong):
     record = run_case(MLP, torch.float32, "inference", RunConfig(inject=first_call_wrong))
-    assert (record.status, record.symptom, record.reproduced, record.diverged_runs) == \
-        (R.FAIL, R.Symptom.FIRST_LAUNCH, True, [1, 3]), record.summary()
+    assert (record.status, record.symptom, record.reproduced, record.diverged_runs) == (
+        R.FAIL,
+        R.Symptom.FIRST_LAUNCH,
+        True,
+        [1, 3],
+    ), record.summary()
     assert "diverges on its kernels' first launches only" in record.diagnosis
     assert record.timings["first_launch"] > 0
 
@@ -82,11 +93,14 @@ def test_a_divergence_that_does_not_come_back_after_a_fresh_load_is_a_run_to_run
 
     monkeypatch.setitem(emulation.INJECTIONS, "test-once", Injection("test-once", "once", OnceInTheProcess))
     record = run_case(MLP, torch.float32, "inference", RunConfig(inject="test-once"))
-    assert (record.status, record.symptom, record.reproduced, record.diverged_runs) == \
-        (R.FAIL, R.Symptom.RUN_TO_RUN, False, [1]), record.summary()
+    assert (record.status, record.symptom, record.reproduced, record.diverged_runs) == (
+        R.FAIL,
+        R.Symptom.RUN_TO_RUN,
+        False,
+        [1],
+    ), record.summary()
 
 
 def test_a_correct_program_pays_nothing_for_the_check():
     record = run_case(load_registry().cases["relu_mlp"], torch.float32, "training", RunConfig(bisect=True))
     assert record.status == R.PASS and "first_launch" not in record.timings
-

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import EXIT_USAGE
+from harness.frontends.cli import EXIT_USAGE
 from processes import processes_marked
 
 REPO = Path(__file__).resolve().parent.parent
@@ -110,8 +110,14 @@ def hangs_with_children(dtype):
 
 
 def harness(*args, env=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
 
 
 def write_modules(directory: Path, modules: dict[str, str]) -> Path:
@@ -138,8 +144,18 @@ def test_a_hostile_module_set_costs_no_other_record_no_process_and_no_green_exit
     temporary = tmp_path / "tmp"
     temporary.mkdir()
     out = tmp_path / "out" / "results.json"
-    result = harness("run", "--tag", "hostile", "--case-path", str(cases), "--backend", "eager", "--json", str(out),
-                     env={marker: "1", "TMPDIR": str(temporary)})
+    result = harness(
+        "run",
+        "--tag",
+        "hostile",
+        "--case-path",
+        str(cases),
+        "--backend",
+        "eager",
+        "--json",
+        str(out),
+        env={marker: "1", "TMPDIR": str(temporary)},
+    )
     # The modules that exit (with 0) and segfault at import are load errors naming them: never a silent pass.
     assert result.returncode == EXIT_USAGE, result.stdout + result.stderr
     assert "exits_at_import.py: the process importing it exited with code 0" in result.stderr
@@ -147,17 +163,37 @@ def test_a_hostile_module_set_costs_no_other_record_no_process_and_no_green_exit
     payload = json.loads(out.read_text())
     assert len(payload["run"]["load_errors"]) == 2
     found = {r["case"]: r for r in payload["records"]}
-    assert sorted(found) == [f"h{n:02d}_{rest}" for n, rest in enumerate([
-        "closes_stdin", "writes_to_every_descriptor", "writes_to_the_variable_it_was_told", "patches_allclose",
-        "diverges", "patches_isclose", "diverges", "patches_equal", "diverges", "leaves_a_thread_that_exits",
-        "innocent_and_slow", "starts_a_daemon", "adds_one"], 1)]
+    assert sorted(found) == [
+        f"h{n:02d}_{rest}"
+        for n, rest in enumerate(
+            [
+                "closes_stdin",
+                "writes_to_every_descriptor",
+                "writes_to_the_variable_it_was_told",
+                "patches_allclose",
+                "diverges",
+                "patches_isclose",
+                "diverges",
+                "patches_equal",
+                "diverges",
+                "leaves_a_thread_that_exits",
+                "innocent_and_slow",
+                "starts_a_daemon",
+                "adds_one",
+            ],
+            1,
+        )
+    ]
     assert found["h01_closes_stdin"]["status"] == "pass"
     forged = found["h02_writes_to_every_descriptor"]
     assert (forged["status"], forged["error"]["type"]) == ("error", "ChannelCorrupted")
     assert "forged" not in found and found["h03_writes_to_the_variable_it_was_told"]["status"] == "pass"  # not told
     # A patch of torch's comparisons cannot pass a later divergent case; the patching case is told.
-    for patching, later in [("h04_patches_allclose", "h05_diverges"), ("h06_patches_isclose", "h07_diverges"),
-                            ("h08_patches_equal", "h09_diverges")]:
+    for patching, later in [
+        ("h04_patches_allclose", "h05_diverges"),
+        ("h06_patches_isclose", "h07_diverges"),
+        ("h08_patches_equal", "h09_diverges"),
+    ]:
         assert found[later]["status"] == "fail", (later, found[later]["status"])
         assert any("replaced torch functions" in w for w in found[patching]["warnings"]), patching
     # The thread left behind retired its worker: the next case does not meet its os._exit.
@@ -172,10 +208,13 @@ def test_a_hostile_module_set_costs_no_other_record_no_process_and_no_green_exit
 def test_a_sigkilled_harness_leaves_no_process_of_a_hanging_case(tmp_path, marker):
     cases = write_modules(tmp_path / "cases", {"hangs.py": HANGS})
     started = tmp_path / "started"
-    run = subprocess.Popen([sys.executable, "-m", "harness", "run", "--tag", "hangs", "--case-path", str(cases),
-                            "--backend", "eager"],
-                           cwd=REPO, env={**os.environ, marker: "1", "HARNESS_TEST_STARTED": str(started)},
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", "--tag", "hangs", "--case-path", str(cases), "--backend", "eager"],
+        cwd=REPO,
+        env={**os.environ, marker: "1", "HARNESS_TEST_STARTED": str(started)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 180
     while not started.exists() and time.time() < deadline:
         time.sleep(0.2)
@@ -188,7 +227,10 @@ def test_a_sigkilled_harness_leaves_no_process_of_a_hanging_case(tmp_path, marke
 
 
 def test_a_second_run_into_the_same_report_dir_refuses_and_the_first_keeps_its_records(tmp_path):
-    cases = write_modules(tmp_path / "cases", {"slow.py": '''
+    cases = write_modules(
+        tmp_path / "cases",
+        {
+            "slow.py": '''
         import os, time
         from harness import Program, case, contiguous
 
@@ -200,13 +242,29 @@ def test_a_second_run_into_the_same_report_dir_refuses_and_the_first_keeps_its_r
         @case()
         def quick_one(dtype):
             return Program(lambda x: x + 1, [contiguous((4,))])
-    '''})
+    '''
+        },
+    )
     report = tmp_path / "report"
-    common = ["run", "slow_one", "quick_one", "--case-path", str(cases), "--backend", "eager", "--report-dir",
-              str(report)]
-    first = subprocess.Popen([sys.executable, "-m", "harness", *common], cwd=REPO, text=True,
-                             env={**os.environ, "HARNESS_TEST_SLOW": "8"}, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
+    common = [
+        "run",
+        "slow_one",
+        "quick_one",
+        "--case-path",
+        str(cases),
+        "--backend",
+        "eager",
+        "--report-dir",
+        str(report),
+    ]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "harness", *common],
+        cwd=REPO,
+        text=True,
+        env={**os.environ, "HARNESS_TEST_SLOW": "8"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     lock = report / "results.jsonl.lock"
     deadline = time.time() + 120
     while not (lock.exists() and lock.read_text()) and time.time() < deadline:
@@ -229,27 +287,51 @@ def test_report_check_rejects_a_record_with_an_unknown_status(tmp_path):
     result = harness("report", str(path), "--check")
     assert result.returncode == EXIT_USAGE, result.stdout + result.stderr
     number, record = len(fixture["records"]), fixture["records"][-1]
-    assert f"{path}: record {number} (unknown_verdict[{record['dtype']}-{record['mode']}]) has an unknown status " \
-           "'bogus'" in result.stderr
+    assert (
+        f"{path}: record {number} (unknown_verdict[{record['dtype']}-{record['mode']}]) has an unknown status "
+        "'bogus'" in result.stderr
+    )
     assert "==  ==" not in result.stdout
 
 
 def test_pytest_runs_no_case_code_itself_a_module_that_exits_at_import_fails_its_item(tmp_path, marker):
-    cases = write_modules(tmp_path / "cases", {**AT_IMPORT, "fine.py": '''
+    cases = write_modules(
+        tmp_path / "cases",
+        {
+            **AT_IMPORT,
+            "fine.py": '''
         from harness import Program, case, contiguous
 
         @case()
         def fine_case(dtype):
             return Program(lambda x: x + 1, [contiguous((4,))])
-    '''})
+    ''',
+        },
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     # The plugin named, and the checkout on the path: the same whether or not the package is installed here.
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "harness.pytest_plugin", "-p", "no:cacheprovider",
-                             "-q", "--case-path", str(cases), "--backend", "eager"], cwd=elsewhere,
-                            capture_output=True, text=True, timeout=300,
-                            env={**os.environ, marker: "1",
-                                 "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "harness.pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--case-path",
+            str(cases),
+            "--backend",
+            "eager",
+        ],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, marker: "1", "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])},
+    )
     assert result.returncode == 1, result.stdout[-3000:]
     assert "2 failed, 1 passed" in result.stdout, result.stdout[-3000:]
     assert "exits_at_import.py: the process importing it exited with code 0" in result.stdout
@@ -259,21 +341,25 @@ def test_pytest_runs_no_case_code_itself_a_module_that_exits_at_import_fails_its
 
 @pytest.mark.parametrize("tags", ["None", "(1, 2)", '"abc"'])
 def test_case_metadata_of_the_wrong_type_is_its_modules_load_error_alone(tmp_path, tags):
-    cases = write_modules(tmp_path / "cases", {
-        "bad_tags.py": f'''
+    cases = write_modules(
+        tmp_path / "cases",
+        {
+            "bad_tags.py": f'''
             from harness import Program, case, contiguous
 
             @case(tags={tags})
             def badly_tagged(dtype):
                 return Program(lambda x: x + 1, [contiguous((4,))])
         ''',
-        "fine.py": '''
+            "fine.py": '''
             from harness import Program, case, contiguous
 
             @case(tags=["listed"])
             def listed_tags(dtype):
                 return Program(lambda x: x + 1, [contiguous((4,))])
-        '''})
+        ''',
+        },
+    )
     result = harness("list", "--case-path", str(cases))
     assert result.returncode == EXIT_USAGE and "Traceback" not in result.stderr, result.stdout + result.stderr
     assert "bad_tags.py: ValueError: case 'badly_tagged': tags must be a tuple of text" in result.stderr

@@ -60,18 +60,21 @@ def test_non_overlapping_allows_gaps_but_not_shared_addresses():
     assert not is_non_overlapping(torch.empty(100).as_strided((4, 30), (20, 1)))
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: permuted((8, 16, 32), (2, 0)), "permuted((8, 16, 32), (2, 0)): dims must be a permutation of 0..2"),
-    (lambda: permuted((8, 16), (1, 1)), "dims must be a permutation of 0..1"),
-    (lambda: gapped((8, 16), step=1), "step must be a whole number >= 2"),
-    (lambda: gapped((8, 16), step=2, dim=2), "dim must be a dimension of size (rank 2)"),
-    (lambda: broadcast((4, 8), (2, 8)), "from_size must expand to size"),
-    (lambda: broadcast((8,), (1, 8)), "from_size must expand to size"),
-    (lambda: strided((4, 4), (1,)), "needs one stride per dimension"),
-    (lambda: strided((4, 4), (4, 1), storage_numel=8), "storage_numel 8 is smaller than the 16 elements"),
-    (lambda: contiguous((4, 2.5)), "size (4, 2.5) must be whole numbers >= 0"),
-    (lambda: contiguous((4,), fill="zeros"), "fill 'zeros' is not one of"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: permuted((8, 16, 32), (2, 0)), "permuted((8, 16, 32), (2, 0)): dims must be a permutation of 0..2"),
+        (lambda: permuted((8, 16), (1, 1)), "dims must be a permutation of 0..1"),
+        (lambda: gapped((8, 16), step=1), "step must be a whole number >= 2"),
+        (lambda: gapped((8, 16), step=2, dim=2), "dim must be a dimension of size (rank 2)"),
+        (lambda: broadcast((4, 8), (2, 8)), "from_size must expand to size"),
+        (lambda: broadcast((8,), (1, 8)), "from_size must expand to size"),
+        (lambda: strided((4, 4), (1,)), "needs one stride per dimension"),
+        (lambda: strided((4, 4), (4, 1), storage_numel=8), "storage_numel 8 is smaller than the 16 elements"),
+        (lambda: contiguous((4, 2.5)), "size (4, 2.5) must be whole numbers >= 0"),
+        (lambda: contiguous((4,), fill="zeros"), "fill 'zeros' is not one of"),
+    ],
+)
 def test_a_layout_constructor_rejects_arguments_that_describe_another_layout(make, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         make()

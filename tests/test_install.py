@@ -16,19 +16,31 @@ def installed(tmp_path_factory):
     (a path entry, not its .pth files: the checkout's editable install stays out)."""
     work = tmp_path_factory.mktemp("install")
     wheels = work / "wheels"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                            "-w", str(wheels), str(REPO)], capture_output=True, text=True, timeout=300)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if built.returncode != 0:
         pytest.skip(f"cannot build a wheel here: {built.stderr.strip().splitlines()[-1:]}")
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     (Path(site) / "borrowed.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     wheel = next(wheels.glob("*.whl"))
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
-                   check=True, timeout=300, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     elsewhere = work / "elsewhere"
     elsewhere.mkdir()
     return venv, elsewhere
@@ -36,8 +48,9 @@ def installed(tmp_path_factory):
 
 def run(installed, *command):
     venv, elsewhere = installed
-    return subprocess.run([str(venv / "bin" / command[0]), *command[1:]], cwd=elsewhere, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [str(venv / "bin" / command[0]), *command[1:]], cwd=elsewhere, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_the_installed_package_is_the_wheel_not_the_checkout(installed):
@@ -59,15 +72,28 @@ def test_the_console_script_runs_a_shipped_case(installed):
 def test_pytest_has_the_harness_options_and_collects_the_shipped_cases(installed):
     helped = run(installed, "python", "-m", "pytest", "--help")
     assert "--case-path" in helped.stdout and "--inject" in helped.stdout and "--device" in helped.stdout
-    collected = run(installed, "python", "-m", "pytest", "--collect-only", "-q", "--harness-shipped-cases", "-k", "seed")
+    collected = run(
+        installed, "python", "-m", "pytest", "--collect-only", "-q", "--harness-shipped-cases", "-k", "seed"
+    )
     assert "seed_index_as_strided_view[int64-inference" in collected.stdout, collected.stdout[-2000:]
 
 
 def test_every_subpackage_of_the_harness_is_in_the_wheel(installed):
     venv, elsewhere = installed
-    wanted = sorted("harness." + p.parent.relative_to(REPO / "harness").as_posix().replace("/", ".")
-                    for p in (REPO / "harness").glob("*/__init__.py"))
-    probe = subprocess.run([str(venv / "bin" / "python"), "-c", "import importlib, sys\n"
-                            "for name in sys.argv[1:]: importlib.import_module(name)\n", *wanted],
-                           cwd=elsewhere, capture_output=True, text=True, timeout=300)
+    wanted = sorted(
+        "harness." + p.parent.relative_to(REPO / "harness").as_posix().replace("/", ".")
+        for p in (REPO / "harness").glob("*/__init__.py")
+    )
+    probe = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import importlib, sys\nfor name in sys.argv[1:]: importlib.import_module(name)\n",
+            *wanted,
+        ],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert probe.returncode == 0, probe.stderr.strip().splitlines()[-1:]

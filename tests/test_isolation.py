@@ -37,15 +37,15 @@ def correct():
 # pass the victims that follow, and the attacker itself.
 ATTACKS = {
     "tolerance_table": '''
-    from harness import tolerances
-    from harness.tolerances import Tolerance
+    from harness.judge import tolerances
+    from harness.judge.tolerances import Tolerance
     for dtype in list(tolerances.DEFAULT_TOLERANCES):
         tolerances.DEFAULT_TOLERANCES[dtype] = Tolerance(1e9, 1e9)
 ''',
     "verdict_methods": '''
-    from harness import compare
-    compare.Verdict.values = lambda self, name, a, e, reference=None: compare.compare_leaves(name, 0, 0)
-    compare.Verdict.quick_match = lambda self, a, e: True
+    from harness.judge import compare
+    compare.VerdictPolicy.values = lambda self, name, a, e, reference=None: compare.compare_leaves(name, 0, 0)
+    compare.VerdictPolicy.quick_match = lambda self, a, e: True
 ''',
     "builtins_all": '''
     builtins.all = lambda iterable: True
@@ -71,7 +71,7 @@ ATTACKS = {
     Agreeable().__enter__()
 ''',
     "residue_check": '''
-    import harness.case_residue as case_residue
+    import harness.isolation.residue as case_residue
     case_residue.left_behind = lambda *args, **kwargs: []
     torch.Tensor.__sub__ = lambda a, b: torch.zeros_like(a)
     torch.isclose = lambda a, b, **kwargs: torch.ones_like(a, dtype=torch.bool)
@@ -94,13 +94,18 @@ def attack_modules(directory: Path) -> tuple[Path, Path]:
     directory.mkdir()
     attacks, victims = [HEADER], [HEADER]
     for name, body in ATTACKS.items():
-        attacks.append(f"\n@case(tags=('attack',))\ndef {name}_0_attacker(dtype):\n"
-                       + textwrap.indent(textwrap.dedent(body).strip("\n"), "    ") + "\n    return diverging()\n")
+        attacks.append(
+            f"\n@case(tags=('attack',))\ndef {name}_0_attacker(dtype):\n"
+            + textwrap.indent(textwrap.dedent(body).strip("\n"), "    ")
+            + "\n    return diverging()\n"
+        )
         # The planted module's victims live in a module of their own (the attack names it); the others' follow
         # their attacker in its module.
         where = victims if name == "planted_module" else attacks
-        where.append(f"\n@case(tags=('attack',))\ndef {name}_1_victim_diverges(dtype):\n    return diverging()\n"
-                     f"\n@case(tags=('attack',))\ndef {name}_2_victim_correct(dtype):\n    return correct()\n")
+        where.append(
+            f"\n@case(tags=('attack',))\ndef {name}_1_victim_diverges(dtype):\n    return diverging()\n"
+            f"\n@case(tags=('attack',))\ndef {name}_2_victim_correct(dtype):\n    return correct()\n"
+        )
     (directory / "a_attacks.py").write_text("".join(attacks))
     (directory / "b_victims.py").write_text("".join(victims))
     return directory / "a_attacks.py", directory / "b_victims.py"
@@ -114,10 +119,30 @@ def attacked(tmp_path_factory):
     out = root / "results.json"
     marker = f"HARNESS_ATTACK_MARKER_{os.getpid()}"
     result = subprocess.run(
-        [sys.executable, "-m", "harness", "run", "--tag", "attack", "--case-path", str(attacks), "--case-path",
-         str(victims), "--mode", "inference", "--json", str(out), "--workers", "1"],
-        cwd=REPO, capture_output=True, text=True, timeout=900,
-        env={**os.environ, marker: "1", "HARNESS_TEST_VICTIMS": str(victims)})
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "--tag",
+            "attack",
+            "--case-path",
+            str(attacks),
+            "--case-path",
+            str(victims),
+            "--mode",
+            "inference",
+            "--json",
+            str(out),
+            "--workers",
+            "1",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, marker: "1", "HARNESS_TEST_VICTIMS": str(victims)},
+    )
     assert out.exists(), result.stdout[-3000:] + result.stderr[-3000:]
     records = json.loads(out.read_text())["records"]
     return result, records, marker
@@ -129,8 +154,9 @@ def test_an_attack_on_the_judging_reaches_no_other_case_and_does_not_pass_the_at
     found: dict[str, list[dict]] = {}
     for record in records:
         found.setdefault(record["case"], []).append(record)
-    attacker, diverges, correct = (found.get(f"{attack}_{n}") for n in
-                                   ("0_attacker", "1_victim_diverges", "2_victim_correct"))
+    attacker, diverges, correct = (
+        found.get(f"{attack}_{n}") for n in ("0_attacker", "1_victim_diverges", "2_victim_correct")
+    )
     assert attacker and diverges and correct, sorted(found)
     # One record each: a case that forks is recorded once, and costs no other case its record.
     assert (len(attacker), len(diverges), len(correct)) == (1, 1, 1)
@@ -161,17 +187,41 @@ def test_the_attacks_leave_no_process_behind(attacked):
 def test_under_pytest_an_attack_reaches_no_other_case(tmp_path):
     attacks, victims = attack_modules(tmp_path / "cases")
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "harness.pytest_plugin", "-p", "no:cacheprovider", "-q", "-rA",
-         "--case-path", str(attacks), "--backend", "eager", "-k",
-         "(tolerance_table or verdict_methods or builtins_all) and inference"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
-    lines = {line.split(" ", 1)[1].split(" ", 1)[0]: line.split(" ", 1)[0] for line in result.stdout.splitlines()
-             if line.startswith(("PASSED ", "FAILED "))}
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "harness.pytest_plugin",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rA",
+            "--case-path",
+            str(attacks),
+            "--backend",
+            "eager",
+            "-k",
+            "(tolerance_table or verdict_methods or builtins_all) and inference",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])},
+    )
+    lines = {
+        line.split(" ", 1)[1].split(" ", 1)[0]: line.split(" ", 1)[0]
+        for line in result.stdout.splitlines()
+        if line.startswith(("PASSED ", "FAILED "))
+    }
     for attack in ("tolerance_table", "verdict_methods", "builtins_all"):
         outcome = {key.split("::")[-1].split("[")[0]: value for key, value in lines.items() if attack in key}
-        assert outcome == {f"{attack}_0_attacker": "FAILED", f"{attack}_1_victim_diverges": "FAILED",
-                           f"{attack}_2_victim_correct": "PASSED"}, result.stdout[-3000:]
+        assert outcome == {
+            f"{attack}_0_attacker": "FAILED",
+            f"{attack}_1_victim_diverges": "FAILED",
+            f"{attack}_2_victim_correct": "PASSED",
+        }, result.stdout[-3000:]
 
 
 FORGERIES = '''
@@ -182,7 +232,7 @@ from harness import Program, case, contiguous
 
 def channel():
     """The case process's own sender and the run id of its task, as a hostile case finds them."""
-    from harness.channel import Sender
+    from harness.isolation.channel import Sender
     frame = sys._getframe()
     while frame is not None and not isinstance(frame.f_locals.get("run"), str):
         frame = frame.f_back
@@ -240,9 +290,29 @@ def test_messages_a_case_forges_on_its_own_channel_are_its_own_error_and_never_e
     (cases / "forgeries.py").write_text(FORGERIES)
     out = tmp_path / "results.json"
     result = subprocess.run(
-        [sys.executable, "-m", "harness", "run", "--tag", "forge", "--case-path", str(cases), "--backend", "eager",
-         "--mode", "inference", "--timeout", "6", "--json", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "--tag",
+            "forge",
+            "--case-path",
+            str(cases),
+            "--backend",
+            "eager",
+            "--mode",
+            "inference",
+            "--timeout",
+            "6",
+            "--json",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     records = {r["case"]: r for r in json.loads(out.read_text())["records"]}
     for name in ("f1_empty_record", "f2_bogus_message", "f3_verdict_not_a_record", "f4_record_for_another_case"):
@@ -257,7 +327,8 @@ def test_messages_a_case_forges_on_its_own_channel_are_its_own_error_and_never_e
 def test_module_isolation_shares_a_process_within_a_module_only(tmp_path):
     cases = tmp_path / "cases"
     cases.mkdir()
-    (cases / "a_first.py").write_text(textwrap.dedent('''
+    (cases / "a_first.py").write_text(
+        textwrap.dedent('''
         import os, sys
         from harness import Program, case, contiguous
 
@@ -270,8 +341,10 @@ def test_module_isolation_shares_a_process_within_a_module_only(tmp_path):
         def first_two(dtype):
             assert getattr(sys, "harness_test_first_pid", None) == os.getpid(), "another process"
             return Program(lambda x: x + 1, [contiguous((4,))])
-    '''))
-    (cases / "b_second.py").write_text(textwrap.dedent('''
+    ''')
+    )
+    (cases / "b_second.py").write_text(
+        textwrap.dedent('''
         import sys
         from harness import Program, case, contiguous
 
@@ -279,13 +352,20 @@ def test_module_isolation_shares_a_process_within_a_module_only(tmp_path):
         def second_one(dtype):
             assert not hasattr(sys, "harness_test_first_pid"), "a process another module's cases ran in"
             return Program(lambda x: x + 1, [contiguous((4,))])
-    '''))
+    ''')
+    )
     common = ["run", "--tag", "shared", "--case-path", str(cases), "--backend", "eager", "--mode", "inference"]
-    by_module = subprocess.run([sys.executable, "-m", "harness", *common, "--isolation", "module"], cwd=REPO,
-                               capture_output=True, text=True, timeout=600)
+    by_module = subprocess.run(
+        [sys.executable, "-m", "harness", *common, "--isolation", "module"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert by_module.returncode == 0, by_module.stdout[-3000:]
-    by_case = subprocess.run([sys.executable, "-m", "harness", *common], cwd=REPO, capture_output=True, text=True,
-                             timeout=600)
+    by_case = subprocess.run(
+        [sys.executable, "-m", "harness", *common], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
     assert by_case.returncode == 1 and "FAIL" not in by_case.stdout.replace("ERROR", ""), by_case.stdout[-3000:]
     assert "first_two" in by_case.stdout and "another process" in by_case.stdout
 
@@ -293,14 +373,14 @@ def test_module_isolation_shares_a_process_within_a_module_only(tmp_path):
 def test_the_receiver_reads_a_long_message_in_linear_time():
     import time
 
-    from harness.channel import Receiver
+    from harness.isolation.channel import Receiver
 
     receiver = Receiver("t")
     payload = b't {"record": "' + b"x" * (32 << 20) + b'"}\n'
     started = time.perf_counter()
     messages = []
     for offset in range(0, len(payload), 1 << 16):
-        messages += list(receiver.feed(payload[offset:offset + (1 << 16)]))
+        messages += list(receiver.feed(payload[offset : offset + (1 << 16)]))
     assert len(messages) == 1 and len(messages[0]["record"]) == 32 << 20
     assert time.perf_counter() - started < 10  # quadratic: 512 chunks re-scanned and copied, minutes
 
@@ -331,10 +411,10 @@ LOADER_ATTACKS = {
     ''',
     "c_garbler.py": '''
         import sys
-        import harness.case_loader as case_loader
+        import harness.isolation.loader as case_loader
         from harness import Program, case, contiguous
 
-        # Wherever the loader's code lives (imported, or run as `python -m harness.case_loader`).
+        # Wherever the loader's code lives (imported, or run as `python -m harness.isolation.loader`).
         for module in (case_loader, sys.modules["__main__"]):
             module.describe = lambda case: {"name": 5}
 
@@ -358,22 +438,68 @@ def test_a_module_cannot_choose_drop_or_answer_for_another_modules_cases(tmp_pat
     cases.mkdir()
     for name, text in LOADER_ATTACKS.items():
         (cases / name).write_text(textwrap.dedent(text))
-    env = {**os.environ, "HARNESS_TEST_VICTIM_MODULE": str(cases / "d_victim.py"),
-           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "HARNESS_TEST_VICTIM_MODULE": str(cases / "d_victim.py"),
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
     if front == "cli":
         out = tmp_path / "results.json"
-        result = subprocess.run([sys.executable, "-m", "harness", "run", "--tag", "loader", "--case-path", str(cases),
-                                 "--backend", "eager", "--mode", "inference", "--json", str(out)],
-                                cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "harness",
+                "run",
+                "--tag",
+                "loader",
+                "--case-path",
+                str(cases),
+                "--backend",
+                "eager",
+                "--mode",
+                "inference",
+                "--json",
+                str(out),
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
         ran = {r["case"]: r["status"] for r in json.loads(out.read_text())["records"]}
         text = result.stderr
     else:
-        result = subprocess.run([sys.executable, "-m", "pytest", "-p", "harness.pytest_plugin", "-p",
-                                 "no:cacheprovider", "-q", "-rA", "--case-path", str(cases), "--backend", "eager",
-                                 "-k", "inference or load"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                                env=env)
-        ran = {line.split("::")[-1].split("[")[0]: "pass" for line in result.stdout.splitlines()
-               if line.startswith("PASSED ")}
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "harness.pytest_plugin",
+                "-p",
+                "no:cacheprovider",
+                "-q",
+                "-rA",
+                "--case-path",
+                str(cases),
+                "--backend",
+                "eager",
+                "-k",
+                "inference or load",
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
+        ran = {
+            line.split("::")[-1].split("[")[0]: "pass"
+            for line in result.stdout.splitlines()
+            if line.startswith("PASSED ")
+        }
         text = result.stdout
     # The dropper's and the victim's cases both run: no module chose the selection or emptied another's.
     assert ran.get("dropper_case") == "pass" and ran.get("victim_case") == "pass", (ran, text[-3000:])
@@ -422,9 +548,28 @@ def test_threads_and_children_a_case_hides_die_with_its_process(tmp_path):
     cases.mkdir()
     (cases / "evaders.py").write_text(EVADERS)
     out = tmp_path / "results.json"
-    result = subprocess.run([sys.executable, "-m", "harness", "run", "--tag", "evade", "--case-path", str(cases),
-                             "--backend", "eager", "--mode", "inference", "--json", str(out)],
-                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "--tag",
+            "evade",
+            "--case-path",
+            str(cases),
+            "--backend",
+            "eager",
+            "--mode",
+            "inference",
+            "--json",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     records = {r["case"]: r for r in json.loads(out.read_text())["records"]}
     assert records["e3_innocent_and_slow"]["status"] == "pass", result.stdout[-3000:]
     assert records["e4_diverges"]["status"] == "fail", result.stdout[-3000:]
@@ -453,9 +598,13 @@ def test_a_case_that_clears_its_death_signal_and_ignores_signals_dies_with_a_sig
     (cases / "hides.py").write_text(HANGS_AND_HIDES)
     started = tmp_path / "started"
     marker = f"HARNESS_HIDES_MARKER_{os.getpid()}"
-    run = subprocess.Popen([sys.executable, "-m", "harness", "run", "--tag", "hides", "--case-path", str(cases),
-                            "--backend", "eager"], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           env={**os.environ, marker: "1", "HARNESS_TEST_STARTED": str(started)})
+    run = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", "--tag", "hides", "--case-path", str(cases), "--backend", "eager"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, marker: "1", "HARNESS_TEST_STARTED": str(started)},
+    )
     deadline = time.time() + 180
     while not started.exists() and time.time() < deadline:
         time.sleep(0.2)

@@ -6,7 +6,7 @@ import torch
 
 from harness import records as R
 from harness.registry import load_registry
-from harness.runner import RunConfig, run_case
+from harness.run.case import RunConfig, run_case
 
 REGISTRY = load_registry()
 
@@ -35,7 +35,9 @@ def test_a_correct_program_is_never_blamed(case):
     assert (found.answer, found.diverged) == (R.Answer.NONE, False)
     # Probed everywhere, no kernel of a correct program differs from eager on exact inputs. (Rounding
     # that grows across kernels may show up as drift the outputs absorb: information, not blame.)
-    blamed = [(a.name, a.buffer, a.bad, a.numel, a.isolated) for a in found.absorbed if a.kind not in ("drift", "immaterial")]
+    blamed = [
+        (a.name, a.buffer, a.bad, a.numel, a.isolated) for a in found.absorbed if a.kind not in ("drift", "immaterial")
+    ]
     assert blamed == []
     assert found.compared_buffers > 0
 
@@ -48,9 +50,15 @@ def _reproducing_here():
     for case in UPSTREAM:
         for dtype in case.dtypes:
             for mode in case.modes:
-                known = case.known_failure(device="cpu", backend="inductor", npu_backend=None,
-                                           dtype=str(dtype).removeprefix("torch."), mode=mode, emulation=None,
-                                           torch=torch.__version__)
+                known = case.known_failure(
+                    device="cpu",
+                    backend="inductor",
+                    npu_backend=None,
+                    dtype=str(dtype).removeprefix("torch."),
+                    mode=mode,
+                    emulation=None,
+                    torch=torch.__version__,
+                )
                 if known is not None:
                     runs.append((case, dtype, mode))
     return runs

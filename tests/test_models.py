@@ -5,7 +5,7 @@ import torch
 
 from harness import records as R
 from harness.registry import load_registry
-from harness.runner import RunConfig, run_case
+from harness.run.case import RunConfig, run_case
 
 pytest.importorskip("transformers", reason="model cases need transformers: pip install -e '.[models]'")
 
@@ -40,11 +40,15 @@ def test_a_fault_in_one_backward_kernel_of_longformer_is_named():
     graph = max((g for g in ranges if g.startswith("backward")), key=lambda g: ranges[g][1])
     # The first generated kernel of the largest backward graph (later ones may compute indices,
     # which a fault turns into out-of-bounds reads, and some write gradients that are all zero).
-    target = next(k.index for k in clean.first_divergent_kernel.kernels
-                  if k.graph == graph and k.compared and k.name.startswith("cpp_"))
+    target = next(
+        k.index
+        for k in clean.first_divergent_kernel.kernels
+        if k.graph == graph and k.compared and k.name.startswith("cpp_")
+    )
 
-    faulted = run_case(CASES["longformer_ci"], torch.float32, "train_step",
-                       RunConfig(bisect=True, inject=f"fault-offset@{target}"))
+    faulted = run_case(
+        CASES["longformer_ci"], torch.float32, "train_step", RunConfig(bisect=True, inject=f"fault-offset@{target}")
+    )
     kernel = faulted.first_divergent_kernel
     assert faulted.status == R.FAIL
     assert kernel.answer == R.Answer.KERNEL and (kernel.graph, kernel.launch_index) == (graph, target)
@@ -65,9 +69,13 @@ def test_longformer_with_values_kept_ahead_in_host_memory_gets_the_same_answers(
         monkeypatch.setattr(values, "OFFLOAD_ON_CPU", ahead == 0)
         monkeypatch.setattr(values, "AHEAD_KEPT_ON_DEVICE", ahead)
         clean = run_case(CASES["longformer_ci"], torch.float32, "train_step", RunConfig(bisect="always"))
-        faulted = run_case(CASES["longformer_ci"], torch.float32, "train_step",
-                           RunConfig(bisect=True, inject="fault-offset@40"))
-        runs[ahead] = [(r.status, k.answer, k.launch_index, k.name, k.compared_buffers)
-                       for r in (clean, faulted) for k in [r.first_divergent_kernel]]
+        faulted = run_case(
+            CASES["longformer_ci"], torch.float32, "train_step", RunConfig(bisect=True, inject="fault-offset@40")
+        )
+        runs[ahead] = [
+            (r.status, k.answer, k.launch_index, k.name, k.compared_buffers)
+            for r in (clean, faulted)
+            for k in [r.first_divergent_kernel]
+        ]
     assert runs[0] == runs[10**9]
     assert runs[0][0][:2] == (R.PASS, R.Answer.NONE) and runs[0][1][:3] == (R.FAIL, R.Answer.KERNEL, 40)

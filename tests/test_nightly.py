@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from harness.frontends.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from processes import alive, processes_marked
 
 REPO = Path(__file__).resolve().parent.parent
@@ -78,14 +78,27 @@ def cases(tmp_path):
 
 
 def harness(*args, env=None, **kw):
-    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=kw.pop("timeout", 300), **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=kw.pop("timeout", 300),
+        **kw,
+    )
 
 
 def nightly_sh(env, *args, **more):
     """examples/nightly.sh with `env` (and `more` variables on top), as a CI step calls it."""
-    return subprocess.run(["bash", str(REPO / "examples" / "nightly.sh"), *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env={**env, **more})
+    return subprocess.run(
+        ["bash", str(REPO / "examples" / "nightly.sh"), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**env, **more},
+    )
 
 
 def records_of(path):
@@ -96,8 +109,14 @@ def records_of(path):
 def test_sigkill_mid_run_then_resume_gives_every_run_once(cases, tmp_path):
     out = tmp_path / "out" / "results.json"
     common = ["run", "--tag", "nightly", "--case-path", str(cases), "--backend", "eager", "--json", str(out)]
-    run = subprocess.Popen([sys.executable, "-m", "harness", *common], cwd=REPO, env={**os.environ,
-                           "HARNESS_TEST_SLOW": "60"}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "harness", *common],
+        cwd=REPO,
+        env={**os.environ, "HARNESS_TEST_SLOW": "60"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     journal = out.with_suffix(".jsonl")
     deadline = time.time() + 120
     while time.time() < deadline and (not journal.exists() or len(journal.read_text().splitlines()) < 2):
@@ -117,10 +136,27 @@ def test_sigkill_mid_run_then_resume_gives_every_run_once(cases, tmp_path):
 def test_a_signal_leaves_a_partial_report_and_no_process(cases, tmp_path, signum, code):
     report = tmp_path / "report"
     child_pid = tmp_path / "child.pid"
-    run = subprocess.Popen([sys.executable, "-m", "harness", "run", "adds_one", "hangs_with_a_child",
-                            "--case-path", str(cases), "--backend", "eager", "--report-dir", str(report)],
-                           cwd=REPO, env={**os.environ, "HARNESS_TEST_CHILD_PID": str(child_pid)},
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "run",
+            "adds_one",
+            "hangs_with_a_child",
+            "--case-path",
+            str(cases),
+            "--backend",
+            "eager",
+            "--report-dir",
+            str(report),
+        ],
+        cwd=REPO,
+        env={**os.environ, "HARNESS_TEST_CHILD_PID": str(child_pid)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and not (child_pid.exists() and child_pid.read_text()):
         time.sleep(0.2)
@@ -137,9 +173,20 @@ def test_a_signal_leaves_a_partial_report_and_no_process(cases, tmp_path, signum
 
 def test_a_hanging_case_and_its_child_are_gone_after_the_timeout(cases, tmp_path):
     child_pid = tmp_path / "child.pid"
-    result = harness("run", "hangs_with_a_child", "adds_one", "--case-path", str(cases), "--backend", "eager",
-                     "--timeout", "5", "--json", str(tmp_path / "r.json"),
-                     env={"HARNESS_TEST_CHILD_PID": str(child_pid)})
+    result = harness(
+        "run",
+        "hangs_with_a_child",
+        "adds_one",
+        "--case-path",
+        str(cases),
+        "--backend",
+        "eager",
+        "--timeout",
+        "5",
+        "--json",
+        str(tmp_path / "r.json"),
+        env={"HARNESS_TEST_CHILD_PID": str(child_pid)},
+    )
     assert result.returncode == EXIT_FAILED
     found = records_of(tmp_path / "r.json")
     assert found[("hangs_with_a_child", "float32", "inference")]["symptom"] == "timeout"
@@ -148,8 +195,18 @@ def test_a_hanging_case_and_its_child_are_gone_after_the_timeout(cases, tmp_path
 
 
 def test_a_device_fault_after_the_run_is_that_runs_error_and_the_next_case_gets_a_fresh_worker(cases, tmp_path):
-    result = harness("run", "faults_the_device", "adds_one", "doubles", "--case-path", str(cases), "--backend",
-                     "eager", "--json", str(tmp_path / "r.json"))
+    result = harness(
+        "run",
+        "faults_the_device",
+        "adds_one",
+        "doubles",
+        "--case-path",
+        str(cases),
+        "--backend",
+        "eager",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
     assert result.returncode == EXIT_FAILED, result.stdout + result.stderr
     found = records_of(tmp_path / "r.json")
     faulted = found[("faults_the_device", "float32", "inference")]
@@ -185,10 +242,21 @@ def test_a_module_that_hangs_at_import_times_out(tmp_path):
 
 def test_undecodable_bytes_in_a_message_make_a_readable_report(cases, tmp_path):
     report = tmp_path / "report"
-    result = harness("run", "surrogate_message", "--case-path", str(cases), "--backend", "eager",
-                     "--report-dir", str(report), env={"PYTHONIOENCODING": "ascii:strict"})
+    result = harness(
+        "run",
+        "surrogate_message",
+        "--case-path",
+        str(cases),
+        "--backend",
+        "eager",
+        "--report-dir",
+        str(report),
+        env={"PYTHONIOENCODING": "ascii:strict"},
+    )
     assert result.returncode == EXIT_FAILED
-    assert "bad file caf\\udce9.bin" in json.loads((report / "results.json").read_text())["records"][0]["error"]["message"]
+    assert (
+        "bad file caf\\udce9.bin" in json.loads((report / "results.json").read_text())["records"][0]["error"]["message"]
+    )
     rebuilt = harness("report", str(report / "results.json"), "-o", str(tmp_path / "again.html"))
     assert rebuilt.returncode == EXIT_OK and "caf\\udce9.bin" in (tmp_path / "again.html").read_text()
 
@@ -198,69 +266,166 @@ def test_pytest_workers_keep_every_record_and_a_crash_is_a_record(cases, tmp_pat
     out, elsewhere = tmp_path / "pytest.json", tmp_path / "elsewhere"
     elsewhere.mkdir()
     # The README's form, from outside the checkout: the installed plugin adds --case-path to what is collected.
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "-q",
-                             "--case-path", str(cases), "-k", "adds_one or doubles or slow or diverges or crashes",
-                             "--backend", "eager", "--harness-json", str(out)],
-                            cwd=elsewhere, capture_output=True, text=True, timeout=600, env={**os.environ, "HARNESS_TEST_SLOW": "0"})
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+            "-q",
+            "--case-path",
+            str(cases),
+            "-k",
+            "adds_one or doubles or slow or diverges or crashes",
+            "--backend",
+            "eager",
+            "--harness-json",
+            str(out),
+        ],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HARNESS_TEST_SLOW": "0"},
+    )
     found = records_of(out)
     assert {k[0] for k in found} == {"adds_one", "doubles", "slow", "diverges", "crashes"}, result.stdout[-2000:]
-    assert (found[("crashes", "float32", "inference")]["status"], found[("crashes", "float32", "inference")]["symptom"]) == ("error", "crash")
+    assert (
+        found[("crashes", "float32", "inference")]["status"],
+        found[("crashes", "float32", "inference")]["symptom"],
+    ) == ("error", "crash")
     assert f"--case-path {cases}" in found[("diverges", "float32", "inference")]["command"]
     assert not list(tmp_path.glob("pytest.gw*.jsonl"))
 
 
-@pytest.mark.nightly(reason="runs a selection whole and in every shard (40 s); CI's nightly-script test shards and merges")
+@pytest.mark.nightly(
+    reason="runs a selection whole and in every shard (40 s); CI's nightly-script test shards and merges"
+)
 def test_shards_add_up_to_the_whole_run(cases, tmp_path):
-    whole = harness("run", "--tag", "nightly", "--case-path", str(cases), "--backend", "eager", "--json", str(tmp_path / "all.json"))
-    parts = [harness("run", "--tag", "nightly", "--case-path", str(cases), "--backend", "eager", "--shard", f"{i}/2",
-                     "--json", str(tmp_path / f"part{i}.json")) for i in (1, 2)]
+    whole = harness(
+        "run", "--tag", "nightly", "--case-path", str(cases), "--backend", "eager", "--json", str(tmp_path / "all.json")
+    )
+    parts = [
+        harness(
+            "run",
+            "--tag",
+            "nightly",
+            "--case-path",
+            str(cases),
+            "--backend",
+            "eager",
+            "--shard",
+            f"{i}/2",
+            "--json",
+            str(tmp_path / f"part{i}.json"),
+        )
+        for i in (1, 2)
+    ]
     assert whole.returncode == EXIT_FAILED and all(p.returncode in (EXIT_OK, EXIT_FAILED) for p in parts)
     one = records_of(tmp_path / "all.json")
     split = {**records_of(tmp_path / "part1.json"), **records_of(tmp_path / "part2.json")}
-    assert set(split) == set(one) and {k: r["status"] for k, r in split.items()} == {k: r["status"] for k, r in one.items()}
+    assert set(split) == set(one) and {k: r["status"] for k, r in split.items()} == {
+        k: r["status"] for k, r in one.items()
+    }
     assert not set(records_of(tmp_path / "part1.json")) & set(records_of(tmp_path / "part2.json"))
     assert ", shard 2/2" in parts[1].stdout.splitlines()[0]
-    merged = harness("report", str(tmp_path / "part1.json"), str(tmp_path / "part2.json"), "-o", str(tmp_path / "m.html"))
+    merged = harness(
+        "report", str(tmp_path / "part1.json"), str(tmp_path / "part2.json"), "-o", str(tmp_path / "m.html")
+    )
     assert merged.returncode == EXIT_OK and "4 case runs" in (tmp_path / "m.html").read_text()
 
 
 def test_known_issues_and_a_baseline_make_the_exit_code_about_changes(cases, tmp_path):
     issues = tmp_path / "known.toml"
     issues.write_text('[[issue]]\ncase = "diver*"\nlink = "https://example.org/issues/1"\nreason = "tracked"\n')
-    base = harness("run", "--tag", "nightly", "--case-path", str(cases), "--backend", "eager", "--known-issues",
-                   str(issues), "--json", str(tmp_path / "base.json"), "--junit", str(tmp_path / "junit.xml"))
+    base = harness(
+        "run",
+        "--tag",
+        "nightly",
+        "--case-path",
+        str(cases),
+        "--backend",
+        "eager",
+        "--known-issues",
+        str(issues),
+        "--json",
+        str(tmp_path / "base.json"),
+        "--junit",
+        str(tmp_path / "junit.xml"),
+    )
     assert base.returncode == EXIT_OK, base.stdout
     assert records_of(tmp_path / "base.json")[("diverges", "float32", "inference")]["status"] == "xfail"
-    assert '<skipped message="known issue: tracked (https://example.org/issues/1)"/>' in (tmp_path / "junit.xml").read_text()
+    assert (
+        '<skipped message="known issue: tracked (https://example.org/issues/1)"/>'
+        in (tmp_path / "junit.xml").read_text()
+    )
     # A failure that shows in some runs only: a passing run stays a pass, the declaration shows in its reason.
     flaky = tmp_path / "flaky.toml"
     flaky.write_text('[[issue]]\ncase = "doubles"\nlink = "https://example.org/issues/2"\nstrict = false\n')
-    kept = harness("run", "doubles", "--case-path", str(cases), "--backend", "eager", "--known-issues", str(flaky),
-                   "--json", str(tmp_path / "flaky.json"))
+    kept = harness(
+        "run",
+        "doubles",
+        "--case-path",
+        str(cases),
+        "--backend",
+        "eager",
+        "--known-issues",
+        str(flaky),
+        "--json",
+        str(tmp_path / "flaky.json"),
+    )
     record = records_of(tmp_path / "flaky.json")[("doubles", "float32", "inference")]
     assert kept.returncode == EXIT_OK and record["status"] == "pass" and "some runs only" in record["reason"]
     # `diverges` was a known failure in the baseline: failing now without the declaration is not new, the job is green.
-    unchanged = harness("run", "--tag", "nightly", "--case-path", str(cases), "--backend", "eager",
-                        "--baseline", str(tmp_path / "base.json"))
+    unchanged = harness(
+        "run",
+        "--tag",
+        "nightly",
+        "--case-path",
+        str(cases),
+        "--backend",
+        "eager",
+        "--baseline",
+        str(tmp_path / "base.json"),
+    )
     assert unchanged.returncode == EXIT_OK and "0 new failures" in unchanged.stdout
-    (cases / "nightly_cases.py").write_text(textwrap.dedent(CASES).replace("x * 2, [", "x * 2 + (1 if torch.compiler.is_compiling() else 0), ["))
-    broke = harness("run", "--tag", "nightly", "--case-path", str(cases), "--backend", "eager",
-                    "--baseline", str(tmp_path / "base.json"))
+    (cases / "nightly_cases.py").write_text(
+        textwrap.dedent(CASES).replace("x * 2, [", "x * 2 + (1 if torch.compiler.is_compiling() else 0), [")
+    )
+    broke = harness(
+        "run",
+        "--tag",
+        "nightly",
+        "--case-path",
+        str(cases),
+        "--backend",
+        "eager",
+        "--baseline",
+        str(tmp_path / "base.json"),
+    )
     assert broke.returncode == EXIT_FAILED and "new failure: doubles[float32-inference]" in broke.stdout
 
 
 def test_a_closed_pipe_does_not_lose_the_results(cases, tmp_path):
-    shell = (f"{sys.executable} -m harness run --tag nightly --case-path {cases} --backend eager "
-             f"--json {tmp_path / 'r.json'} | head -1")
+    shell = (
+        f"{sys.executable} -m harness run --tag nightly --case-path {cases} --backend eager "
+        f"--json {tmp_path / 'r.json'} | head -1"
+    )
     subprocess.run(shell, shell=True, cwd=REPO, timeout=300, capture_output=True)
     assert len(records_of(tmp_path / "r.json")) == 4
 
 
-@pytest.mark.parametrize("content, message", [
-    ("not json", "not a harness results file"),
-    ("[1, 2]", "not a harness results file"),
-    ('{"schema": "harness.results/1", "records": [{"case": "x"}]}', "a record cannot be read"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("not json", "not a harness results file"),
+        ("[1, 2]", "not a harness results file"),
+        ('{"schema": "harness.results/1", "records": [{"case": "x"}]}', "a record cannot be read"),
+    ],
+)
 def test_report_on_an_unusable_file_is_a_usage_error_naming_it(tmp_path, content, message):
     bad = tmp_path / "bad.json"
     bad.write_text(content)
@@ -271,8 +436,12 @@ def test_report_on_an_unusable_file_is_a_usage_error_naming_it(tmp_path, content
 
 def test_the_example_nightly_script_shards_merges_and_fails_only_on_what_changed(cases, tmp_path):
     out = tmp_path / "night"
-    env = {**os.environ, "OUT": str(out), "HARNESS": f"{sys.executable} -m harness",
-           "SELECT": f"--tag nightly --case-path {cases} --backend eager"}
+    env = {
+        **os.environ,
+        "OUT": str(out),
+        "HARNESS": f"{sys.executable} -m harness",
+        "SELECT": f"--tag nightly --case-path {cases} --backend eager",
+    }
 
     def nightly(*args, **more):
         return nightly_sh(env, *args, **more)
@@ -296,8 +465,13 @@ def test_the_example_nightly_script_shards_merges_and_fails_only_on_what_changed
 
 def test_a_reused_nightly_folder_runs_its_cases_and_resumes_only_when_asked_into_the_same_setup(cases, tmp_path):
     out = tmp_path / "night"
-    env = {**os.environ, "OUT": str(out), "HARNESS": f"{sys.executable} -m harness",
-           "SELECT": f"--case-path '{cases}' --backend eager", "KEYWORD": "adds_one or doubles"}
+    env = {
+        **os.environ,
+        "OUT": str(out),
+        "HARNESS": f"{sys.executable} -m harness",
+        "SELECT": f"--case-path '{cases}' --backend eager",
+        "KEYWORD": "adds_one or doubles",
+    }
 
     def nightly(*args, **more):
         return nightly_sh(env, *args, **more)
@@ -314,10 +488,16 @@ def test_a_reused_nightly_folder_runs_its_cases_and_resumes_only_when_asked_into
     assert resumed.returncode == EXIT_USAGE and "was made by another run (inject" in resumed.stderr, resumed.stderr
 
 
-@pytest.mark.parametrize("args", [["run", "no_such_case"], ["run", "adds_one", "--device", "tpu"],
-                                  ["run", "adds_one", "--backend", "eager"],
-                                  ["run", "adds_one", "--backend", "eager", "--workers", "2"]],
-                         ids=["unknown-case", "bad-option", "ok", "two-workers"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "no_such_case"],
+        ["run", "adds_one", "--device", "tpu"],
+        ["run", "adds_one", "--backend", "eager"],
+        ["run", "adds_one", "--backend", "eager", "--workers", "2"],
+    ],
+    ids=["unknown-case", "bad-option", "ok", "two-workers"],
+)
 def test_the_worker_started_early_is_gone_when_the_harness_exits(cases, tmp_path, args):
     marker = f"HARNESS_TEST_MARKER_{os.getpid()}_{time.time_ns()}"
     temporary = tmp_path / "tmp"
@@ -331,22 +511,36 @@ def test_the_worker_started_early_is_gone_when_the_harness_exits(cases, tmp_path
     assert not list(temporary.glob("harness-workers-*"))  # worker logs of a run without --report-dir
 
 
-@pytest.mark.parametrize("argv", [
-    ["run", "adds_one", "--timeout", "nan"], ["run", "adds_one", "--timeout", "inf"],
-    ["run", "adds_one", "--timeout", "1e20"], ["run", "adds_one", "--timeout", "1e-300"],
-    ["run", "adds_one", "--compile-option", "max_autotune=maybe"], ["run", "adds_one", "--device", "tpu"],
-], ids=["nan", "inf", "huge", "tiny", "option-type", "device"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "adds_one", "--timeout", "nan"],
+        ["run", "adds_one", "--timeout", "inf"],
+        ["run", "adds_one", "--timeout", "1e20"],
+        ["run", "adds_one", "--timeout", "1e-300"],
+        ["run", "adds_one", "--compile-option", "max_autotune=maybe"],
+        ["run", "adds_one", "--device", "tpu"],
+    ],
+    ids=["nan", "inf", "huge", "tiny", "option-type", "device"],
+)
 def test_a_usage_error_is_one_line_before_any_worker_starts(cases, argv):
     """Workers start only once the command line is accepted; a bad value is one line and exit 2."""
-    code = ("import subprocess, sys; from harness import cli; started = []; real = subprocess.Popen\n"
-            "def popen(args, *a, **k):\n"
-            "    started.append(' '.join(map(str, args)))\n"
-            "    return real(args, *a, **k)\n"
-            "subprocess.Popen = popen\n"
-            "code = cli.main(sys.argv[1:])\n"
-            "print(code, sum('harness.worker' in s for s in started))")
-    result = subprocess.run([sys.executable, "-c", code, *argv, "--case-path", str(cases)], capture_output=True,
-                            text=True, cwd=REPO, timeout=120)
+    code = (
+        "import subprocess, sys; from harness.frontends import cli; started = []; real = subprocess.Popen\n"
+        "def popen(args, *a, **k):\n"
+        "    started.append(' '.join(map(str, args)))\n"
+        "    return real(args, *a, **k)\n"
+        "subprocess.Popen = popen\n"
+        "code = cli.main(sys.argv[1:])\n"
+        "print(code, sum('harness.isolation.worker' in s for s in started))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, *argv, "--case-path", str(cases)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert result.stdout.split() == [str(EXIT_USAGE), "0"], result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
@@ -355,8 +549,8 @@ def test_a_usage_error_is_one_line_before_any_worker_starts(cases, argv):
 def test_an_idle_worker_gets_its_next_task_before_the_caller_handles_a_record(cases):
     """The caller's bookkeeping per record (the journal's fsync, the console) overlaps the next case: where an
     fsync takes milliseconds (a network filesystem), a worker waiting on it would idle that long every case."""
-    from harness.executor import Task, WorkerPool
-    from harness.options import run_config_from
+    from harness.isolation.pool import Task, WorkerPool
+    from harness.frontends.options import run_config_from
     from harness.registry import load_registry
 
     registry = load_registry([str(cases)], include_default=False)
@@ -376,10 +570,16 @@ def test_the_nightly_extracts_its_new_failures_and_drops_last_nights_repros(case
     out = tmp_path / "night"
     stale = out / "repros" / "all" / "stale_case_float32_inference"
     stale.mkdir(parents=True)
-    env = {**os.environ, "OUT": str(out), "HARNESS": f"{sys.executable} -m harness",
-           "SELECT": f"--case-path '{cases}' --inject fault-scale@0", "KEYWORD": "adds_one"}
-    night = subprocess.run(["bash", str(REPO / "examples" / "nightly.sh")], cwd=REPO, capture_output=True,
-                           text=True, timeout=600, env=env)
+    env = {
+        **os.environ,
+        "OUT": str(out),
+        "HARNESS": f"{sys.executable} -m harness",
+        "SELECT": f"--case-path '{cases}' --inject fault-scale@0",
+        "KEYWORD": "adds_one",
+    }
+    night = subprocess.run(
+        ["bash", str(REPO / "examples" / "nightly.sh")], cwd=REPO, capture_output=True, text=True, timeout=600, env=env
+    )
     assert night.returncode == EXIT_FAILED, night.stdout + night.stderr
     assert not stale.exists()
     (record,) = records_of(out / "results.json").values()
@@ -390,19 +590,28 @@ def test_the_nightly_extracts_its_new_failures_and_drops_last_nights_repros(case
 
 
 def test_a_nightly_select_that_does_not_split_stops_the_job_in_one_line(cases, tmp_path):
-    env = {**os.environ, "OUT": str(tmp_path / "night"), "HARNESS": f"{sys.executable} -m harness",
-           "SELECT": f"--case-path '{cases}' --backend eager -k 'adds_one"}  # the quote is never closed
+    env = {
+        **os.environ,
+        "OUT": str(tmp_path / "night"),
+        "HARNESS": f"{sys.executable} -m harness",
+        "SELECT": f"--case-path '{cases}' --backend eager -k 'adds_one",
+    }  # the quote is never closed
     result = nightly_sh(env, "run")
     assert result.returncode == EXIT_USAGE, result.stdout + result.stderr
-    assert result.stderr.strip().splitlines() == [f"SELECT is not a list of shell words (No closing quotation): "
-                                                  f"{env['SELECT']}"], result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"SELECT is not a list of shell words (No closing quotation): {env['SELECT']}"
+    ], result.stderr
     assert "running" not in result.stdout
 
 
 def test_a_one_host_night_in_a_folder_with_a_matrix_nights_shards_reports_tonight(cases, tmp_path):
     out = tmp_path / "night"
-    env = {**os.environ, "OUT": str(out), "HARNESS": f"{sys.executable} -m harness",
-           "SELECT": f"--case-path '{cases}' --backend eager"}
+    env = {
+        **os.environ,
+        "OUT": str(out),
+        "HARNESS": f"{sys.executable} -m harness",
+        "SELECT": f"--case-path '{cases}' --backend eager",
+    }
 
     def nightly(*args, **more):
         return nightly_sh(env, *args, **more)
@@ -421,10 +630,16 @@ def test_the_nightly_finds_the_checkouts_python_or_says_in_one_line_how_to_name_
     assert wrong.returncode == 2
     assert wrong.stderr.strip().splitlines() == [
         f"error: /bin/false cannot import the harness: set HARNESS_PYTHON to the Python it is installed in "
-        f"(after the README's set-up, {REPO}/.venv/bin/python)"]
+        f"(after the README's set-up, {REPO}/.venv/bin/python)"
+    ]
     assert "Traceback" not in wrong.stdout + wrong.stderr and not (tmp_path / "wrong").exists()
     # Named, it runs the night (outside an activated environment: PATH has no harness).
-    named = nightly_sh(env, OUT=str(tmp_path / "named"), HARNESS_PYTHON=sys.executable, PATH="/usr/bin:/bin",
-                       SELECT=f"adds_one doubles --case-path {cases} --backend eager")
+    named = nightly_sh(
+        env,
+        OUT=str(tmp_path / "named"),
+        HARNESS_PYTHON=sys.executable,
+        PATH="/usr/bin:/bin",
+        SELECT=f"adds_one doubles --case-path {cases} --backend eager",
+    )
     assert named.returncode == 0, named.stdout[-2000:] + named.stderr[-2000:]
     assert (tmp_path / "named" / "results.json").exists()

@@ -22,7 +22,8 @@ def failing_backend(tmp_path):
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fake_npu\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text("[torch.backends]\nfake_npu = fake_npu:_autoload\n")
     (tmp_path / "fake_npu.py").write_text(
-        "def _autoload():\n    raise ImportError('libascendcl.so: cannot open shared object file')\n")
+        "def _autoload():\n    raise ImportError('libascendcl.so: cannot open shared object file')\n"
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
     env.pop("TORCH_DEVICE_BACKEND_AUTOLOAD", None)
     plain = subprocess.run([sys.executable, "-c", "import torch"], env=env, capture_output=True, text=True)
@@ -31,13 +32,25 @@ def failing_backend(tmp_path):
 
 
 def harness(env, *args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "harness", *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_a_cpu_run_is_untouched_by_a_device_backend_that_fails_to_autoload(failing_backend, tmp_path):
-    result = harness(failing_backend, "run", "relu_mlp", "--dtype", "float32", "--mode", "inference", "--device",
-                     "cpu", "--json", str(tmp_path / "r.json"))
+    result = harness(
+        failing_backend,
+        "run",
+        "relu_mlp",
+        "--dtype",
+        "float32",
+        "--mode",
+        "inference",
+        "--device",
+        "cpu",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     (record,) = json.loads((tmp_path / "r.json").read_text())["records"]
     assert record["status"] == "pass" and record["compile_config"]["torch_npu_patches_active"] is False
@@ -48,22 +61,41 @@ def test_a_backend_autoload_the_user_asked_for_fails_in_one_line_that_says_what_
     result = harness(env, "run", "relu_mlp", "--device", "cpu")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     (line,) = result.stderr.strip().splitlines()
-    assert line.startswith("error: import torch failed: Failed to load the backend extension: fake_npu "
-                           "(ImportError: libascendcl.so"), line
+    assert line.startswith(
+        "error: import torch failed: Failed to load the backend extension: fake_npu (ImportError: libascendcl.so"
+    ), line
     assert "TORCH_DEVICE_BACKEND_AUTOLOAD=1 is set here and loads it: unset it" in line
 
 
 def test_pytest_collects_cases_past_a_device_backend_that_fails_to_autoload(failing_backend):
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q",
-                             "cases", "-k", "relu_mlp", "--device", "cpu"], env=failing_backend, cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--collect-only",
+            "-q",
+            "cases",
+            "-k",
+            "relu_mlp",
+            "--device",
+            "cpu",
+        ],
+        env=failing_backend,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "relu_mlp" in result.stdout
 
 
 def test_patches_are_recorded_active_where_torch_npu_is_imported(tmp_path):
     from harness.registry import load_registry
-    from harness.runner import RunConfig, run_case
+    from harness.run.case import RunConfig, run_case
     import torch
 
     stand_in = tmp_path / "torch_npu"
@@ -100,12 +132,15 @@ def test_the_modules_every_kernel_module_imports_are_looked_up_and_the_missing_n
     monkeypatch.setitem(common.device_codegens, "npu", SimpleNamespace(scheduling=scheduling))
     missing = torch_npu_backend.missing_codegen_imports("npu")
     assert missing == ["harness_absent.language.extra.cann.extension"]
-    line = torch_npu_backend.codegen_import_problem("triton_experimental", missing,
-                                                    {"torch_npu": "2.14.0", "triton-ascend": "3.2.0"})
-    assert line == ("torch_npu 2.14.0's triton_experimental codegen imports harness_absent.language.extra.cann"
-                    ".extension in every kernel module, which cannot be imported with triton-ascend 3.2.0 "
-                    "installed: install the triton-ascend release made for this torch_npu, or run another "
-                    "--npu-backend")
+    line = torch_npu_backend.codegen_import_problem(
+        "triton_experimental", missing, {"torch_npu": "2.14.0", "triton-ascend": "3.2.0"}
+    )
+    assert line == (
+        "torch_npu 2.14.0's triton_experimental codegen imports harness_absent.language.extra.cann"
+        ".extension in every kernel module, which cannot be imported with triton-ascend 3.2.0 "
+        "installed: install the triton-ascend release made for this torch_npu, or run another "
+        "--npu-backend"
+    )
     monkeypatch.setitem(common.device_codegens, "npu", SimpleNamespace(scheduling=type("CppScheduling", (), {})))
     assert torch_npu_backend.missing_codegen_imports("npu") == []  # C++ kernels: no Triton imports to look up
 
@@ -113,16 +148,19 @@ def test_the_modules_every_kernel_module_imports_are_looked_up_and_the_missing_n
 def test_a_missing_codegen_import_is_one_usage_line_before_any_case(monkeypatch):
     from harness import devices
     from harness.inductor_compat import torch_npu_backend
-    from harness.runner import RunConfig
+    from harness.run.case import RunConfig
 
     monkeypatch.setattr(torch_npu_backend, "load", lambda asked: torch_npu_backend.LoadedBackend(asked, asked))
     monkeypatch.setattr(torch_npu_backend, "selects_backends", lambda: True)
-    monkeypatch.setattr(torch_npu_backend, "missing_codegen_imports",
-                        lambda device="npu": ["triton.language.extra.cann.extension"])
+    monkeypatch.setattr(
+        torch_npu_backend, "missing_codegen_imports", lambda device="npu": ["triton.language.extra.cann.extension"]
+    )
     monkeypatch.setattr(devices.Npu, "versions", lambda self: {"torch_npu": "2.14.0", "triton-ascend": "3.2.0"})
     problem = devices.compiler_problem(devices.Npu(), RunConfig(device="npu"))
-    assert problem.startswith("torch_npu 2.14.0's triton_experimental codegen imports "
-                              "triton.language.extra.cann.extension in every kernel module"), problem
+    assert problem.startswith(
+        "torch_npu 2.14.0's triton_experimental codegen imports "
+        "triton.language.extra.cann.extension in every kernel module"
+    ), problem
 
 
 def test_upstream_triton_beside_triton_ascend_is_named_with_what_to_do(tmp_path, monkeypatch):
@@ -140,8 +178,9 @@ def test_upstream_triton_beside_triton_ascend_is_named_with_what_to_do(tmp_path,
         clash = devices._two_tritons()
     finally:
         devices._package_versions.cache_clear()
-    assert clash.startswith("triton 3.8.0 and triton-ascend 3.2.0 are both installed and both own the `triton` "
-                            "package"), clash
+    assert clash.startswith(
+        "triton 3.8.0 and triton-ascend 3.2.0 are both installed and both own the `triton` package"
+    ), clash
 
 
 # A wrapper module calling a CATLASS GEMM as torch_npu's catlass scheduling writes it
@@ -185,8 +224,11 @@ def test_a_catlass_kernel_is_refused_by_name_where_launches_are_watched(tmp_path
     (out,) = module.call([a, b])  # no handler: a plain run's verdict goes through
     assert torch.equal(out, torch.full((2, 4), 3.0))
     with launches.intercept_launches(lambda launch: launch.run()):
-        with pytest.raises(launches.UnseenLaunch, match=r"^CATLASS kernel catlass_mm_0 \(torch_npu's "
-                                                        r"async_compile.catlass\) is called as a plain function"):
+        with pytest.raises(
+            launches.UnseenLaunch,
+            match=r"^CATLASS kernel catlass_mm_0 \(torch_npu's "
+            r"async_compile.catlass\) is called as a plain function",
+        ):
             module.call([a, b])
 
 
@@ -198,7 +240,8 @@ def test_torch_npus_fast_launch_is_refused_in_one_line(monkeypatch):
     assert torch_npu_backend.fast_launch() is None
     monkeypatch.setenv("TORCHINDUCTOR_NPU_FAST_LAUNCH", "1")
     assert torch_npu_backend.fast_launch().startswith(
-        "TORCHINDUCTOR_NPU_FAST_LAUNCH=1: torch_npu's fast launch calls each kernel's launcher directly")
+        "TORCHINDUCTOR_NPU_FAST_LAUNCH=1: torch_npu's fast launch calls each kernel's launcher directly"
+    )
     # Read at torch_npu's import into its config (`enable_fast_launch`): that value is the one in force.
     monkeypatch.setitem(sys.modules, "torch_npu._inductor.config", SimpleNamespace(enable_fast_launch=False))
     assert torch_npu_backend.fast_launch() is None
@@ -262,7 +305,7 @@ def test_a_launch_after_autotunings_benchmark_on_clones_is_not_the_binarys_first
     import tempfile
 
     import torch
-    from harness.bug_classes.stores import FirstLaunchDroppedStores
+    from harness.inject.ascend.stores import FirstLaunchDroppedStores
     from harness.inductor_compat import launches
 
     with tempfile.TemporaryDirectory() as folder:
@@ -288,5 +331,7 @@ def test_a_launch_after_autotunings_benchmark_on_clones_is_not_the_binarys_first
     assert torch.equal(single[:4], x[:4] * 2) and bool(single[4:].isnan().all())
     assert emulation.stats.autotuned_first == ["0:triton_fake_autotuned_0"]
     assert emulation.stats.hits == ["1:triton_fake_single_1"]
-    assert "came after autotuning benchmarked the kernel on cloned arguments: 0:triton_fake_autotuned_0" in \
-        FirstLaunchDroppedStores.why_missed(SimpleNamespace(stats=emulation.stats))
+    assert (
+        "came after autotuning benchmarked the kernel on cloned arguments: 0:triton_fake_autotuned_0"
+        in FirstLaunchDroppedStores.why_missed(SimpleNamespace(stats=emulation.stats))
+    )

@@ -64,8 +64,11 @@ REWRITTEN = {
     ("reduction-partial", "column_sums_k4", 0): ["_tmp2 = tl.full([R0_BLOCK, real_block_x0], 0, tl.float32)"],
     ("reduction-partial", "rmsnorm_wgrad_like", 0): ["_tmp4 = tl.full([R0_BLOCK, real_block_x0], 0, tl.float32)"],
     # The real-block axes (r0_2 of 5 outside r0_1 of 7), flattened and decomposed reversed.
-    ("reduction-axis-order", "sum_axes_0_2", 0): ["r0_flat = r0_1 + 7*r0_2", "r0_1 = ((r0_flat % 5) % 7)",
-                                                  "r0_2 = ((r0_flat // 5) % 5)"],
+    ("reduction-axis-order", "sum_axes_0_2", 0): [
+        "r0_flat = r0_1 + 7*r0_2",
+        "r0_1 = ((r0_flat % 5) % 7)",
+        "r0_2 = ((r0_flat // 5) % 5)",
+    ],
 }
 
 
@@ -78,8 +81,7 @@ def test_each_rewriter_reads_the_npu_kernels_shape(rewriter, program, index):
     changed = "\n".join(changed_lines(source, variant))
     for expected in REWRITTEN[(rewriter, program, index)]:
         assert expected in changed, changed
-    assert f"harness emulation ({rewriter})" in variant or rewriter in ("masked-load-garbage",
-                                                                        "reduction-small-inner")
+    assert f"harness emulation ({rewriter})" in variant or rewriter in ("masked-load-garbage", "reduction-small-inner")
 
 
 def test_the_partial_variant_of_a_real_block_nest_resets_in_its_innermost_loop():
@@ -135,8 +137,9 @@ def _roles(source: str, kernel_name: str, signature: dict[str, str]) -> dict[str
 
     names = [n for n in signature if signature[n] != "constexpr"]
     pointers = frozenset(n for n in names if signature[n].startswith("*"))
-    info = KernelInfo(kernel_name, "triton", names, pointers=pointers,
-                      uses=pointer_use(source, kernel_name, sorted(pointers)))
+    info = KernelInfo(
+        kernel_name, "triton", names, pointers=pointers, uses=pointer_use(source, kernel_name, sorted(pointers))
+    )
     return {name: info.role(position) for position, name in enumerate(names)}
 
 
@@ -149,9 +152,18 @@ def test_an_rsplit_partial_kernel_writes_its_workspace_and_not_the_result_its_si
     partial, combine = kernel("column_sums_k4", 0), kernel("column_sums_k4", 1)
     assert "npu_rsplit_partial': True" in partial
     assert _roles(partial, "triton_unk_fused_sum_0", signature(partial)) == {
-        "in_ptr0": "in", "out_ptr0": "scalar", "ws_ptr": "out", "xnumel": "scalar", "r0_numel": "scalar"}
+        "in_ptr0": "in",
+        "out_ptr0": "scalar",
+        "ws_ptr": "out",
+        "xnumel": "scalar",
+        "r0_numel": "scalar",
+    }
     assert _roles(combine, "triton_unk_fused_sum_1", signature(combine)) == {
-        "in_ptr0": "in", "out_ptr0": "out", "xnumel": "scalar", "r0_numel": "scalar"}
+        "in_ptr0": "in",
+        "out_ptr0": "out",
+        "xnumel": "scalar",
+        "r0_numel": "scalar",
+    }
 
 
 # Stores the names alone misread, and what the body says instead.
@@ -160,26 +172,29 @@ STORES = {
         "def k(in_ptr0, in_ptr1, out_ptr0, ks0):\n"
         "    tmp0 = tl.load(in_ptr1 + x0)\n"
         "    tl.store(out_ptr0 + (tmp0 + ks0 * x0), tl.load(in_ptr0 + x0))\n",
-        {"in_ptr0": "in", "in_ptr1": "in", "out_ptr0": "out", "ks0": "scalar"}),
+        {"in_ptr0": "in", "in_ptr1": "in", "out_ptr0": "out", "ks0": "scalar"},
+    ),
     "a block pointer made from an argument, advanced, then stored to": (
         "def k(src, dst):\n"
         "    block = tl.make_block_ptr(base=dst, shape=[8], strides=[1], offsets=[0], block_shape=[8], order=[0])\n"
         "    block = tl.advance(block, [0])\n"
         "    tl.store(block, tl.load(src + tl.arange(0, 8)))\n",
-        {"src": "in", "dst": "out"}),
+        {"src": "in", "dst": "out"},
+    ),
     "a tensor descriptor's store method": (
         "def k(a_ptr, c_ptr):\n"
         "    desc = tl.make_tensor_descriptor(c_ptr, shape=[8], strides=[1], block_shape=[8])\n"
         "    desc.store([0], tl.load(a_ptr + tl.arange(0, 8)))\n",
-        {"a_ptr": "in", "c_ptr": "out"}),
+        {"a_ptr": "in", "c_ptr": "out"},
+    ),
     "an atomic add into a buffer it also reads": (
-        "def k(in_ptr0, acc):\n"
-        "    tl.atomic_add(acc + x0, tl.load(in_ptr0 + x0) + tl.load(acc + x0))\n",
-        {"in_ptr0": "in", "acc": "inout"}),
+        "def k(in_ptr0, acc):\n    tl.atomic_add(acc + x0, tl.load(in_ptr0 + x0) + tl.load(acc + x0))\n",
+        {"in_ptr0": "in", "acc": "inout"},
+    ),
     "a pointer handed to another function keeps its name's role": (
-        "def k(in_ptr0, out_ptr0):\n"
-        "    helper(out_ptr0, tl.load(in_ptr0 + x0))\n",
-        {"in_ptr0": "in", "out_ptr0": "out"}),
+        "def k(in_ptr0, out_ptr0):\n    helper(out_ptr0, tl.load(in_ptr0 + x0))\n",
+        {"in_ptr0": "in", "out_ptr0": "out"},
+    ),
 }
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.bug_classes import LAUNCH_CLASSES, REWRITE_CLASSES
+from harness.inject.ascend import LAUNCH_CLASSES, REWRITE_CLASSES
 from harness.registry import load_registry
-from harness.runner import RunConfig, run_case
+from harness.run.case import RunConfig, run_case
 
 ROOT = Path(__file__).resolve().parent.parent
 SURROGATE_DIR = ROOT / "tests" / "npu_surrogate"
@@ -31,19 +31,27 @@ SEED_FIGURES = (2260992, 2359296, 589824, 589823)  # bad, numel, max_abs, out_ma
 @pytest.fixture(scope="session")
 def surrogate(tmp_path_factory):
     """The environment that puts the surrogate on the path; its device extension built (once per torch)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(SURROGATE_DIR), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(SURROGATE_DIR), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    )
     env.pop("NPU_SURROGATE_BACKENDS", None)
     env.pop("NPU_SURROGATE_CODEGEN", None)  # the C++ mode (the Triton mode has its own fixture below)
-    built = subprocess.run([sys.executable, "-c", "import torch, torch_npu; print(torch.ones(2, device='npu').sum())"],
-                           env=env, capture_output=True, text=True, timeout=600)
+    built = subprocess.run(
+        [sys.executable, "-c", "import torch, torch_npu; print(torch.ones(2, device='npu').sum())"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     return env
 
 
 def run_harness(env, *args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "harness", *args], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def records_of(path):
@@ -51,8 +59,19 @@ def records_of(path):
 
 
 def test_the_seed_fails_on_the_surrogate_as_on_the_cpu_and_the_same_kernel_is_named(surrogate, tmp_path):
-    result = run_harness(surrogate, "run", "-k", "seed_index", "--device", "npu", "--inject", "boundary-downcast",
-                         "--bisect", "--json", str(tmp_path / "npu.json"))
+    result = run_harness(
+        surrogate,
+        "run",
+        "-k",
+        "seed_index",
+        "--device",
+        "npu",
+        "--inject",
+        "boundary-downcast",
+        "--bisect",
+        "--json",
+        str(tmp_path / "npu.json"),
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     records = records_of(tmp_path / "npu.json")
     npu = records[("seed_index_as_strided_view", "int64", "inference")]
@@ -60,13 +79,20 @@ def test_the_seed_fails_on_the_surrogate_as_on_the_cpu_and_the_same_kernel_is_na
     assert npu["status"] == "fail" and npu["surrogate"] == LABEL
     (out,) = npu["outputs"]
     assert (out["bad"], out["numel"], out["max_abs"], out["actual_max"]) == SEED_FIGURES
-    cpu = run_case(load_registry().cases["seed_index_as_strided_view"], torch.int64, "inference",
-                   RunConfig(inject="boundary-downcast", bisect=True))
+    cpu = run_case(
+        load_registry().cases["seed_index_as_strided_view"],
+        torch.int64,
+        "inference",
+        RunConfig(inject="boundary-downcast", bisect=True),
+    )
     (cpu_out,) = cpu.outputs
     assert (cpu_out.bad, cpu_out.numel, cpu_out.max_abs, cpu_out.actual_max) == SEED_FIGURES
     found = npu["first_divergent_kernel"]
-    assert (found["answer"], found["name"], found["launch_index"]) == ("kernel", cpu.first_divergent_kernel.name,
-                                                                       cpu.first_divergent_kernel.launch_index)
+    assert (found["answer"], found["name"], found["launch_index"]) == (
+        "kernel",
+        cpu.first_divergent_kernel.name,
+        cpu.first_divergent_kernel.launch_index,
+    )
     assert found["isolated"].startswith("kernel as the emulated launcher (boundary-downcast) calls it")
     for record in records.values():
         assert record["surrogate"] == LABEL and record["device"] == "npu"
@@ -80,23 +106,53 @@ def test_the_seed_fails_on_the_surrogate_as_on_the_cpu_and_the_same_kernel_is_na
 
 
 def test_pytest_runs_the_seed_cases_on_the_surrogate(surrogate, tmp_path):
-    result = subprocess.run([sys.executable, "-m", "pytest", "cases", "-q", "-p", "no:xdist", "-k", "seed_index",
-                             "--device", "npu", "--harness-json", str(tmp_path / "results.json")],
-                            env=surrogate, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "cases",
+            "-q",
+            "-p",
+            "no:xdist",
+            "-k",
+            "seed_index",
+            "--device",
+            "npu",
+            "--harness-json",
+            str(tmp_path / "results.json"),
+        ],
+        env=surrogate,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     # On the surrogate's CPU kernels the seed is right; the NPU's known failure is not the surrogate's (xfail).
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     records = records_of(tmp_path / "results.json")
     assert len(records) == 6 and all(r["status"] == "pass" and r["surrogate"] == LABEL for r in records.values())
 
 
-@pytest.mark.parametrize("asked, kept, said", [
-    # torch_npu loads its default backend for a name it does not know, and says nothing.
-    ("nonesuch", None, "npu_backend 'nonesuch' was asked for, but torch_npu loaded 'default'; "
-                       "to run the one that loads, pass --npu-backend default"),
-    # The release branches v2.7.1 to v2.12.0 have no triton_experimental: the harness's default loads 'default'.
-    (None, "default,mlir", "npu_backend 'triton_experimental' was asked for, but torch_npu loaded 'default'; "
-                           "to run the one that loads, pass --npu-backend default"),
-])
+@pytest.mark.parametrize(
+    "asked, kept, said",
+    [
+        # torch_npu loads its default backend for a name it does not know, and says nothing.
+        (
+            "nonesuch",
+            None,
+            "npu_backend 'nonesuch' was asked for, but torch_npu loaded 'default'; "
+            "to run the one that loads, pass --npu-backend default",
+        ),
+        # The release branches v2.7.1 to v2.12.0 have no triton_experimental: the harness's default loads 'default'.
+        (
+            None,
+            "default,mlir",
+            "npu_backend 'triton_experimental' was asked for, but torch_npu loaded 'default'; "
+            "to run the one that loads, pass --npu-backend default",
+        ),
+    ],
+)
 def test_a_backend_that_is_not_the_one_asked_for_is_a_usage_error_naming_both(surrogate, asked, kept, said):
     env = dict(surrogate, **({"NPU_SURROGATE_BACKENDS": kept} if kept else {}))
     args = ["run", "seed_index_as_strided_view", "--device", "npu", *(["--npu-backend", asked] if asked else [])]
@@ -105,16 +161,43 @@ def test_a_backend_that_is_not_the_one_asked_for_is_a_usage_error_naming_both(su
     assert result.stderr.splitlines() == [f"error: device npu is not usable: {said}"]
     if kept:  # (pytest's check is the same function: once is enough)
         return
-    tested = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "cases/seed_index_as_strided.py",
-                             "--device", "npu", *(["--npu-backend", asked] if asked else [])],
-                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    tested = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:xdist",
+            "cases/seed_index_as_strided.py",
+            "--device",
+            "npu",
+            *(["--npu-backend", asked] if asked else []),
+        ],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert tested.returncode == 4 and said in tested.stderr, tested.stdout + tested.stderr
 
 
 def test_the_backend_that_loaded_is_recorded(surrogate, tmp_path):
     env = dict(surrogate, NPU_SURROGATE_BACKENDS="default,mlir")
-    result = run_harness(env, "run", "seed_index_as_strided_view", "--dtype", "int32", "--device", "npu",
-                         "--npu-backend", "default", "--json", str(tmp_path / "r.json"))
+    result = run_harness(
+        env,
+        "run",
+        "seed_index_as_strided_view",
+        "--dtype",
+        "int32",
+        "--device",
+        "npu",
+        "--npu-backend",
+        "default",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     (record,) = records_of(tmp_path / "r.json").values()
     assert (record["npu_backend"], record["npu_backend_loaded"]) == ("default", "default")
@@ -128,7 +211,7 @@ CONFIG_AT_EACH_COMPILE = textwrap.dedent("""
     import torch._inductor.config as config
     from torch._inductor.graph import GraphLowering
     from harness.registry import load_registry
-    from harness.runner import RunConfig, run_case
+    from harness.run.case import RunConfig, run_case
 
     seen, lower = [], GraphLowering.codegen
     def observed(self, *args, **kwargs):
@@ -146,8 +229,9 @@ CONFIG_AT_EACH_COMPILE = textwrap.dedent("""
 
 def test_every_case_compiles_under_the_config_the_backend_set_whatever_its_place(surrogate):
     env = dict(surrogate, TORCHINDUCTOR_FX_GRAPH_CACHE="0")  # every graph lowered: every compile seen
-    result = subprocess.run([sys.executable, "-c", CONFIG_AT_EACH_COMPILE], env=env, cwd=ROOT, capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", CONFIG_AT_EACH_COMPILE], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(result.stdout.splitlines()[-1])
     activated = {"split_reductions": False, "size_asserts": False, "layout_optimization": False}
@@ -161,9 +245,11 @@ def test_torch_npus_fast_launch_is_a_usage_error_before_any_case(surrogate):
     # Its wrapper calls each launcher directly (`TORCHINDUCTOR_NPU_FAST_LAUNCH=1`): no launch would be seen.
     result = run_harness(dict(surrogate, TORCHINDUCTOR_NPU_FAST_LAUNCH="1"), "run", "relu_mlp", "--device", "npu")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-    assert result.stderr.strip() == ("error: device npu is not usable: TORCHINDUCTOR_NPU_FAST_LAUNCH=1: torch_npu's "
-                                     "fast launch calls each kernel's launcher directly, past the kernel.run(...) the "
-                                     "harness sees launches through; unset it")
+    assert result.stderr.strip() == (
+        "error: device npu is not usable: TORCHINDUCTOR_NPU_FAST_LAUNCH=1: torch_npu's "
+        "fast launch calls each kernel's launcher directly, past the kernel.run(...) the "
+        "harness sees launches through; unset it"
+    )
 
 
 # torch_npu's triton_experimental config module (a ConfigModule its codegen reads): a case that sets an entry has
@@ -172,7 +258,7 @@ BACKEND_CONFIG_RESTORED = textwrap.dedent("""
     import json, torch, torch_npu
     from harness.inputs import contiguous
     from harness.registry import Case, Program
-    from harness.runner import RunConfig, run_case
+    from harness.run.case import RunConfig, run_case
 
     def build(dtype):
         from torch_npu._inductor.triton_experimental import config
@@ -191,8 +277,14 @@ BACKEND_CONFIG_RESTORED = textwrap.dedent("""
 
 
 def test_the_npu_backends_own_config_is_recorded_and_restored_after_a_case(surrogate):
-    result = subprocess.run([sys.executable, "-c", BACKEND_CONFIG_RESTORED], env=surrogate, cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", BACKEND_CONFIG_RESTORED],
+        env=surrogate,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     found = json.loads(result.stdout.splitlines()[-1])
     (status, warnings, tuning), (plain_status, plain_warnings, plain) = found["records"]
@@ -209,35 +301,66 @@ def test_a_two_worker_run_gives_every_case_the_same_record_whatever_its_place(su
     selection = [*names, "--dtype", "int32", "--dtype", "float32", "--mode", "inference", "--device", "npu"]
     together = run_harness(surrogate, "run", *selection, "--workers", "2", "--json", str(tmp_path / "two.json"))
     assert together.returncode == 0, together.stdout + together.stderr
-    reversed_order = [*names[::-1], *selection[len(names):]]
+    reversed_order = [*names[::-1], *selection[len(names) :]]
     alone = run_harness(surrogate, "run", *reversed_order, "--json", str(tmp_path / "one.json"))
     assert alone.returncode == 0, alone.stdout + alone.stderr
 
     def facts(record):
-        return (record["status"], record["warnings"], record["compile_config"], record["npu_backend_loaded"],
-                [(o["name"], o["bad"], o["max_abs"]) for o in record["outputs"]])
+        return (
+            record["status"],
+            record["warnings"],
+            record["compile_config"],
+            record["npu_backend_loaded"],
+            [(o["name"], o["bad"], o["max_abs"]) for o in record["outputs"]],
+        )
 
     two, one = records_of(tmp_path / "two.json"), records_of(tmp_path / "one.json")
     assert set(two) == set(one) and len(two) == 3
     assert {key: facts(r) for key, r in two.items()} == {key: facts(r) for key, r in one.items()}
 
 
-@pytest.mark.nightly(reason='all three forms extracted and run on the C++ surrogate (80 s); CI extracts on the Triton surrogate')
+@pytest.mark.nightly(
+    reason='all three forms extracted and run on the C++ surrogate (80 s); CI extracts on the Triton surrogate'
+)
 def test_extraction_on_the_surrogate_writes_repros_that_run_there(surrogate, tmp_path):
     out = tmp_path / "repros"
-    result = run_harness(surrogate, "extract", "seed_index_as_strided_index_put", "--dtype", "int64", "--device",
-                         "npu", "--inject", "boundary-downcast", "-o", str(out), "--json", str(tmp_path / "r.json"))
+    result = run_harness(
+        surrogate,
+        "extract",
+        "seed_index_as_strided_index_put",
+        "--dtype",
+        "int64",
+        "--device",
+        "npu",
+        "--inject",
+        "boundary-downcast",
+        "-o",
+        str(out),
+        "--json",
+        str(tmp_path / "r.json"),
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     (record,) = records_of(tmp_path / "r.json").values()
     found = record["extraction"]
     assert record["extracted"] == "reproduces" and found["kernel_repro"] == "reproduces", found
     assert "aten.clone.default(arg0_1" in found["code"] and found["graph_lines"] == 2
     assert f"(npu, {LABEL})" in Path(found["case_file"]).read_text()  # the docstring says where it was verified
-    repro = subprocess.run([sys.executable, "repro.py"], cwd=found["directory"], env=surrogate, capture_output=True,
-                           text=True, timeout=600)
+    repro = subprocess.run(
+        [sys.executable, "repro.py"], cwd=found["directory"], env=surrogate, capture_output=True, text=True, timeout=600
+    )
     assert repro.returncode == 1 and LABEL in repro.stdout and "DIVERGES" in repro.stdout, repro.stdout + repro.stderr
-    rerun = run_harness(surrogate, "run", "--case-path", str(out), "--device", "npu", "--inject", "boundary-downcast",
-                        "--json", str(tmp_path / "again.json"))
+    rerun = run_harness(
+        surrogate,
+        "run",
+        "--case-path",
+        str(out),
+        "--device",
+        "npu",
+        "--inject",
+        "boundary-downcast",
+        "--json",
+        str(tmp_path / "again.json"),
+    )
     assert rerun.returncode == 1, rerun.stdout + rerun.stderr
     (again,) = records_of(tmp_path / "again.json").values()
     (output,) = again["outputs"]
@@ -247,11 +370,13 @@ def test_extraction_on_the_surrogate_writes_repros_that_run_there(surrogate, tmp
 
 # The Triton mode: Inductor's Triton kernels for "npu", run by triton-ascend 3.2.0's interpreter.
 
+
 @pytest.fixture(scope="session")
 def triton_surrogate(surrogate):
     """The surrogate's environment in its Triton mode, triton-ascend installed in a folder of its own (once)."""
-    installed = subprocess.run([sys.executable, str(SURROGATE_DIR / "install_triton.py")], capture_output=True,
-                               text=True, timeout=900)
+    installed = subprocess.run(
+        [sys.executable, str(SURROGATE_DIR / "install_triton.py")], capture_output=True, text=True, timeout=900
+    )
     if installed.returncode != 0:
         pytest.skip(f"triton-ascend could not be installed: {installed.stderr.strip()}")
     folder = installed.stdout.strip().splitlines()[-1]
@@ -260,8 +385,20 @@ def triton_surrogate(surrogate):
 
 
 def test_the_seed_is_named_in_a_triton_kernel_on_the_triton_surrogate(triton_surrogate, tmp_path):
-    result = run_harness(triton_surrogate, "run", "seed_index_as_strided_view", "--dtype", "int64", "--device", "npu",
-                         "--inject", "boundary-downcast", "--bisect", "--json", str(tmp_path / "r.json"))
+    result = run_harness(
+        triton_surrogate,
+        "run",
+        "seed_index_as_strided_view",
+        "--dtype",
+        "int64",
+        "--device",
+        "npu",
+        "--inject",
+        "boundary-downcast",
+        "--bisect",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     (record,) = records_of(tmp_path / "r.json").values()
     (out,) = record["outputs"]
@@ -273,15 +410,29 @@ def test_the_seed_is_named_in_a_triton_kernel_on_the_triton_surrogate(triton_sur
     assert record["surrogate"] == TRITON_LABEL and f"({TRITON_LABEL})" in result.stdout.splitlines()[1]
     # The command that reproduces it finds triton-ascend and chooses the mode again.
     folder = triton_surrogate["PYTHONPATH"].split(os.pathsep)[1]
-    assert record["command"].startswith(f"PYTHONPATH={SURROGATE_DIR}{os.pathsep}{folder} NPU_SURROGATE_CODEGEN=triton "
-                                        "python -m harness run seed_index_as_strided_view"), record["command"]
+    assert record["command"].startswith(
+        f"PYTHONPATH={SURROGATE_DIR}{os.pathsep}{folder} NPU_SURROGATE_CODEGEN=triton "
+        "python -m harness run seed_index_as_strided_view"
+    ), record["command"]
 
 
 @pytest.mark.parametrize("injection", [*LAUNCH_CLASSES, *REWRITE_CLASSES])
-def test_each_triton_ascend_class_fails_its_hit_cases_in_the_triton_kernel_it_hit(triton_surrogate, tmp_path,
-                                                                                 injection):
-    result = run_harness(triton_surrogate, "run", "-k", f"{injection} and hit", "--device", "npu", "--inject",
-                         injection, "--bisect", "--json", str(tmp_path / "r.json"))
+def test_each_triton_ascend_class_fails_its_hit_cases_in_the_triton_kernel_it_hit(
+    triton_surrogate, tmp_path, injection
+):
+    result = run_harness(
+        triton_surrogate,
+        "run",
+        "-k",
+        f"{injection} and hit",
+        "--device",
+        "npu",
+        "--inject",
+        injection,
+        "--bisect",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     records = records_of(tmp_path / "r.json")
     assert len(records) >= 2
@@ -296,8 +447,18 @@ def test_each_triton_ascend_class_fails_its_hit_cases_in_the_triton_kernel_it_hi
 
 
 def test_seed_002_fails_under_reduction_partial_in_its_triton_reduction(triton_surrogate, tmp_path):
-    result = run_harness(triton_surrogate, "run", "seed_rmsnorm_weight_grad_small", "--device", "npu", "--inject",
-                         "reduction-partial", "--bisect", "--json", str(tmp_path / "r.json"))
+    result = run_harness(
+        triton_surrogate,
+        "run",
+        "seed_rmsnorm_weight_grad_small",
+        "--device",
+        "npu",
+        "--inject",
+        "reduction-partial",
+        "--bisect",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     (record,) = records_of(tmp_path / "r.json").values()
     (out,) = record["outputs"]
@@ -310,8 +471,19 @@ def test_seed_002_fails_under_reduction_partial_in_its_triton_reduction(triton_s
 
 def test_correct_programs_blame_nothing_on_the_triton_surrogate(triton_surrogate, tmp_path):
     # In-place chains, reused buffers and a bf16 reduction, in both modes (small: the interpreter is slow).
-    result = run_harness(triton_surrogate, "run", *CORRECT_SAMPLE, "--dtype", "bfloat16", "--device", "npu",
-                         "--bisect", "always", "--json", str(tmp_path / "r.json"))
+    result = run_harness(
+        triton_surrogate,
+        "run",
+        *CORRECT_SAMPLE,
+        "--dtype",
+        "bfloat16",
+        "--device",
+        "npu",
+        "--bisect",
+        "always",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     records = records_of(tmp_path / "r.json")
     assert len(records) == 2 * len(CORRECT_SAMPLE)
@@ -325,37 +497,67 @@ CORRECT_SAMPLE = ["correct_clone_inplace_chain", "correct_temporary_overwritten"
 
 
 def test_extraction_on_the_triton_surrogate_writes_a_kernel_repro_that_reproduces(triton_surrogate, tmp_path):
-    result = run_harness(triton_surrogate, "extract", "seed_index_as_strided_view", "--dtype", "int64", "--device",
-                         "npu", "--inject", "boundary-downcast", "-o", str(tmp_path / "repros"), "--json",
-                         str(tmp_path / "r.json"))
+    result = run_harness(
+        triton_surrogate,
+        "extract",
+        "seed_index_as_strided_view",
+        "--dtype",
+        "int64",
+        "--device",
+        "npu",
+        "--inject",
+        "boundary-downcast",
+        "-o",
+        str(tmp_path / "repros"),
+        "--json",
+        str(tmp_path / "r.json"),
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     (record,) = records_of(tmp_path / "r.json").values()
     found = record["extraction"]
     assert record["extracted"] == "reproduces" and found["kernel_repro"] == "reproduces", found
     assert "@triton.jit" in (Path(found["directory"]) / "_compiled_module.py").read_text()  # the kernel it replays
-    repro = subprocess.run([sys.executable, "repro.py"], cwd=found["directory"], env=triton_surrogate,
-                           capture_output=True, text=True, timeout=600)
-    assert repro.returncode == 1 and TRITON_LABEL in repro.stdout and "DIVERGES" in repro.stdout, \
+    repro = subprocess.run(
+        [sys.executable, "repro.py"],
+        cwd=found["directory"],
+        env=triton_surrogate,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert repro.returncode == 1 and TRITON_LABEL in repro.stdout and "DIVERGES" in repro.stdout, (
         repro.stdout + repro.stderr
+    )
 
 
 def test_torch_npus_own_kernels_run_right_and_each_variant_of_them_wrong(triton_surrogate):
     # torch_npu 2.14's kernel text (fixtures/), launched on its 40-core grid by triton-ascend's interpreter.
-    result = subprocess.run([sys.executable, str(ROOT / "tests" / "npu_kernel_runs.py")], env=triton_surrogate,
-                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "npu_kernel_runs.py")],
+        env=triton_surrogate,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     runs = json.loads(result.stdout.splitlines()[-1])
     kernels = {program: error for program, rewriter, error in runs if rewriter is None}
     variants = {(program, rewriter): error for program, rewriter, error in runs if rewriter is not None}
     assert len(kernels) == 7 and all(error < 1e-4 for error in kernels.values()), kernels
-    assert {rewriter for _, rewriter in variants} == {"masked-load-garbage", "reduction-small-inner",
-                                                      "reduction-partial", "reduction-axis-order"}
+    assert {rewriter for _, rewriter in variants} == {
+        "masked-load-garbage",
+        "reduction-small-inner",
+        "reduction-partial",
+        "reduction-axis-order",
+    }
     assert all(error > 1.0 for error in variants.values()), variants
 
 
 @pytest.mark.nightly(reason='compiles the seed in both surrogate modes, twice each (55 s)')
-def test_a_program_compiled_in_one_mode_is_never_loaded_from_the_cache_in_the_other(triton_surrogate, surrogate,
-                                                                                   tmp_path):
+def test_a_program_compiled_in_one_mode_is_never_loaded_from_the_cache_in_the_other(
+    triton_surrogate, surrogate, tmp_path
+):
     # Inductor keys its caches on the device's codegen config: without that, the C++ mode loads the Triton
     # program cached a moment ago and fails with "No module named 'triton'".
     cache = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
@@ -374,11 +576,30 @@ def test_the_float64_reference_runs_on_the_cpu_from_copies_of_the_inputs(surroga
     fp64): the surrogate allocates no float64 tensor under NPU_SURROGATE_NO_FLOAT64=1, and the reference and the
     verdict's metrics are computed on the host."""
     env = dict(surrogate, NPU_SURROGATE_NO_FLOAT64="1")
-    refused = subprocess.run([sys.executable, "-c", "import torch, torch_npu; torch.zeros(2, device='npu').double()"],
-                             env=env, capture_output=True, text=True, timeout=600)
+    refused = subprocess.run(
+        [sys.executable, "-c", "import torch, torch_npu; torch.zeros(2, device='npu').double()"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert refused.returncode != 0 and "float64 is not supported on this device" in refused.stderr
-    result = run_harness(env, "run", "relu_mlp", "correct_mlp_layernorm_gelu", "--dtype", "float32", "--mode", mode,
-                         "--device", "npu", "--reference", "fp64", "--json", str(tmp_path / "r.json"))
+    result = run_harness(
+        env,
+        "run",
+        "relu_mlp",
+        "correct_mlp_layernorm_gelu",
+        "--dtype",
+        "float32",
+        "--mode",
+        mode,
+        "--device",
+        "npu",
+        "--reference",
+        "fp64",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     for record in records_of(tmp_path / "r.json").values():
         assert record["status"] == "pass", record

@@ -54,7 +54,9 @@ def test_k_seed_collects_only_seed_cases(project):
 
 
 def test_k_longformer_selects_by_name_and_ids_carry_mode_and_tags(project):
-    result = project.runpytest("--case-path", "mycases", "mycases", "--collect-only", "-q", "-k", "longformer and training")
+    result = project.runpytest(
+        "--case-path", "mycases", "mycases", "--collect-only", "-q", "-k", "longformer and training"
+    )
     assert collected(result) == ["mycases/private.py::longformer_tiny[float32-training]"]
 
 
@@ -63,13 +65,15 @@ def test_ids_are_the_runs_and_k_still_matches_tags_size_dtype_and_mode(project):
         return collected(project.runpytest("--case-path", "mycases", "mycases", "--collect-only", "-q", *options))
 
     # A tag no longer sits in the id (a case tagged "training" has no "training" in its inference runs' ids).
-    (project.path / "mycases" / "tagged.py").write_text(textwrap.dedent('''
+    (project.path / "mycases" / "tagged.py").write_text(
+        textwrap.dedent('''
         from harness import Program, case, contiguous
 
         @case(tags=("training",), modes=("inference",))
         def tagged_only(dtype):
             return Program(lambda x: x + 1, [contiguous((4,))])
-    '''))
+    ''')
+    )
     assert "mycases/tagged.py::tagged_only[float32-inference]" in ids("-k", "tagged_only")
     assert ids("-k", "layout and float64") == ["mycases/private.py::seed_alpha[float64-inference]"]
     assert ids("-k", "full and longformer") == ["mycases/private.py::longformer_full[float32-inference]"]
@@ -80,35 +84,89 @@ def test_case_path_alone_collects_those_cases_only(project):
     # A test of the project's own beside the cases: pytest started here would collect it.
     project.makepyfile(test_own="def test_own():\n    pass\n")
     alone = collected(project.runpytest("--case-path", "mycases", "--collect-only", "-q", "-k", "seed"))
-    assert alone == ["mycases/private.py::seed_alpha[float32-inference]",
-                     "mycases/private.py::seed_alpha[float64-inference]"]
+    assert alone == [
+        "mycases/private.py::seed_alpha[float32-inference]",
+        "mycases/private.py::seed_alpha[float64-inference]",
+    ]
     assert collected(project.runpytest("--case-path", "mycases", "--collect-only", "-q", "-k", "test_own")) == []
     # Paths given as well are collected too.
-    both = collected(project.runpytest("--case-path", "mycases", "test_own.py", "--collect-only", "-q",
-                                       "-k", "test_own or seed_alpha"))
+    both = collected(
+        project.runpytest(
+            "--case-path", "mycases", "test_own.py", "--collect-only", "-q", "-k", "test_own or seed_alpha"
+        )
+    )
     assert "test_own.py::test_own" in both and len(both) == 3
 
 
 def test_harness_dynamic_makes_every_run_dynamic_and_k_dynamic_selects_them(project):
-    result = project.runpytest("--case-path", "mycases", "mycases", "--collect-only", "-q", "--harness-dynamic",
-                               "-k", "longformer and dynamic and training")
+    result = project.runpytest(
+        "--case-path",
+        "mycases",
+        "mycases",
+        "--collect-only",
+        "-q",
+        "--harness-dynamic",
+        "-k",
+        "longformer and dynamic and training",
+    )
     assert collected(result) == ["mycases/private.py::longformer_tiny[float32-training-dynamic]"]
     plain = project.runpytest("--case-path", "mycases", "mycases", "--collect-only", "-q", "-k", "dynamic")
     assert collected(plain) == []
 
 
 def test_a_dynamic_run_under_pytest_records_both_sizes(project):
-    result = project.runpytest_subprocess("--case-path", "mycases", "mycases", "--harness-dynamic", "--harness-json", "out.json",
-                               "-k", "longformer_tiny and inference")
+    result = project.runpytest_subprocess(
+        "--case-path",
+        "mycases",
+        "mycases",
+        "--harness-dynamic",
+        "--harness-json",
+        "out.json",
+        "-k",
+        "longformer_tiny and inference",
+    )
     result.assert_outcomes(passed=1)
     (record,) = json.loads((project.path / "out.json").read_text())["records"]
     assert (record["dynamic"], record["dynamic_sizes"], record["recompiled"]) == (True, [[[2, 4]], [[3, 4]]], False)
 
 
+def test_known_issues_apply_under_pytest_as_in_the_cli(project):
+    # One option table: `--known-issues` turns a triaged failure into an expected one in pytest too.
+    (project.path / "known.toml").write_text(
+        '[[issue]]\ncase = "seed_alpha"\nlink = "https://example.org/1"\nreason = "triaged"\n'
+    )
+    result = project.runpytest_subprocess(
+        "--case-path",
+        "mycases",
+        "mycases",
+        "--inject",
+        "fault-scale@0",
+        "--known-issues",
+        "known.toml",
+        "-k",
+        "seed_alpha and float32",
+    )
+    result.assert_outcomes(xfailed=1)
+    (project.path / "bad.toml").write_text("[[issue]]\ncase = 3\n")
+    bad = project.runpytest_subprocess("--case-path", "mycases", "mycases", "--known-issues", "bad.toml")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR and "Traceback" not in bad.stderr.str()
+
+
 def test_outcomes_and_merged_results_under_xdist(project):
     pytest.importorskip("xdist")
-    result = project.runpytest_subprocess("--case-path", "mycases", "mycases", "--backend", "eager", "-n", "2",
-                                          "--harness-json", "out.json", "-p", "no:cacheprovider")
+    result = project.runpytest_subprocess(
+        "--case-path",
+        "mycases",
+        "mycases",
+        "--backend",
+        "eager",
+        "-n",
+        "2",
+        "--harness-json",
+        "out.json",
+        "-p",
+        "no:cacheprovider",
+    )
     result.assert_outcomes(passed=4, skipped=1, xfailed=1)
     records = json.loads((project.path / "out.json").read_text())["records"]
     assert sorted((r["case"], r["dtype"], r["mode"], r["status"]) for r in records) == [
@@ -174,17 +232,37 @@ def test_a_failure_shows_no_torch_logging_and_the_record_summarizes_graph_breaks
 def test_the_plugin_leaves_a_project_that_does_not_use_the_harness_alone(tmp_path):
     """Installed, the plugin loads in every pytest run of the environment: one without a harness option or case
     module must not pay for importing torch (seconds)."""
-    (tmp_path / "test_plain.py").write_text("import sys\n\ndef test_no_torch():\n    assert 'torch' not in sys.modules\n")
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "harness.pytest_plugin", "test_plain.py"],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    (tmp_path / "test_plain.py").write_text(
+        "import sys\n\ndef test_no_torch():\n    assert 'torch' not in sys.modules\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "harness.pytest_plugin", "test_plain.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout[-2000:] + result.stderr[-2000:]
 
 
 def test_last_failed_works_in_the_checkout(tmp_path):
     """The checkout's configuration keeps pytest's cache: `--lf` reruns the failures, not everything."""
     (tmp_path / "test_lf.py").write_text("def test_passes():\n    pass\n\ndef test_fails():\n    assert False\n")
-    common = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-o", f"cache_dir={tmp_path / 'cache'}",
-              "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"), str(tmp_path / "test_lf.py")]
+    common = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:xdist",
+        "-o",
+        f"cache_dir={tmp_path / 'cache'}",
+        "--rootdir",
+        str(REPO),
+        "-c",
+        str(REPO / "pyproject.toml"),
+        str(tmp_path / "test_lf.py"),
+    ]
     first = subprocess.run(common, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert "1 failed, 1 passed" in first.stdout, first.stdout[-2000:]
     again = subprocess.run([*common, "--lf"], cwd=REPO, capture_output=True, text=True, timeout=120)

@@ -14,10 +14,10 @@ import torch
 
 from generated_kernels import generated_cpp_kernels, generated_triton_kernels
 from harness import records as R
-from harness.emulation import INJECTIONS, parse_injection
+from harness.inject.launch import INJECTIONS, parse_injection
 from harness.inductor_compat import kernel_variants as kv
 from harness.registry import load_registry
-from harness.runner import RunConfig, run_case
+from harness.run.case import RunConfig, run_case
 
 RECOGNISED = kv.RECOGNISED
 
@@ -27,8 +27,11 @@ TRAINING = "rmsnorm_permuted_training"
 
 
 def seed_inputs(batch=2, seq=64, heads=8, head_dim=128):
-    return (torch.randn(batch, heads, seq, head_dim), torch.randn(batch, seq, heads, head_dim, dtype=torch.bfloat16),
-            torch.rand(batch, seq, heads) + 1)
+    return (
+        torch.randn(batch, heads, seq, head_dim),
+        torch.randn(batch, seq, heads, head_dim, dtype=torch.bfloat16),
+        torch.rand(batch, seq, heads) + 1,
+    )
 
 
 def seed_program(grad_out_base, q, q_square_sum):
@@ -93,11 +96,14 @@ def test_cpp_partial_resets_cascade_helpers_of_long_float_sums():
     assert any(line.startswith("cascade_helper0 = CascadeSumHelper<") for line in reinit)
 
 
-@pytest.mark.parametrize("fn, shape", [
-    (lambda x: x.sum(-1), (8, 4)),      # unrolled by Inductor: no loop at all
-    (lambda x: x.sum(-1), (8, 16)),     # one vector (AVX-512) or two (AVX2): see the next test
-    (lambda x: x * 2 + 1, (8, 64)),     # no reduction
-])
+@pytest.mark.parametrize(
+    "fn, shape",
+    [
+        (lambda x: x.sum(-1), (8, 4)),  # unrolled by Inductor: no loop at all
+        (lambda x: x.sum(-1), (8, 16)),  # one vector (AVX-512) or two (AVX2): see the next test
+        (lambda x: x * 2 + 1, (8, 64)),  # no reduction
+    ],
+)
 def test_cpp_partial_leaves_single_chunk_and_loopless_kernels_alone(fn, shape):
     source = only_kernel(generated_cpp_kernels(fn, torch.randn(*shape)))
     chunk = kv.cpu_chunk_elements(torch.float32)
@@ -131,11 +137,14 @@ def test_cpp_axis_order_counts_a_vectorized_axis_in_vectors():
     assert added[-1] == f"const int64_t x3_wrong_order = {chunk} * ((flat_wrong_order % 5) % {vectors});"
 
 
-@pytest.mark.parametrize("fn, args", [
-    (lambda x: x.sum(-1), (torch.randn(8, 300),)),                       # one axis
-    (lambda x: x.sum((1, 2)), (torch.randn(8, 41, 100),)),               # contiguous axes: merged into one loop
-    (lambda x: x.transpose(1, 2).sum((1, 2)), (torch.randn(8, 41, 100),)),  # a permuted operand alone: merged too
-])
+@pytest.mark.parametrize(
+    "fn, args",
+    [
+        (lambda x: x.sum(-1), (torch.randn(8, 300),)),  # one axis
+        (lambda x: x.sum((1, 2)), (torch.randn(8, 41, 100),)),  # contiguous axes: merged into one loop
+        (lambda x: x.transpose(1, 2).sum((1, 2)), (torch.randn(8, 41, 100),)),  # a permuted operand alone: merged too
+    ],
+)
 def test_cpp_axis_order_leaves_single_axis_reductions_alone(fn, args):
     assert kv.cpp_reduction_axis_order(only_kernel(generated_cpp_kernels(fn, *args))) is None
 
@@ -152,7 +161,7 @@ def test_cpp_rewrites_refuse_text_of_another_shape():
 def family_triton():
     """Kernel sources (Triton, as torch 2.13 writes them) of every family case and the seed."""
     from harness.devices import get_device
-    from harness.execution import materialize_inputs
+    from harness.run.program import materialize_inputs
 
     found = {}
     for name in [n for n in CASES if n.startswith("reduction_axes")] + [SEED]:
@@ -187,11 +196,14 @@ def test_triton_partial_reinitialises_right_after_the_loop_header(family_triton)
     assert re.search(r"^        " + re.escape(init) + "$", rewritten, re.M)
 
 
-@pytest.mark.parametrize("fn, accumulators", [
-    (lambda x: x.argmax(-1), ["_tmp2", "_tmp2_index"]),
-    (lambda x: torch.var_mean(x, -1), ["tmp2_mean", "tmp2_m2", "tmp2_weight"]),
-    (lambda x: torch.softmax(x, -1), ["_tmp2", "_tmp8"]),  # two accumulating loops; the third only stores
-])
+@pytest.mark.parametrize(
+    "fn, accumulators",
+    [
+        (lambda x: x.argmax(-1), ["_tmp2", "_tmp2_index"]),
+        (lambda x: torch.var_mean(x, -1), ["tmp2_mean", "tmp2_m2", "tmp2_weight"]),
+        (lambda x: torch.softmax(x, -1), ["_tmp2", "_tmp8"]),  # two accumulating loops; the third only stores
+    ],
+)
 def test_triton_partial_reinitialises_every_kind_of_accumulator(fn, accumulators):
     source = only_kernel(generated_triton_kernels(fn, torch.randn(8, 5000)))
     added = [line for _, line in inserted(source, kv.triton_reduction_partial(source)) if not line.startswith("#")]
@@ -212,16 +224,22 @@ def test_triton_axis_order_hits_decomposed_multi_axis_indices_only(family_triton
 
 
 def _decomposition(source, index_name="r0_index"):
-    return {m.group(1): m.group(2) for m in re.finditer(rf"^\s*(r0_\d+) = (.*\b{index_name}\b.*)$", source, re.M)
-            if m.group(2) != index_name}
+    return {
+        m.group(1): m.group(2)
+        for m in re.finditer(rf"^\s*(r0_\d+) = (.*\b{index_name}\b.*)$", source, re.M)
+        if m.group(2) != index_name
+    }
 
 
 def test_triton_axis_order_reads_inside_every_axis_but_not_every_element(family_triton):
     (source,) = family_triton["reduction_axes3_permuted_above"].values()
     original, wrong = _decomposition(source), _decomposition(kv.triton_reduction_axis_order(source))
     assert original == {"r0_1": "(r0_index % 20)", "r0_2": "((r0_index // 20) % 41)", "r0_3": "r0_index // 820"}
-    assert wrong == {"r0_1": "((r0_index % 5) % 20)", "r0_2": "(((r0_index // 5) % 41) % 41)",
-                     "r0_3": "((r0_index // 205) % 5)"}
+    assert wrong == {
+        "r0_1": "((r0_index % 5) % 20)",
+        "r0_2": "(((r0_index // 5) % 41) % 41)",
+        "r0_3": "((r0_index // 205) % 5)",
+    }
     index = np.arange(4100)
     read = {var: eval(expr, {"r0_index": index}) for var, expr in wrong.items()}
     assert all(values.min() >= 0 for values in read.values())
@@ -409,16 +427,24 @@ def _launch_writing(out, value):
     """A stand-in launch of a kernel that writes `value` into `out`."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(replay=False, index=0, kernel=SimpleNamespace(name="triton_red_fused_sum_0"), args=[out],
-                           kwargs={}, written_args=lambda: [(0, out)], run=lambda: out.fill_(value))
+    return SimpleNamespace(
+        replay=False,
+        index=0,
+        kernel=SimpleNamespace(name="triton_red_fused_sum_0"),
+        args=[out],
+        kwargs={},
+        written_args=lambda: [(0, out)],
+        run=lambda: out.fill_(value),
+    )
 
 
 @pytest.mark.parametrize("variant_writes, hit", [(1.0, False), (2.0, True)])
 def test_a_variant_is_a_hit_only_where_it_writes_other_than_the_kernel(monkeypatch, variant_writes, hit):
-    import harness.rewritten_kernels as rewritten
+    import harness.inject.rewritten as rewritten
 
-    monkeypatch.setattr(rewritten, "variant", lambda info, name: kv.KernelVariant(
-        name, "", lambda out: out.fill_(variant_writes)))
+    monkeypatch.setattr(
+        rewritten, "variant", lambda info, name: kv.KernelVariant(name, "", lambda out: out.fill_(variant_writes))
+    )
     handler = rewritten.RewrittenKernels("reduction-partial")
     out = torch.full((4,), 7.0)
     handler(_launch_writing(out, 1.0))  # the kernel writes 1.0
@@ -427,5 +453,7 @@ def test_a_variant_is_a_hit_only_where_it_writes_other_than_the_kernel(monkeypat
     if hit:
         assert handler.missed() is None
     else:  # a rewrite whose lanes never reach an output: injection-missed, with the reason
-        assert handler.missed().startswith("reduction-partial rewrote 1 kernel launch (0:triton_red_fused_sum_0), "
-                                           "but each variant wrote exactly what the kernel as compiled writes")
+        assert handler.missed().startswith(
+            "reduction-partial rewrote 1 kernel launch (0:triton_red_fused_sum_0), "
+            "but each variant wrote exactly what the kernel as compiled writes"
+        )

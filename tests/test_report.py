@@ -51,8 +51,19 @@ def triton_poi_fused_softmax_0(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK: tl.co
 
 def passing_output(name: str = "out0", max_abs: float = 1.5e-6, **overrides) -> OutputComparison:
     fields = dict(
-        name=name, dtype="float32", shape=[4, 8], numel=32, bad=0, bad_pct=0.0, max_abs=max_abs,
-        max_rel=2e-6, passed=True, rule="tolerance", rtol=1.3e-6, atol=1e-5, cosine=0.9999999,
+        name=name,
+        dtype="float32",
+        shape=[4, 8],
+        numel=32,
+        bad=0,
+        bad_pct=0.0,
+        max_abs=max_abs,
+        max_rel=2e-6,
+        passed=True,
+        rule="tolerance",
+        rtol=1.3e-6,
+        atol=1e-5,
+        cosine=0.9999999,
     )
     fields.update(overrides)
     return OutputComparison(**fields)
@@ -63,43 +74,103 @@ def failing_output() -> OutputComparison:
     counts[2][5] = 1  # a single bad element among 64 in its cell
     counts[7] = [64] * 8  # the last row band entirely wrong
     return OutputComparison(
-        name="out0", dtype="float16", shape=[2, 32, 64], numel=4096, bad=513, bad_pct=12.52, max_abs=0.3125,
-        max_rel=41.5, passed=False, rule="tolerance", rtol=1e-3, atol=1e-5, max_abs_index=[1, 30, 7],
-        max_rel_index=[1, 31, 2], actual_max=7.25, expected_max=6.9375, cosine=0.987654, nan_mismatch=2,
+        name="out0",
+        dtype="float16",
+        shape=[2, 32, 64],
+        numel=4096,
+        bad=513,
+        bad_pct=12.52,
+        max_abs=0.3125,
+        max_rel=41.5,
+        passed=False,
+        rule="tolerance",
+        rtol=1e-3,
+        atol=1e-5,
+        max_abs_index=[1, 30, 7],
+        max_rel_index=[1, 31, 2],
+        actual_max=7.25,
+        expected_max=6.9375,
+        cosine=0.987654,
+        nan_mismatch=2,
         layout_notes=["stride (1, 64) != (64, 1)"],
         samples=[Sample([0, 5, 40], 1.4375, 1.25), Sample([1, 30, 7], -0.0625, 0.25)],
         mismatch_map=MismatchMap(rows=64, cols=64, cell_rows=8, cell_cols=8, counts=counts),
-        error_histogram=ErrorHistogram(edges=[1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0], counts=[7, 30, 400, 90, 12, 3], zero=3554),
+        error_histogram=ErrorHistogram(
+            edges=[1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0], counts=[7, 30, 400, 90, 12, 3], zero=3554
+        ),
     )
 
 
 def divergent_kernel() -> Localization:
-    return Localization.from_dict({
-        "answer": "kernel", "diverged": True,
-        "graph": "forward 0",
-        "launch_index": 3,
-        "launches": 7,
-        "name": "triton_poi_fused_softmax_0",
-        "source": KERNEL_SOURCE,
-        "nodes": ["sub_1", "exp_2"],
-        "aten_ops": ["aten.sub.Tensor", "aten.exp.default"],
-        "args": [
-            {"name": "in_ptr0", "buffer": "arg0_1", "dtype": "float16", "size": [2, 32, 64], "stride": [2048, 64, 1], "storage_offset": 0, "role": "in"},
-            {"name": "in_ptr1", "buffer": "arg1_1", "dtype": "float16", "size": [64], "stride": [1], "storage_offset": 0, "role": "in"},
-            {"name": "out_ptr0", "buffer": "buf3", "dtype": "float16", "size": [2, 32, 64], "stride": [2048, 1, 32], "storage_offset": 128, "role": "out"},
-        ],
-        "isolated": "kernel is wrong on reference inputs",
-        "metrics": {"name": "buf3", "dtype": "float16", "shape": [2, 32, 64], "numel": 4096, "bad": 499,
-                    "bad_pct": 12.2, "max_abs": 0.3125, "max_rel": 40.0, "passed": False, "rule": "tolerance",
-                    "cosine": 0.98801},
-        "buffers": ["out_ptr0"],
-        "stage": "inductor",
-    })
+    return Localization.from_dict(
+        {
+            "answer": "kernel",
+            "diverged": True,
+            "graph": "forward 0",
+            "launch_index": 3,
+            "launches": 7,
+            "name": "triton_poi_fused_softmax_0",
+            "source": KERNEL_SOURCE,
+            "nodes": ["sub_1", "exp_2"],
+            "aten_ops": ["aten.sub.Tensor", "aten.exp.default"],
+            "args": [
+                {
+                    "name": "in_ptr0",
+                    "buffer": "arg0_1",
+                    "dtype": "float16",
+                    "size": [2, 32, 64],
+                    "stride": [2048, 64, 1],
+                    "storage_offset": 0,
+                    "role": "in",
+                },
+                {
+                    "name": "in_ptr1",
+                    "buffer": "arg1_1",
+                    "dtype": "float16",
+                    "size": [64],
+                    "stride": [1],
+                    "storage_offset": 0,
+                    "role": "in",
+                },
+                {
+                    "name": "out_ptr0",
+                    "buffer": "buf3",
+                    "dtype": "float16",
+                    "size": [2, 32, 64],
+                    "stride": [2048, 1, 32],
+                    "storage_offset": 128,
+                    "role": "out",
+                },
+            ],
+            "isolated": "kernel is wrong on reference inputs",
+            "metrics": {
+                "name": "buf3",
+                "dtype": "float16",
+                "shape": [2, 32, 64],
+                "numel": 4096,
+                "bad": 499,
+                "bad_pct": 12.2,
+                "max_abs": 0.3125,
+                "max_rel": 40.0,
+                "passed": False,
+                "rule": "tolerance",
+                "cosine": 0.98801,
+            },
+            "buffers": ["out_ptr0"],
+            "stage": "inductor",
+        }
+    )
 
 
 def record(case: str, status: str, **fields) -> CaseResult:
-    defaults = dict(device="cpu", backend="inductor", dtype="float32", mode="inference", duration_s=0.5,
-                    versions={"torch": "2.13.0", "python": "3.12.7"})
+    defaults = dict(
+        device="cpu",
+        backend="inductor",
+        dtype="float32",
+        mode="inference",
+        duration_s=0.5,
+        versions={"torch": "2.13.0", "python": "3.12.7"},
+    )
     defaults.update(fields)
     return CaseResult(case=case, status=status, **defaults)
 
@@ -109,14 +180,26 @@ def sample_records() -> list[CaseResult]:
         record("ops.add", "pass", outputs=[passing_output()]),
         record("ops.mul", "pass", outputs=[passing_output(max_abs=2.5e-6)]),
         record(
-            "ops.softmax", "fail", dtype="float16", mode="training", stage="compare", symptom="divergence",
-            outputs=[failing_output(), passing_output("out1")], first_divergent_kernel=divergent_kernel(),
+            "ops.softmax",
+            "fail",
+            dtype="float16",
+            mode="training",
+            stage="compare",
+            symptom="divergence",
+            outputs=[failing_output(), passing_output("out1")],
+            first_divergent_kernel=divergent_kernel(),
             command="python -m harness run cases/ops.py -k softmax --dtype float16 --mode training",
         ),
         record(
-            "ops.scatter", "error", stage="compile", symptom="crash",
-            error=ErrorInfo("BackendCompilerFailed", "backend='inductor' raised:\nLoweringException: scatter_reduce",
-                            'Traceback (most recent call last):\n  File "runner.py", line 12, in run\nLoweringException: scatter_reduce'),
+            "ops.scatter",
+            "error",
+            stage="compile",
+            symptom="crash",
+            error=ErrorInfo(
+                "BackendCompilerFailed",
+                "backend='inductor' raised:\nLoweringException: scatter_reduce",
+                'Traceback (most recent call last):\n  File "runner.py", line 12, in run\nLoweringException: scatter_reduce',
+            ),
         ),
         record("ops.fft", "skip", reason="needs cuFFT, not on this device"),
         record("ops.matmul", "fail", emulation=EMULATION, outputs=[failing_output()]),
@@ -167,11 +250,26 @@ def text_of(fragment: str) -> str:
 def test_summary_shows_counts_devices_versions_and_run_time(page):
     summary = section(page, "summary")
     tiles = dict(re.findall(r'data-status="(\w+)"><div class="n">(\d+)</div>', summary))
-    assert tiles == {"fail": "2", "error": "2", "xpass": "0", "nondeterministic": "0", "xfail": "0", "skip": "1",
-                     "pass": "2"}
+    assert tiles == {
+        "fail": "2",
+        "error": "2",
+        "xpass": "0",
+        "nondeterministic": "0",
+        "xfail": "0",
+        "skip": "1",
+        "pass": "2",
+    }
     text = " ".join(text_of(summary).split())
-    for expected in ("cpu", "inductor", "torch 2.13.0", "triton 3.6.0", "python 3.12.7", "12m 34s",
-                     "2026-11-30T01:00:00+00:00", "python -m harness run cases/ --report-dir reports"):
+    for expected in (
+        "cpu",
+        "inductor",
+        "torch 2.13.0",
+        "triton 3.6.0",
+        "python 3.12.7",
+        "12m 34s",
+        "2026-11-30T01:00:00+00:00",
+        "python -m harness run cases/ --report-dir reports",
+    ):
         assert expected in text
     assert "4 failing" in text_of(page)
 
@@ -192,8 +290,15 @@ def test_table_lists_every_run_failures_first(page):
 def test_failure_details_show_metrics_pictures_samples_and_command(page):
     block = detail(page, "ops.softmax[float16-training]")
     text = " ".join(text_of(block).split())
-    for expected in ("513 / 4096 (12.5%)", "@(1, 30, 7)", "7.25 / 6.938", "2 NaN mismatches", "stride (1, 64) != (64, 1)",
-                     "stage: compare", "symptom: divergence"):
+    for expected in (
+        "513 / 4096 (12.5%)",
+        "@(1, 30, 7)",
+        "7.25 / 6.938",
+        "2 NaN mismatches",
+        "stride (1, 64) != (64, 1)",
+        "stage: compare",
+        "symptom: divergence",
+    ):
         assert expected in text, expected
     assert "python -m harness run cases/ops.py -k softmax --dtype float16 --mode training" in text
     # Mismatch map: one path per colour level; the single bad cell and the full band differ in colour.
@@ -215,8 +320,16 @@ def test_kernel_section_highlights_lines_naming_the_diverging_buffer(page):
     assert hits == expected == {2, 8}
     assert "<mark>out_ptr0</mark>" in block
     text = " ".join(text_of(block).split())
-    for expected in ("kernel is wrong on reference inputs", "forward 0", "launch 3 of 7", "sub_1", "exp_2",
-                     "aten.exp.default", "(2048, 1, 32)", "bad 499 / 4096"):
+    for expected in (
+        "kernel is wrong on reference inputs",
+        "forward 0",
+        "launch 3 of 7",
+        "sub_1",
+        "exp_2",
+        "aten.exp.default",
+        "(2048, 1, 32)",
+        "bad 499 / 4096",
+    ):
         assert expected in text, expected
     assert re.search(r'<tr class="buffer-hit"><td class="mono">out_ptr0</td>', block)
     assert '<script>alert("kernel")' not in block and "&lt;script&gt;alert(&#34;kernel&#34;)" in block
@@ -250,9 +363,18 @@ def test_emulation_label_is_prominent_wherever_the_record_appears(page):
 
 def test_a_surrogate_devices_runs_say_so_wherever_they_appear():
     label = "surrogate NPU (CPU-backed), not an NPU result"
-    records = [record("ops.add", "pass", device="npu", surrogate=label, outputs=[passing_output()]),
-               record("ops.mul", "fail", device="npu", surrogate=label, npu_backend="triton_experimental",
-                      npu_backend_loaded="triton_experimental", outputs=[failing_output()])]
+    records = [
+        record("ops.add", "pass", device="npu", surrogate=label, outputs=[passing_output()]),
+        record(
+            "ops.mul",
+            "fail",
+            device="npu",
+            surrogate=label,
+            npu_backend="triton_experimental",
+            npu_backend_loaded="triton_experimental",
+            outputs=[failing_output()],
+        ),
+    ]
     html = render_html(records, {**RUN_META, "device": "npu", "surrogate": label})
     assert re.search(r'<div class="emulation-banner" id="surrogate-banner">' + re.escape(label), html)
     assert label in text_of(section(html, "summary"))
@@ -275,14 +397,20 @@ def test_untrusted_text_renders_as_text_not_markup(page):
 
 def test_page_is_self_contained(page):
     assert not re.search(r'(src|href)="(?!#)', page)
-    assert "url(" not in page and "@import" not in page and "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert (
+        "url(" not in page
+        and "@import" not in page
+        and "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    )
 
 
 def test_baseline_diff_finds_new_failure_fix_and_moved_metric():
     baseline = [
         record("ops.add", "fail", outputs=[passing_output(bad=3, passed=False)]),
         record("ops.mul", "pass", outputs=[passing_output(max_abs=2.5e-4)]),
-        record("ops.softmax", "pass", dtype="float16", mode="training", outputs=[passing_output(), passing_output("out1")]),
+        record(
+            "ops.softmax", "pass", dtype="float16", mode="training", outputs=[passing_output(), passing_output("out1")]
+        ),
         record("ops.gone", "pass"),
     ]
     current = sample_records()
@@ -313,7 +441,16 @@ def test_baseline_diff_finds_new_failure_fix_and_moved_metric():
 def test_nonfinite_and_missing_metrics_render():
     broken = failing_output()
     broken.max_abs, broken.cosine, broken.error_histogram = float("nan"), None, None
-    page = render_html([record("ops.nan", "fail", outputs=[broken], first_divergent_kernel=Localization(answer="none", diverged=False, launches=4))])
+    page = render_html(
+        [
+            record(
+                "ops.nan",
+                "fail",
+                outputs=[broken],
+                first_divergent_kernel=Localization(answer="none", diverged=False, launches=4),
+            )
+        ]
+    )
     row = re.search(r'<tr class="row-fail".*?</tr>', page, re.S).group(0)
     assert ">nan<" in row
     assert "No kernel output diverged across 4 launches" in page
@@ -332,12 +469,24 @@ def test_svg_pictures_handle_edge_cases():
 
 
 def test_merge_run_meta_spans_shards():
-    merged = merge_run_meta([
-        {"started_at": "2026-11-30T01:10:00+00:00", "duration_s": 600.0, "device": "cuda:0",
-         "versions": {"torch": "2.13.0"}, "backend": "inductor"},
-        {"started_at": "2026-11-30T01:00:00+00:00", "duration_s": 300.0, "device": "cuda:1",
-         "versions": {"torch": "2.13.0", "triton": "3.6.0"}, "backend": "inductor"},
-    ])
+    merged = merge_run_meta(
+        [
+            {
+                "started_at": "2026-11-30T01:10:00+00:00",
+                "duration_s": 600.0,
+                "device": "cuda:0",
+                "versions": {"torch": "2.13.0"},
+                "backend": "inductor",
+            },
+            {
+                "started_at": "2026-11-30T01:00:00+00:00",
+                "duration_s": 300.0,
+                "device": "cuda:1",
+                "versions": {"torch": "2.13.0", "triton": "3.6.0"},
+                "backend": "inductor",
+            },
+        ]
+    )
     assert merged["started_at"] == "2026-11-30T01:00:00+00:00"
     assert merged["duration_s"] == 1200.0  # 01:00 to 01:20
     assert merged["shard_time_s"] == 900.0
@@ -433,8 +582,14 @@ def count_color(pixels: bytes, channels: int, rgb: str) -> int:
 
 def chromium(tmp_path, *args: str) -> subprocess.CompletedProcess:
     flags = [
-        "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
         f"--user-data-dir={tmp_path / 'profile'}",
     ]
     result = subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=120)
@@ -483,10 +638,18 @@ def test_results_file_from_disk_renders():
 
 
 def test_nondeterministic_run_is_counted_and_listed_with_the_failures():
-    noisy = record("model.noisy", "nondeterministic", mode="train_step", stage="eager", symptom="nondeterminism",
-                   outputs=[passing_output("loss")], diagnosis="two eager runs differ (loss): no verdict on compiled")
-    page = render_html([record("ops.add", "pass", outputs=[passing_output()]), noisy,
-                        record("ops.fft", "skip", reason="no cuFFT")])
+    noisy = record(
+        "model.noisy",
+        "nondeterministic",
+        mode="train_step",
+        stage="eager",
+        symptom="nondeterminism",
+        outputs=[passing_output("loss")],
+        diagnosis="two eager runs differ (loss): no verdict on compiled",
+    )
+    page = render_html(
+        [record("ops.add", "pass", outputs=[passing_output()]), noisy, record("ops.fft", "skip", reason="no cuFFT")]
+    )
     assert "1 failing" in text_of(page.split("<main>")[0])
     table = re.search(r'<table class="grid sortable" id="case-table">(.*?)</table>', page, re.S).group(1)
     assert re.findall(r'data-status="(\w+)"', table) == ["nondeterministic", "skip", "pass"]
@@ -503,8 +666,13 @@ def test_report_takes_which_statuses_fail_from_records_status_only(monkeypatch):
     # Were `skip` to fail a run, the report must count and list it as failing with no change of its own.
     failing = {Status.FAIL, Status.ERROR, Status.XPASS, Status.NONDETERMINISTIC, Status.SKIP}
     monkeypatch.setattr(Status, "failing", property(lambda status: status in failing))
-    page = render_html([record("ops.add", "pass"), record("ops.fft", "skip", reason="no cuFFT"),
-                        record("ops.known", "xfail", reason="tracked")])
+    page = render_html(
+        [
+            record("ops.add", "pass"),
+            record("ops.fft", "skip", reason="no cuFFT"),
+            record("ops.known", "xfail", reason="tracked"),
+        ]
+    )
     assert "1 failing" in text_of(page.split("<main>")[0])
     table = re.search(r'id="case-table">(.*?)</table>', page, re.S).group(1)
     assert re.findall(r'data-status="(\w+)"', table) == ["skip", "xfail", "pass"]
@@ -516,40 +684,74 @@ def test_headline_seed_failures_come_first_then_failing_runs_then_the_rest():
         record("layout_input_gapped", "fail", tags=["layout"], outputs=[failing_output()]),
         record("correct_add", "pass", tags=["correct"]),
         record("seed_index_as_strided_view", "pass", dtype="int32", tags=["seed", "layout"]),
-        record("seed_index_as_strided_view", "fail", dtype="int64", tags=["seed", "layout"], outputs=[failing_output()]),
+        record(
+            "seed_index_as_strided_view", "fail", dtype="int64", tags=["seed", "layout"], outputs=[failing_output()]
+        ),
         record("layout_input_overlapping", "error", tags=["layout"], error=ErrorInfo("RuntimeError", "boom")),
         record("seed_rmsnorm_weight_grad_small", "xfail", dtype="bfloat16", tags=["seed"], outputs=[failing_output()]),
     ]
     page = render_html(runs)
     table = re.search(r'id="case-table">(.*?)</table>', page, re.S).group(1)
     order = [" ".join(text_of(row).split()[:2]) for row in re.findall(r"<tr class=\"row-.*?</tr>", table, re.S)]
-    assert order == ["fail seed_index_as_strided_view[int64-inference]", "fail layout_input_gapped[float32-inference]",
-                     "error layout_input_overlapping[float32-inference]",
-                     "xfail seed_rmsnorm_weight_grad_small[bfloat16-inference]",
-                     "pass seed_index_as_strided_view[int32-inference]", "pass correct_add[float32-inference]"]
+    assert order == [
+        "fail seed_index_as_strided_view[int64-inference]",
+        "fail layout_input_gapped[float32-inference]",
+        "error layout_input_overlapping[float32-inference]",
+        "xfail seed_rmsnorm_weight_grad_small[bfloat16-inference]",
+        "pass seed_index_as_strided_view[int32-inference]",
+        "pass correct_add[float32-inference]",
+    ]
     details = section(page, "divergences")
     assert details.index("seed_index_as_strided_view[int64-inference]") < details.index("layout_input_gapped")
 
 
 def test_a_pass_with_differences_shows_the_rule_that_passed_it_and_what_it_means():
-    by_noise = passing_output("grad.weight", bad=3, bad_pct=0.5, max_abs=2e-5, rule="rmse_vs_fp64",
-                              passed_by="summation_noise", rmse_actual=1.2e-6, rmse_expected=4e-8, rmse_multiplier=3.0,
-                              rmse_floor=4.5e-6, note="differs from eager beyond tolerance in 3 elements; within float32 "
-                              "summation noise of float64")
-    by_rmse = passing_output("out0", bad=7, bad_pct=21.9, rule="rmse_vs_fp64", passed_by="rmse_vs_fp64",
-                             rmse_actual=2e-7, rmse_expected=3e-7, rmse_multiplier=2.0)
+    by_noise = passing_output(
+        "grad.weight",
+        bad=3,
+        bad_pct=0.5,
+        max_abs=2e-5,
+        rule="rmse_vs_fp64",
+        passed_by="summation_noise",
+        rmse_actual=1.2e-6,
+        rmse_expected=4e-8,
+        rmse_multiplier=3.0,
+        rmse_floor=4.5e-6,
+        note="differs from eager beyond tolerance in 3 elements; within float32 summation noise of float64",
+    )
+    by_rmse = passing_output(
+        "out0",
+        bad=7,
+        bad_pct=21.9,
+        rule="rmse_vs_fp64",
+        passed_by="rmse_vs_fp64",
+        rmse_actual=2e-7,
+        rmse_expected=3e-7,
+        rmse_multiplier=2.0,
+    )
     exact = passing_output("out1")
-    page = render_html([record("ops.sum", "pass", mode="training", outputs=[exact, by_noise, by_rmse]),
-                        record("ops.add", "pass", outputs=[passing_output()])])
+    page = render_html(
+        [
+            record("ops.sum", "pass", mode="training", outputs=[exact, by_noise, by_rmse]),
+            record("ops.add", "pass", outputs=[passing_output()]),
+        ]
+    )
     block = detail(page, "ops.sum[float32-training]")
-    rows = {text_of(row).split()[0]: row for row in re.findall(r"<tr class=\"[^\"]*\">\s*<td class=\"mono\">.*?</tr>",
-                                                                block, re.S)}
+    rows = {
+        text_of(row).split()[0]: row
+        for row in re.findall(r"<tr class=\"[^\"]*\">\s*<td class=\"mono\">.*?</tr>", block, re.S)
+    }
     rule_cells = {name: text_of(re.findall(r"<td.*?</td>", row, re.S)[3]).strip() for name, row in rows.items()}
     assert rule_cells == {"out1": "tolerance", "grad.weight": "summation_noise", "out0": "rmse_vs_fp64"}
     text = " ".join(text_of(block).split())
-    assert ("Passed by summation_noise: its RMS error against float64 (1.2e-06) is within the noise a correct "
-            "float32 sum of many terms has (floor 4.5e-06)") in text
-    assert "Passed by rmse_vs_fp64: its RMS error against a float64 run of the program (2e-07) is within ×2 of eager's own (3e-07)" in text
+    assert (
+        "Passed by summation_noise: its RMS error against float64 (1.2e-06) is within the noise a correct "
+        "float32 sum of many terms has (floor 4.5e-06)"
+    ) in text
+    assert (
+        "Passed by rmse_vs_fp64: its RMS error against a float64 run of the program (2e-07) is within ×2 of eager's own (3e-07)"
+        in text
+    )
     assert "differs from eager beyond tolerance in 3 elements" in text  # the comparator's note
     assert "passed by summation_noise, rmse_vs_fp64" in text  # on the collapsed block's summary line
     # A clean pass has nothing to explain and no details block.
@@ -559,32 +761,65 @@ def test_a_pass_with_differences_shows_the_rule_that_passed_it_and_what_it_means
 
 # --- kernel source ---------------------------------------------------------------------------
 
-LONG_LOAD = ("    auto tmp0 = at::vec::VectorizedN<int64_t,2>::loadu(in_ptr0 + static_cast<int64_t>(x2 + 16384L*x1 + "
-             "98304L*x0), static_cast<int64_t>(16)); // " + "index arithmetic " * 20 + "END_OF_LONG_LINE")
-SEED_KERNEL = "\n".join([
-    'extern "C" void kernel(const int64_t* in_ptr0, const int64_t* in_ptr1, int64_t* out_ptr0)',
-    "{",
-    LONG_LOAD,
-    "    auto tmp1 = at::vec::VectorizedN<int64_t,2>::loadu(in_ptr1 + static_cast<int64_t>(x2), 16);",
-    "    (tmp0 + tmp1).store(out_ptr0 + static_cast<int64_t>(x2 + 49152L*x1 + 196608L*x0), 16);",
-    "}",
-])
+LONG_LOAD = (
+    "    auto tmp0 = at::vec::VectorizedN<int64_t,2>::loadu(in_ptr0 + static_cast<int64_t>(x2 + 16384L*x1 + "
+    "98304L*x0), static_cast<int64_t>(16)); // " + "index arithmetic " * 20 + "END_OF_LONG_LINE"
+)
+SEED_KERNEL = "\n".join(
+    [
+        'extern "C" void kernel(const int64_t* in_ptr0, const int64_t* in_ptr1, int64_t* out_ptr0)',
+        "{",
+        LONG_LOAD,
+        "    auto tmp1 = at::vec::VectorizedN<int64_t,2>::loadu(in_ptr1 + static_cast<int64_t>(x2), 16);",
+        "    (tmp0 + tmp1).store(out_ptr0 + static_cast<int64_t>(x2 + 49152L*x1 + 196608L*x0), 16);",
+        "}",
+    ]
+)
 
 
 def seed_kernel(**overrides) -> Localization:
     fields = {
-        "answer": "kernel", "diverged": True, "graph": "inference 0", "launch_index": 0, "launches": 1,
-        "name": "cpp_fused_clone_0", "kind": "cpp", "source": SEED_KERNEL, "buffers": ["out_ptr0", "buf0"],
-        "buffer": "buf0", "module_path": "/tmp/torchinductor_ci/qx/cqx6saeaixdpz.py",
+        "answer": "kernel",
+        "diverged": True,
+        "graph": "inference 0",
+        "launch_index": 0,
+        "launches": 1,
+        "name": "cpp_fused_clone_0",
+        "kind": "cpp",
+        "source": SEED_KERNEL,
+        "buffers": ["out_ptr0", "buf0"],
+        "buffer": "buf0",
+        "module_path": "/tmp/torchinductor_ci/qx/cqx6saeaixdpz.py",
         "isolated": "kernel is wrong: on eager values of its inputs it still diverges",
         "args": [
             # The overlapping view of seed 000: 2359296 elements over a 1179648-element storage.
-            {"name": "in_ptr0", "buffer": "arg0_1", "role": "in", "dtype": "int64", "size": [12, 4, 768, 64],
-             "stride": [98304, 16384, 64, 1], "storage_offset": 0},
-            {"name": "in_ptr1", "buffer": "arg1_1", "role": "in", "dtype": "int64", "size": [64, 768],
-             "stride": [1, 64], "storage_offset": 0},  # permuted, but dense
-            {"name": "out_ptr0", "buffer": "buf0", "role": "out", "dtype": "int64", "size": [12, 4, 768, 64],
-             "stride": [196608, 49152, 64, 1], "storage_offset": 0},
+            {
+                "name": "in_ptr0",
+                "buffer": "arg0_1",
+                "role": "in",
+                "dtype": "int64",
+                "size": [12, 4, 768, 64],
+                "stride": [98304, 16384, 64, 1],
+                "storage_offset": 0,
+            },
+            {
+                "name": "in_ptr1",
+                "buffer": "arg1_1",
+                "role": "in",
+                "dtype": "int64",
+                "size": [64, 768],
+                "stride": [1, 64],
+                "storage_offset": 0,
+            },  # permuted, but dense
+            {
+                "name": "out_ptr0",
+                "buffer": "buf0",
+                "role": "out",
+                "dtype": "int64",
+                "size": [12, 4, 768, 64],
+                "stride": [196608, 49152, 64, 1],
+                "storage_offset": 0,
+            },
         ],
     }
     fields.update(overrides)
@@ -592,15 +827,27 @@ def seed_kernel(**overrides) -> Localization:
 
 
 def test_kernel_source_marks_loads_of_the_non_dense_argument_and_keeps_long_lines_whole():
-    page = render_html([record("seed_index_as_strided_view", "fail", dtype="int64", outputs=[failing_output()],
-                               first_divergent_kernel=seed_kernel())])
+    page = render_html(
+        [
+            record(
+                "seed_index_as_strided_view",
+                "fail",
+                dtype="int64",
+                outputs=[failing_output()],
+                first_divergent_kernel=seed_kernel(),
+            )
+        ]
+    )
     block = detail(page, "seed_index_as_strided_view[int64-inference]")
     lines = re.findall(r'<span class="line( hit)?" data-n="(\d+)">(.*?)</span>\n', block)
     assert {int(n) for hit, n, _ in lines if hit} == {1, 3, 5}  # signature, the in_ptr0 load, the store
     long_line = html_lib.unescape(re.sub(r"<[^>]+>", "", lines[2][2]))
     assert long_line == LONG_LOAD  # whole, to its last character
     assert "<mark>in_ptr0</mark>" in block and "<mark>in_ptr1</mark>" not in block
-    args = {text_of(row).split()[0]: row for row in re.findall(r"<tr class=\"[^\"]*\"><td class=\"mono\">.*?</tr>", block, re.S)}
+    args = {
+        text_of(row).split()[0]: row
+        for row in re.findall(r"<tr class=\"[^\"]*\"><td class=\"mono\">.*?</tr>", block, re.S)
+    }
     assert 'class="buffer-hit"' in args["in_ptr0"] and "non-dense layout" in text_of(args["in_ptr0"])
     assert 'class="buffer-hit"' not in args["in_ptr1"]
     assert "lines touch out_ptr0, in_ptr0" in text_of(block)
@@ -613,11 +860,24 @@ def test_kernel_source_marks_loads_of_the_non_dense_argument_and_keeps_long_line
 def test_marked_arguments_name_why():
     marked = marked_arguments(seed_kernel())
     assert marked["out_ptr0"] == "written wrong"
-    assert marked["in_ptr0"].startswith("read through a non-dense layout (size (12, 4, 768, 64), stride (98304, 16384, 64, 1))")
+    assert marked["in_ptr0"].startswith(
+        "read through a non-dense layout (size (12, 4, 768, 64), stride (98304, 16384, 64, 1))"
+    )
     assert "in_ptr1" not in marked
     # A kernel that reads the very buffer it writes wrong (aliasing) marks that input too.
-    aliased = seed_kernel(args=[{"name": "in_ptr1", "buffer": "buf0", "role": "in", "dtype": "int64", "size": [4],
-                                 "stride": [1], "storage_offset": 0}])
+    aliased = seed_kernel(
+        args=[
+            {
+                "name": "in_ptr1",
+                "buffer": "buf0",
+                "role": "in",
+                "dtype": "int64",
+                "size": [4],
+                "stride": [1],
+                "storage_offset": 0,
+            }
+        ]
+    )
     assert marked_arguments(aliased)["in_ptr1"] == "reads buf0, the buffer written wrong"
     # Nothing is marked for an answer that names no kernel.
     assert marked_arguments(seed_kernel(answer="stage", stage="aot_eager")) == {}
@@ -626,14 +886,22 @@ def test_marked_arguments_name_why():
 @pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} not installed (Debian package `chromium`)")
 def test_long_kernel_lines_wrap_in_headless_chromium(tmp_path):
     page_path = tmp_path / "kernel.html"
-    page_path.write_text(render_html([record("seed", "fail", dtype="int64", outputs=[failing_output()],
-                                             first_divergent_kernel=seed_kernel())]), encoding="utf-8")
+    page_path.write_text(
+        render_html(
+            [record("seed", "fail", dtype="int64", outputs=[failing_output()], first_divergent_kernel=seed_kernel())]
+        ),
+        encoding="utf-8",
+    )
     shot = tmp_path / "shot.png"
     chromium(tmp_path, f"--screenshot={shot}", "--window-size=900,4000", "--hide-scrollbars", page_path.as_uri())
     width, height, channels, pixels = read_png(str(shot))
     row_bytes = width * channels
     # Rows where most of the width is --hit, the marked lines' background (glyphs cover the rest).
-    rows = [y for y in range(height) if count_color(pixels[y * row_bytes:(y + 1) * row_bytes], channels, "#fff1b8") > width // 3]
+    rows = [
+        y
+        for y in range(height)
+        if count_color(pixels[y * row_bytes : (y + 1) * row_bytes], channels, "#fff1b8") > width // 3
+    ]
     bands = []  # runs of consecutive rows: one per marked line (adjacent lines would merge; these are not)
     for y in rows:
         if bands and y == bands[-1][1] + 1:
@@ -650,24 +918,39 @@ def test_long_kernel_lines_wrap_in_headless_chromium(tmp_path):
 
 
 def test_baseline_taken_another_way_is_a_visible_warning(tmp_path):
-    emulated = [record("seed_index_as_strided_view", "fail", dtype="int64", emulation="boundary-downcast",
-                       outputs=[failing_output()])]
+    emulated = [
+        record(
+            "seed_index_as_strided_view",
+            "fail",
+            dtype="int64",
+            emulation="boundary-downcast",
+            outputs=[failing_output()],
+        )
+    ]
     plain = [record("seed_index_as_strided_view", "pass", dtype="int64")]
     meta = {**RUN_META, "emulation": "boundary-downcast"}
     page = render_html(emulated, meta, plain, {**RUN_META, "emulation": None})
-    warning = re.search(r'<div class="setup-warning" id="baseline-setup-warning".*?</div>', section(page, "baseline"), re.S)
+    warning = re.search(
+        r'<div class="setup-warning" id="baseline-setup-warning".*?</div>', section(page, "baseline"), re.S
+    )
     text = " ".join(text_of(warning.group(0)).split())
     assert "emulation: baseline without emulation, this run boundary-downcast" in text
     assert "device" not in text and "backend" not in text
     # Records alone tell it too (a baseline file without run metadata), and device and backend count.
     other = [record("seed_index_as_strided_view", "pass", dtype="int64", device="cuda:3", backend="aot_eager")]
     text = " ".join(text_of(section(render_html(emulated, {}, other), "baseline")).split())
-    assert ("emulation: baseline without emulation, this run boundary-downcast device: baseline cuda, this run cpu "
-            "backend: baseline aot_eager, this run inductor") in text
+    assert (
+        "emulation: baseline without emulation, this run boundary-downcast device: baseline cuda, this run cpu "
+        "backend: baseline aot_eager, this run inductor"
+    ) in text
     # Same setup (shards on other device indices included): no warning.
-    shard = [record("seed_index_as_strided_view", "fail", dtype="int64", emulation="boundary-downcast", device="cuda:0")]
+    shard = [
+        record("seed_index_as_strided_view", "fail", dtype="int64", emulation="boundary-downcast", device="cuda:0")
+    ]
     same = [record("seed_index_as_strided_view", "pass", dtype="int64", emulation="boundary-downcast", device="cuda:1")]
-    assert "baseline-setup-warning" not in render_html(shard, {**meta, "device": "cuda:0"}, same, {**meta, "device": "cuda:1"})
+    assert "baseline-setup-warning" not in render_html(
+        shard, {**meta, "device": "cuda:0"}, same, {**meta, "device": "cuda:1"}
+    )
     # write_report reads the baseline file's run metadata.
     write_results(tmp_path / "now.json", emulated, meta)
     write_results(tmp_path / "before.json", plain, {**RUN_META, "emulation": None})
@@ -680,12 +963,23 @@ def test_baseline_taken_another_way_is_a_visible_warning(tmp_path):
 
 def test_console_keeps_diagnoses_on_failing_runs_and_says_where_the_kernel_is():
     narrowing = "precision narrowing, not layout: every compiled value equals eager on narrowed inputs"
-    passing = record("layout_input_contiguous", "pass", dtype="float64", emulation="boundary-downcast",
-                     outputs=[passing_output()], diagnosis=narrowing)
+    passing = record(
+        "layout_input_contiguous",
+        "pass",
+        dtype="float64",
+        emulation="boundary-downcast",
+        outputs=[passing_output()],
+        diagnosis=narrowing,
+    )
     assert "precision narrowing" not in passing.summary() and passing.diagnosis == narrowing
-    failing = record("seed_index_as_strided_view", "fail", dtype="int64", outputs=[failing_output()],
-                     diagnosis="layout: values differ from eager even on narrowed inputs",
-                     first_divergent_kernel=seed_kernel())
+    failing = record(
+        "seed_index_as_strided_view",
+        "fail",
+        dtype="int64",
+        outputs=[failing_output()],
+        diagnosis="layout: values differ from eager even on narrowed inputs",
+        first_divergent_kernel=seed_kernel(),
+    )
     lines = failing.summary().splitlines()
     assert "    kernel source: /tmp/torchinductor_ci/qx/cqx6saeaixdpz.py" in lines
     assert "    arg in_ptr0 = arg0_1 (in) int64 size (12, 4, 768, 64) stride (98304, 16384, 64, 1)" in lines
@@ -700,8 +994,17 @@ def test_junit_xml_holds_control_characters_of_names_and_tags_as_escapes():
 
     from harness.report.junit import junit_xml
 
-    record = CaseResult(case="nul\x00case", device="cpu", backend="inductor", dtype="float32", mode="inference",
-                        status="fail", tags=["tag\x01", "x"], reason="bell\x07", duration_s=1.0)
+    record = CaseResult(
+        case="nul\x00case",
+        device="cpu",
+        backend="inductor",
+        dtype="float32",
+        mode="inference",
+        status="fail",
+        tags=["tag\x01", "x"],
+        reason="bell\x07",
+        duration_s=1.0,
+    )
     document = junit_xml([record])
     case = ET.fromstring(document).find("testsuite/testcase")  # well-formed XML 1.0
     assert case.get("name") == "nul\\x00case[float32-inference]" and case.get("classname") == "harness.cpu.tag\\x01"
@@ -709,8 +1012,9 @@ def test_junit_xml_holds_control_characters_of_names_and_tags_as_escapes():
 
 def test_the_navigation_counts_failures_apart_from_runs_that_passed_with_differences():
     nav = lambda page: re.search(r'<nav class="sections">(.*?)</nav>', page, re.S).group(1)  # noqa: E731
-    closer = passing_output("out0", bad=3, rule="rmse_vs_fp64", note="differs from eager beyond tolerance in 3 "
-                            "elements; closer to float64")
+    closer = passing_output(
+        "out0", bad=3, rule="rmse_vs_fp64", note="differs from eager beyond tolerance in 3 elements; closer to float64"
+    )
     clean = nav(render_html([record("ops.add", "pass", outputs=[closer]), record("ops.mul", "pass")], RUN_META))
     assert "Failures" not in clean and ">Other differences (1)</a>" in clean
     mixed = render_html(sample_records() + [record("ops.sub", "pass", outputs=[closer])], RUN_META)
@@ -726,8 +1030,18 @@ def test_a_junit_failure_reads_the_same_every_night():
     def night(duration, cache):
         kernel = divergent_kernel()
         kernel.module_path = f"/tmp/{cache}/xy/cxyabc.py"
-        return junit_xml([record("ops.softmax", "fail", duration_s=duration, outputs=[failing_output()],
-                                 first_divergent_kernel=kernel, command="python -m harness run ops.softmax")])
+        return junit_xml(
+            [
+                record(
+                    "ops.softmax",
+                    "fail",
+                    duration_s=duration,
+                    outputs=[failing_output()],
+                    first_divergent_kernel=kernel,
+                    command="python -m harness run ops.softmax",
+                )
+            ]
+        )
 
     first, second = night(1.234, "torchinductor_alice"), night(9.87, "torchinductor_bob")
     body = lambda document: re.search(r"<failure[^>]*>(.*?)</failure>", document, re.S).group(1)  # noqa: E731
@@ -739,8 +1053,11 @@ def test_a_junit_failure_reads_the_same_every_night():
 def test_the_summary_charts_runs_by_family_and_outputs_by_difference_over_tolerance():
     far = failing_output()  # beyond its tolerance
     near = passing_output("out1", max_abs=5e-6, expected_max=1.0)  # half its tolerance (1e-5 + 1.3e-6)
-    records = [record("a", "fail", tags=["layout"], outputs=[far, near]), record("b", "pass", tags=["layout"]),
-               record("c", "pass", tags=["seed"], outputs=[passing_output("out0", max_abs=0.0)])]
+    records = [
+        record("a", "fail", tags=["layout"], outputs=[far, near]),
+        record("b", "pass", tags=["layout"]),
+        record("c", "pass", tags=["seed"], outputs=[passing_output("out0", max_abs=0.0)]),
+    ]
     summary = section(render_html(records, RUN_META), "summary")
     family = re.search(r'<svg[^>]*class="chart status-by-family".*?</svg>', summary, re.S).group(0)
     # The failing family comes first, its bar split by status.

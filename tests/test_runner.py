@@ -5,7 +5,7 @@ from harness import records as R
 from harness.inductor_compat import compile_caches_off
 from harness.registry import Case, KnownFailure, Program, load_registry
 from harness.inputs import contiguous
-from harness.runner import RunConfig, run_case
+from harness.run.case import RunConfig, run_case
 
 EAGER = RunConfig(backend="eager")  # the runner's own logic, without paying for Inductor
 
@@ -37,7 +37,7 @@ def test_build_error_is_a_record_with_its_stage():
 
 
 def test_a_harness_bug_on_one_case_is_an_error_record_not_a_crash(monkeypatch):
-    import harness.runner as runner
+    import harness.run.case as runner
 
     def broken_comparison(*args, **kwargs):
         raise NotImplementedError('"equal_cpu" not implemented for some dtype')
@@ -52,8 +52,11 @@ def test_a_harness_bug_on_one_case_is_an_error_record_not_a_crash(monkeypatch):
 
 
 def test_known_failure_is_strict():
-    failing = Case(name="fails", build=lambda d: Program(lambda x: x.nonexistent(), [contiguous((4,))]),
-                   known_failures=(KnownFailure("tracked upstream", device="cpu"),))
+    failing = Case(
+        name="fails",
+        build=lambda d: Program(lambda x: x.nonexistent(), [contiguous((4,))]),
+        known_failures=(KnownFailure("tracked upstream", device="cpu"),),
+    )
     assert run_case(failing, torch.float32, "inference", EAGER).status == R.XFAIL
     passing = simple_case(known_failures=(KnownFailure("fixed already?", backend="eager"),))
     record = run_case(passing, torch.float32, "inference", EAGER)
@@ -66,8 +69,9 @@ def test_a_known_failure_seen_in_some_runs_only_keeps_a_pass():
     flaky = KnownFailure("a race between thread blocks", backend="eager", strict=False)
     record = run_case(simple_case(known_failures=(flaky,)), torch.float32, "inference", EAGER)
     assert record.status == R.PASS and "some runs only" in record.reason and "a race" in record.reason
-    failing = Case(name="fails", build=lambda d: Program(lambda x: x.nonexistent(), [contiguous((4,))]),
-                   known_failures=(flaky,))
+    failing = Case(
+        name="fails", build=lambda d: Program(lambda x: x.nonexistent(), [contiguous((4,))]), known_failures=(flaky,)
+    )
     assert run_case(failing, torch.float32, "inference", EAGER).status == R.XFAIL
 
 
@@ -103,8 +107,9 @@ def test_missing_device_or_package_is_a_skip_that_says_how_to_fix_it():
 
 def test_training_compares_input_and_parameter_gradients():
     module = torch.nn.Linear(4, 3)
-    case = Case(name="lin", build=lambda d: Program(module, [contiguous((2, 4), requires_grad=True)]),
-                modes=("training",))
+    case = Case(
+        name="lin", build=lambda d: Program(module, [contiguous((2, 4), requires_grad=True)]), modes=("training",)
+    )
     record = run_case(case, torch.float32, "training", EAGER)
     assert record.status == R.PASS
     assert [o.name for o in record.outputs] == ["out0", "grad_in0", "grad.weight", "grad.bias"]
@@ -122,7 +127,10 @@ def test_input_mutations_are_compared():
 
 def test_repro_command_names_the_run():
     record = run_case(simple_case(), torch.float32, "inference", RunConfig(backend="eager", inject="fault-scale@0"))
-    assert record.command == "python -m harness run simple --device cpu --dtype float32 --mode inference --backend eager --inject fault-scale@0"
+    assert (
+        record.command
+        == "python -m harness run simple --device cpu --dtype float32 --mode inference --backend eager --inject fault-scale@0"
+    )
 
 
 class Noisy(torch.nn.Module):
@@ -135,7 +143,9 @@ class Noisy(torch.nn.Module):
 
 
 def test_train_step_compares_loss_gradients_and_updated_parameters():
-    case = Case(name="step", build=lambda d: Program(torch.nn.Linear(4, 2), [contiguous((3, 4))]), modes=("train_step",))
+    case = Case(
+        name="step", build=lambda d: Program(torch.nn.Linear(4, 2), [contiguous((3, 4))]), modes=("train_step",)
+    )
     record = run_case(case, torch.float32, "train_step", EAGER)
     assert record.status == R.PASS
     assert [o.name for o in record.outputs] == ["loss", "grad.weight", "param.weight", "grad.bias", "param.bias"]
@@ -145,7 +155,7 @@ def test_train_step_compares_loss_gradients_and_updated_parameters():
 def test_a_compiled_divergence_that_does_not_come_back_is_a_run_to_run_failure(monkeypatch, bisect):
     """The compiled run diverges, its retry passes; with --bisect, localization's first run is that retry.
     Eager ran twice alike, so a compiled result that changes between runs is the compiler's bug: a failure."""
-    import harness.runner as runner
+    import harness.run.case as runner
 
     made = []
 
@@ -158,8 +168,12 @@ def test_a_compiled_divergence_that_does_not_come_back_is_a_run_to_run_failure(m
     # Lowered in this process, its facts are known: a cache entry without them (another process's) would cost
     # one more run, lowered again for the probe.
     with compile_caches_off():
-        record = run_case(load_registry().cases["relu_mlp"], torch.float32, "inference",
-                          RunConfig(inject="fault-offset@0", bisect=bisect))
+        record = run_case(
+            load_registry().cases["relu_mlp"],
+            torch.float32,
+            "inference",
+            RunConfig(inject="fault-offset@0", bisect=bisect),
+        )
     assert (record.status, record.symptom, record.reproduced) == (R.FAIL, "run-to-run", False)
     assert record.diverged_runs == [1]
     assert "run 1 diverged, run 2 (no recompilation) passed" in record.diagnosis
@@ -170,13 +184,20 @@ def test_a_compiled_divergence_that_does_not_come_back_is_a_run_to_run_failure(m
 
 
 def test_a_divergence_localized_is_retried_by_the_probe_run_itself(monkeypatch):
-    import harness.runner as runner
+    import harness.run.case as runner
 
     made = []
     runner_make_handler = runner.make_handler
     monkeypatch.setattr(runner, "make_handler", lambda name: made.append(name) or runner_make_handler(name))
-    record = run_case(load_registry().cases["relu_mlp"], torch.float32, "inference",
-                      RunConfig(inject="fault-offset@0", bisect="on-failure"))
+    # Caches off: a cache entry another version of the harness wrote (its lowering facts not this version's) is
+    # lowered again, one run more.
+    with compile_caches_off():
+        record = run_case(
+            load_registry().cases["relu_mlp"],
+            torch.float32,
+            "inference",
+            RunConfig(inject="fault-offset@0", bisect="on-failure"),
+        )
     assert (record.status, record.reproduced, record.diverged_runs) == (R.FAIL, True, [1, 2])
     assert record.first_divergent_kernel.answer == R.Answer.KERNEL
     # The compiled run, the probe run (also the retry), and the run that makes the kernel's outputs eager.
@@ -188,7 +209,6 @@ def test_two_eager_runs_that_differ_are_their_own_status():
     record = run_case(case, torch.float32, "train_step", EAGER)
     assert (record.status, record.symptom) == (R.NONDETERMINISTIC, "nondeterminism")
     assert "two eager runs differ" in record.diagnosis and "loss" in record.diagnosis
-
 
 
 def test_two_eager_runs_that_differ_by_summation_noise_keep_their_verdict():
@@ -230,14 +250,20 @@ def _overlapping_case(generated):
     from harness.registry import Case, Program
 
     # Eager's select_scatter allocates its result with the input's strides, elements shared, and writes it.
-    return Case(name="scatter_into_overlapping", generated=generated, dtypes=(torch.int64,), build=lambda d: Program(
-        _scatter_into_overlapping, [strided((5, 5, 5), (2, 1, 3)), contiguous((5, 5), fill="ones")]))
+    return Case(
+        name="scatter_into_overlapping",
+        generated=generated,
+        dtypes=(torch.int64,),
+        build=lambda d: Program(
+            _scatter_into_overlapping, [strided((5, 5, 5), (2, 1, 3)), contiguous((5, 5), fill="ones")]
+        ),
+    )
 
 
 @pytest.mark.parametrize("generated", [True, False])
 def test_an_eager_result_whose_elements_overlap_is_no_reference(generated):
     from harness import records as R
-    from harness.runner import RunConfig, run_case
+    from harness.run.case import RunConfig, run_case
 
     record = run_case(_overlapping_case(generated), torch.int64, "inference", RunConfig())
     said = "into fresh memory whose elements overlap"
@@ -254,10 +280,14 @@ def test_a_broadcast_gradient_is_a_reference_without_a_warning(generated):
     from harness import records as R
     from harness.inputs import contiguous
     from harness.registry import Case, Program
-    from harness.runner import RunConfig, run_case
+    from harness.run.case import RunConfig, run_case
 
-    case = Case(name="plain_sum", generated=generated, modes=("training",), build=lambda d: Program(
-        lambda x: x.sum(dim=1), [contiguous((8, 16), requires_grad=True)]))
+    case = Case(
+        name="plain_sum",
+        generated=generated,
+        modes=("training",),
+        build=lambda d: Program(lambda x: x.sum(dim=1), [contiguous((8, 16), requires_grad=True)]),
+    )
     record = run_case(case, torch.float32, "training", RunConfig(backend="eager"))
     assert record.status == R.PASS and not record.warnings, (record.status, record.reason, record.warnings)
 
@@ -266,10 +296,13 @@ def test_a_view_of_an_overlapping_input_is_a_reference():
     from harness import records as R
     from harness.inputs import strided
     from harness.registry import Case, Program
-    from harness.runner import RunConfig, run_case
+    from harness.run.case import RunConfig, run_case
 
-    case = Case(name="transposed_overlapping", generated=True, build=lambda d: Program(
-        lambda x: x.t() * 1, [strided((4, 4), (1, 1))]))
+    case = Case(
+        name="transposed_overlapping",
+        generated=True,
+        build=lambda d: Program(lambda x: x.t() * 1, [strided((4, 4), (1, 1))]),
+    )
     assert run_case(case, torch.float32, "inference", RunConfig()).status == R.PASS
 
 
@@ -289,9 +322,16 @@ def test_a_failure_that_only_a_cached_compile_shows_is_diagnosed_when_asked(monk
     torch.compiler.reset()
     if torch.equal(torch.compile(_as_strided_copy_from_storage)(base[5:14]), _as_strided_copy_from_storage(base[5:14])):
         pytest.skip("this torch's compile cache keeps the two programs apart: no collision to diagnose")
-    cases = [Case(name=f"offset_{offset}", build=lambda d, offset=offset: Program(
-        _as_strided_copy_from_storage, [strided((9,), (1,), storage_offset=offset, storage_numel=20, fill="arange")]))
-        for offset in (0, 5)]
+    cases = [
+        Case(
+            name=f"offset_{offset}",
+            build=lambda d, offset=offset: Program(
+                _as_strided_copy_from_storage,
+                [strided((9,), (1,), storage_offset=offset, storage_numel=20, fill="arange")],
+            ),
+        )
+        for offset in (0, 5)
+    ]
     said = "compiled again with the compile caches off, it passes"
     for asked in (False, True):
         monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / f"harness-{asked}"))
@@ -310,7 +350,9 @@ def test_a_compiled_result_whose_elements_share_memory_is_diagnosed_as_a_layout_
     assert record.status == R.XFAIL  # (declared: a failure, judged as one)
     assert "elements sharing memory (out0 (0, 1) where eager's is (3, 1))" in record.diagnosis, record.diagnosis
     # A failure of values alone has no such diagnosis.
-    diverges = Case(name="diverges", build=lambda d: Program(
-        lambda x: x + 2 if torch.compiler.is_compiling() else x + 1, [contiguous((4, 4))]))
+    diverges = Case(
+        name="diverges",
+        build=lambda d: Program(lambda x: x + 2 if torch.compiler.is_compiling() else x + 1, [contiguous((4, 4))]),
+    )
     plain = run_case(diverges, torch.float32, "inference", RunConfig())
     assert plain.status == R.FAIL and not plain.diagnosis, plain.diagnosis

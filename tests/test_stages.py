@@ -9,13 +9,13 @@ import pytest
 import torch
 
 from harness import records as R
-from harness.compare import differs_only_where_undefined
+from harness.judge.compare import differs_only_where_undefined
 from harness.inductor_compat import compile_caches_off
 from harness.inputs import broadcast, contiguous
 from harness.probe.localize import STAGE_BACKENDS, first_diverging_stage
 from harness.probe.passes import find_pass
 from harness.registry import Case, Program, load_registry
-from harness.runner import RunConfig, run_case
+from harness.run.case import RunConfig, run_case
 
 CASES = load_registry().cases
 
@@ -65,12 +65,15 @@ def test_a_functionalization_divergence_is_answered_aot_eager():
     assert "backend='aot_eager'" in found.reason and found.compiles == 2
 
 
-@pytest.mark.parametrize("diverging, stage, asked", [
-    ((), "inductor", ["aot_eager", "aot_eager_decomp_partition"]),
-    (("aot_eager_decomp_partition",), "aot_eager_decomp_partition", ["aot_eager", "aot_eager_decomp_partition"]),
-    (("aot_eager", "aot_eager_decomp_partition"), "aot_eager", ["aot_eager", "eager"]),
-    (("eager", "aot_eager", "aot_eager_decomp_partition"), "dynamo", ["aot_eager", "eager"]),
-])
+@pytest.mark.parametrize(
+    "diverging, stage, asked",
+    [
+        ((), "inductor", ["aot_eager", "aot_eager_decomp_partition"]),
+        (("aot_eager_decomp_partition",), "aot_eager_decomp_partition", ["aot_eager", "aot_eager_decomp_partition"]),
+        (("aot_eager", "aot_eager_decomp_partition"), "aot_eager", ["aot_eager", "eager"]),
+        (("eager", "aot_eager", "aot_eager_decomp_partition"), "dynamo", ["aot_eager", "eager"]),
+    ],
+)
 def test_the_stage_search_asks_two_backends_whatever_the_stage(diverging, stage, asked):
     seen = []
 
@@ -82,17 +85,24 @@ def test_the_stage_search_asks_two_backends_whatever_the_stage(diverging, stage,
     assert seen == asked and {b for b, _ in STAGE_BACKENDS} >= set(seen)
 
 
-@pytest.mark.parametrize("case, graph_pass", [
-    ("upstream_198094_slice_scatter_reinplaced_into_mutated_input", "post_grad_passes: reinplace_inplaceable_ops"),
-    ("upstream_198131_copy_of_input_mutated_later", "joint_graph_passes: remove_noop_ops"),
-])
+@pytest.mark.parametrize(
+    "case, graph_pass",
+    [
+        ("upstream_198094_slice_scatter_reinplaced_into_mutated_input", "post_grad_passes: reinplace_inplaceable_ops"),
+        ("upstream_198131_copy_of_input_mutated_later", "joint_graph_passes: remove_noop_ops"),
+    ],
+)
 def test_a_graph_pass_bug_names_the_pass_and_the_run_passes_with_it_off(case, graph_pass):
     case = CASES[case]
     dtype = case.dtypes[0]
     record, found = localized(case, dtype)
     assert record.status == R.XFAIL  # a real upstream bug, declared
-    assert (found.answer, found.stage, found.graph_pass, found.name) == (R.Answer.STAGE, "inductor_graph_passes",
-                                                                          graph_pass, None)
+    assert (found.answer, found.stage, found.graph_pass, found.name) == (
+        R.Answer.STAGE,
+        "inductor_graph_passes",
+        graph_pass,
+        None,
+    )
     assert graph_pass in found.graph_passes_changed
     assert "the run passes with that pass alone turned off" in found.reason
     # Two stage compiles, one observing the passes, at least one with passes off.
@@ -203,8 +213,9 @@ def negation_of_sine_dropped():
     aten = torch.ops.aten
     before = {key: list(entries) for key, entries in pass_patterns[1].patterns.items()}
 
-    @register_graph_pattern(CallFunction(aten.sin.default, CallFunction(aten.neg.default, KeywordArg("x"))),
-                            pass_dict=pass_patterns[1])
+    @register_graph_pattern(
+        CallFunction(aten.sin.default, CallFunction(aten.neg.default, KeywordArg("x"))), pass_dict=pass_patterns[1]
+    )
     def sine_of_negation_is_sine(match, x):
         node = match.output_node()
         with match.graph.inserting_before(node):
@@ -229,8 +240,11 @@ NEGATED_COPY = Case(name="negated_copy", build=lambda d: Program(sine_of_a_negat
 def test_a_wrong_rewrite_a_cleanup_enabled_is_named_and_the_cleanup_said_to_enable_it(negation_of_sine_dropped):
     record, found = localized(NEGATED_COPY)
     assert record.status == R.FAIL
-    assert (found.answer, found.stage, found.graph_pass) == (R.Answer.STAGE, "inductor_graph_passes",
-                                                               negation_of_sine_dropped)
+    assert (found.answer, found.stage, found.graph_pass) == (
+        R.Answer.STAGE,
+        "inductor_graph_passes",
+        negation_of_sine_dropped,
+    )
     assert "joint_graph_passes: remove_noop_ops" in found.graph_passes_changed
     assert found.graph_passes_enabling == ["joint_graph_passes: remove_noop_ops"]
     assert "joint_graph_passes: remove_noop_ops enables it" in found.reason
@@ -265,9 +279,17 @@ def promoted_differently(h, f):
     return h * f.half()
 
 
-MIXED = Case(name="mixed_half_float", dtypes=(torch.float16,), build=lambda d: Program(promoted_differently, [
-    contiguous((64,), dtype=torch.float16, fill="arange", low=250), contiguous((64,), dtype=torch.float32,
-                                                                                fill="arange", low=250)]))
+MIXED = Case(
+    name="mixed_half_float",
+    dtypes=(torch.float16,),
+    build=lambda d: Program(
+        promoted_differently,
+        [
+            contiguous((64,), dtype=torch.float16, fill="arange", low=250),
+            contiguous((64,), dtype=torch.float32, fill="arange", low=250),
+        ],
+    ),
+)
 
 
 def test_a_result_of_another_dtype_with_nonfinite_differences_is_a_failure_not_a_harness_error():
@@ -292,7 +314,11 @@ def test_the_console_the_record_and_the_report_tell_one_story(negation_dropped):
     record, found = localized(NEGATED)
     data = record.to_dict()["first_divergent_kernel"]
     assert (data["answer"], data["stage"], data["graph_pass"], data["name"]) == (
-        "stage", "inductor_graph_passes", negation_dropped, None)
+        "stage",
+        "inductor_graph_passes",
+        negation_dropped,
+        None,
+    )
     assert data["compiles"] == found.compiles >= 3
     summary = record.summary()
     assert f"[{found.compiles} compiles]" in summary and "first divergent kernel" not in summary
@@ -315,10 +341,26 @@ def test_a_stage_answer_never_calls_the_kernel_where_its_difference_shows_wrong(
     from harness.probe.localize import _seen_at
     from harness.probe.probe import Divergence
 
-    metrics = R.OutputComparison(name="buf0", dtype="float32", shape=[4], numel=4, bad=4, bad_pct=100.0,
-                                 max_abs=1.0, max_rel=1.0, passed=False, rule="tolerance")
-    seen = _seen_at(Divergence(0, "forward 0", {"name": "cpp_fused_sin_0", "buffer": "buf0", "nodes": ["sin"],
-                                                "metrics": metrics}, Isolation(WRONG, "kernel is wrong: ...")))
+    metrics = R.OutputComparison(
+        name="buf0",
+        dtype="float32",
+        shape=[4],
+        numel=4,
+        bad=4,
+        bad_pct=100.0,
+        max_abs=1.0,
+        max_rel=1.0,
+        passed=False,
+        rule="tolerance",
+    )
+    seen = _seen_at(
+        Divergence(
+            0,
+            "forward 0",
+            {"name": "cpp_fused_sin_0", "buffer": "buf0", "nodes": ["sin"], "metrics": metrics},
+            Isolation(WRONG, "kernel is wrong: ..."),
+        )
+    )
     assert seen.kind == "drift" and "is not what is wrong" in seen.isolated and "kernel is wrong" not in seen.isolated
     found = R.Localization(answer=R.Answer.STAGE, diverged=True, stage="aot_eager", visible_at=seen)
     found.check("fail")

@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch.testing._comparison import default_tolerances
 
-from harness.tolerances import DEFAULT_TOLERANCES, EXACT, rmse_multiplier, tolerance_for
+from harness.judge.tolerances import DEFAULT_TOLERANCES, EXACT, rmse_multiplier, tolerance_for
 
 
 @pytest.mark.parametrize("dtype", list(DEFAULT_TOLERANCES))

@@ -58,12 +58,15 @@ class _NpuBackendScope:
             os.environ["TORCHINDUCTOR_NPU_BACKEND"] = self.old
 '''
 
-RESOLVING = SELECTING + '''
+RESOLVING = (
+    SELECTING
+    + '''
 def _resolve_npu_backend(selected_backend=None):
     if selected_backend not in (None, "", "default"):
         return selected_backend
     return os.getenv("TORCHINDUCTOR_NPU_BACKEND", "default")
 '''
+)
 
 LOADERS = '''
 import os, warnings
@@ -170,5 +173,7 @@ def test_a_triton_backend_without_triton_ascend_loads_nothing(torch_npu, monkeyp
         warnings.simplefilter("error")  # what torch_npu warns is taken in, not shown
         found = torch_npu_backend.load("default")
     assert found.loaded is None and found.warnings == ["triton-ascend is not installed. Please install it first."]
-    assert found.mismatch == ("npu_backend 'default' was asked for, but torch_npu loaded none (torch_npu said: "
-                              "triton-ascend is not installed. Please install it first.)")
+    assert found.mismatch == (
+        "npu_backend 'default' was asked for, but torch_npu loaded none (torch_npu said: "
+        "triton-ascend is not installed. Please install it first.)"
+    )

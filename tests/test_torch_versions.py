@@ -3,12 +3,14 @@
 import pytest
 import torch
 
-from harness.cli import EXIT_USAGE, main
+from harness.frontends.cli import EXIT_USAGE, main
 from harness.inductor_compat import torch_version_problem
 
 
-@pytest.mark.parametrize("version, fatal", [("2.5.1+cu121", True), ("2.6.0", None), ("2.13.0+cpu", None),
-                                            ("2.14.0.dev20261101", False), ("3.0.0", False)])
+@pytest.mark.parametrize(
+    "version, fatal",
+    [("2.5.1+cu121", True), ("2.6.0", None), ("2.13.0+cpu", None), ("2.14.0.dev20261101", False), ("3.0.0", False)],
+)
 def test_the_torch_version_is_checked_up_front(version, fatal):
     problem = torch_version_problem(version)
     assert (problem[0] if problem else None) == fatal

@@ -10,29 +10,39 @@ import torch
 from torch import nn
 
 from harness import records as R
-from harness.compare import Verdict, compare_leaves, compare_tensors
+from harness.judge.compare import VerdictPolicy, compare_leaves, compare_tensors
 from harness.inputs import contiguous
 from harness.registry import Case, Program, load_registry
-from harness.runner import RunConfig, run_case
+from harness.run.case import RunConfig, run_case
 
 EAGER = RunConfig(backend="eager")  # Dynamo traces, nothing is lowered: the policy alone is under test
 
 
 def run(fn, inputs, dtype=torch.float32, mode="inference", config=EAGER, **case):
-    return run_case(Case(name="probe_case", build=lambda d: Program(fn, inputs), dtypes=(dtype,), modes=(mode,), **case),
-                    dtype, mode, config)
+    return run_case(
+        Case(name="probe_case", build=lambda d: Program(fn, inputs), dtypes=(dtype,), modes=(mode,), **case),
+        dtype,
+        mode,
+        config,
+    )
 
 
 def compiled_only(compiled, eager):
     def program(x):
         return compiled(x) if torch.compiler.is_compiling() else eager(x)
+
     return program
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("how, bad", [
-    ("one", 1), ("all", 4096), ("sign", 4096),
-])
+@pytest.mark.parametrize(
+    "how, bad",
+    [
+        ("one", 1),
+        ("all", 4096),
+        ("sign", 4096),
+    ],
+)
 def test_inf_where_eager_differs_fails_whatever_the_reference(dtype, how, bad):
     def eager(x):
         return x * 2 if how != "sign" else torch.full_like(x, float("inf"))
@@ -58,8 +68,12 @@ def overflows_in_float16(x):
 
 @pytest.mark.parametrize("strict_eager", [False, True])
 def test_eager_alone_overflowing_is_decided_by_the_float64_reference(strict_eager):
-    case = Case(name="overflow", build=lambda d: Program(overflows_in_float16, [contiguous((8, 8), fill="ones")]),
-                dtypes=(torch.float16,), modes=("inference",))
+    case = Case(
+        name="overflow",
+        build=lambda d: Program(overflows_in_float16, [contiguous((8, 8), fill="ones")]),
+        dtypes=(torch.float16,),
+        modes=("inference",),
+    )
     record = run_case(case, torch.float16, "inference", RunConfig(strict_eager=strict_eager))
     (out,) = record.outputs
     assert (out.inf_mismatch, out.eager_nonfinite, record.reference) == (64, 64, "eager+fp64")
@@ -73,23 +87,32 @@ def test_eager_alone_overflowing_is_decided_by_the_float64_reference(strict_eage
 INF, NAN = float("inf"), float("nan")
 
 
-@pytest.mark.parametrize("eager, compiled, reference, passes", [
-    ([1.0, INF, 3.0], [1.0, 60000.0, 3.0], [1.0, 60000.0, 3.0], True),    # eager overflowed: 60000 fits float16
-    ([1.0, NAN, 3.0], [1.0, 2.0, 3.0], [1.0, 2.0, 3.0], True),            # eager made inf - inf, float64 did not
-    ([1.0, INF, 3.0], [1.0, 65504.0, 3.0], [1.0, 70000.0, 3.0], False),   # 70000 overflows float16: inf is right
-    ([1.0, INF, 3.0], [1.0, 50000.0, 3.0], [1.0, 60000.0, 3.0], False),   # compiled is finite, but wrong
-    ([1.0, INF, 3.0], [1.5, 60000.0, 3.0], [1.0, 60000.0, 3.0], False),   # another element misses its tolerance
-    ([1.0, INF, 3.0], [1.0, 60000.0, 3.0078125], [1.0, 60000.0, 3.0078125], True),  # ... as eager rounded it (rule 3)
-    ([1.0, 2.0, 3.0], [1.0, INF, 3.0], [1.0, 2.0, 3.0], False),           # compiled overflowed: never eager's fault
-])
+@pytest.mark.parametrize(
+    "eager, compiled, reference, passes",
+    [
+        ([1.0, INF, 3.0], [1.0, 60000.0, 3.0], [1.0, 60000.0, 3.0], True),  # eager overflowed: 60000 fits float16
+        ([1.0, NAN, 3.0], [1.0, 2.0, 3.0], [1.0, 2.0, 3.0], True),  # eager made inf - inf, float64 did not
+        ([1.0, INF, 3.0], [1.0, 65504.0, 3.0], [1.0, 70000.0, 3.0], False),  # 70000 overflows float16: inf is right
+        ([1.0, INF, 3.0], [1.0, 50000.0, 3.0], [1.0, 60000.0, 3.0], False),  # compiled is finite, but wrong
+        ([1.0, INF, 3.0], [1.5, 60000.0, 3.0], [1.0, 60000.0, 3.0], False),  # another element misses its tolerance
+        (
+            [1.0, INF, 3.0],
+            [1.0, 60000.0, 3.0078125],
+            [1.0, 60000.0, 3.0078125],
+            True,
+        ),  # ... as eager rounded it (rule 3)
+        ([1.0, 2.0, 3.0], [1.0, INF, 3.0], [1.0, 2.0, 3.0], False),  # compiled overflowed: never eager's fault
+    ],
+)
 def test_a_nonfinite_mismatch_passes_only_where_eager_alone_overflowed(eager, compiled, reference, passes):
     as_half = lambda values: torch.tensor(values, dtype=torch.float16)  # noqa: E731
     without = compare_tensors("out", as_half(compiled), as_half(eager))
     assert not without.passed and without.nan_mismatch + without.inf_mismatch == 1
     # The reference is asked for exactly when eager alone is non-finite where they differ.
-    assert Verdict().wants_reference(without) == (without.eager_nonfinite == 1) == (not math.isfinite(eager[1]))
-    result = compare_tensors("out", as_half(compiled), as_half(eager),
-                             reference=torch.tensor(reference, dtype=torch.float64))
+    assert VerdictPolicy().wants_reference(without) == (without.eager_nonfinite == 1) == (not math.isfinite(eager[1]))
+    result = compare_tensors(
+        "out", as_half(compiled), as_half(eager), reference=torch.tensor(reference, dtype=torch.float64)
+    )
     assert result.passed == passes and (result.passed_by == R.PASSED_BY_EAGER_NONFINITE) == passes
 
 
@@ -112,12 +135,15 @@ def test_nonfinite_values_of_another_kind_where_float64_has_no_value_are_no_verd
         assert record.status == R.FAIL and any(why in w for w in record.warnings)
 
 
-@pytest.mark.parametrize("compiled, eager, inputs", [
-    # A NaN input's NaN must come out: compiled's -inf there (a NaN lost) is judged.
-    (lambda x: torch.where(x.isnan(), float("-inf"), x), lambda x: x * 1, [torch.full((4, 4), float("nan"))]),
-    # float64 and eager agree on -inf; compiled's NaN is judged.
-    (zero_over_zero, minus_one_over_zero, [contiguous((4, 4))]),
-])
+@pytest.mark.parametrize(
+    "compiled, eager, inputs",
+    [
+        # A NaN input's NaN must come out: compiled's -inf there (a NaN lost) is judged.
+        (lambda x: torch.where(x.isnan(), float("-inf"), x), lambda x: x * 1, [torch.full((4, 4), float("nan"))]),
+        # float64 and eager agree on -inf; compiled's NaN is judged.
+        (zero_over_zero, minus_one_over_zero, [contiguous((4, 4))]),
+    ],
+)
 def test_nonfinite_values_with_a_defined_answer_are_judged(compiled, eager, inputs):
     record = run(compiled_only(compiled, eager), inputs, generated=True)
     assert record.status == R.FAIL and not any("undefined" in w for w in record.warnings)
@@ -207,8 +233,17 @@ class ConvBatchNorm(nn.Module):
 
 def test_batch_norm_running_stats_are_judged_by_value_not_version_counters():
     torch.manual_seed(0)
-    record = run_case(Case(name="convbn", build=lambda d: Program(ConvBatchNorm().to(d), [contiguous((4, 3, 16, 16), requires_grad=True)]),
-                           dtypes=(torch.bfloat16,), modes=("training",)), torch.bfloat16, "training", RunConfig())
+    record = run_case(
+        Case(
+            name="convbn",
+            build=lambda d: Program(ConvBatchNorm().to(d), [contiguous((4, 3, 16, 16), requires_grad=True)]),
+            dtypes=(torch.bfloat16,),
+            modes=("training",),
+        ),
+        torch.bfloat16,
+        "training",
+        RunConfig(),
+    )
     assert record.status == R.PASS, record.summary()
     names = [o.name for o in record.outputs]
     assert "buffer.norm.running_mean" in names and "buffer.norm.running_var" in names
@@ -249,15 +284,29 @@ def test_process_wide_state_a_case_leaves_is_restored_before_the_next_case_and_s
     os.umask(umask)
     leaking = run_case(Case(name="leaky", build=leaks_process_wide_state), torch.float32, "inference", EAGER)
     said = " ".join(leaking.warnings)
-    for name in ("torch.get_default_device()", "torch.is_anomaly_enabled()", "torch.is_autocast_enabled('cpu')",
-                 "environment variable HARNESS_TEST_LEAKED", "umask", "cwd", "signal SIGUSR2"):
+    for name in (
+        "torch.get_default_device()",
+        "torch.is_anomaly_enabled()",
+        "torch.is_autocast_enabled('cpu')",
+        "environment variable HARNESS_TEST_LEAKED",
+        "umask",
+        "cwd",
+        "signal SIGUSR2",
+    ):
         assert name in said, said
-    assert (torch.get_default_device(), torch.is_anomaly_enabled(), torch.is_autocast_enabled("cpu")) == \
-        (torch.device("cpu"), False, False)
+    assert (torch.get_default_device(), torch.is_anomaly_enabled(), torch.is_autocast_enabled("cpu")) == (
+        torch.device("cpu"),
+        False,
+        False,
+    )
     assert "HARNESS_TEST_LEAKED" not in os.environ and os.getcwd() == cwd and os.umask(umask) == umask
     assert signal.getsignal(signal.SIGUSR2) != signal.SIG_IGN
-    after = run_case(Case(name="next", build=lambda d: Program(lambda x: x * 3, [contiguous((4,))])),
-                     torch.float32, "inference", EAGER)
+    after = run_case(
+        Case(name="next", build=lambda d: Program(lambda x: x * 3, [contiguous((4,))])),
+        torch.float32,
+        "inference",
+        EAGER,
+    )
     assert after.status == R.PASS and after.warnings == [], after.summary()
 
 
@@ -271,8 +320,12 @@ BROKEN = RunConfig(backend="harness_test_broken_backend")
 
 def test_a_leaked_suppress_errors_cannot_turn_the_next_compile_failure_into_a_pass():
     run_case(Case(name="leaky", build=sets_suppress_errors), torch.float32, "inference", EAGER)
-    record = run_case(Case(name="next", build=lambda d: Program(lambda x: x * 3, [contiguous((4,))])),
-                      torch.float32, "inference", BROKEN)
+    record = run_case(
+        Case(name="next", build=lambda d: Program(lambda x: x * 3, [contiguous((4,))])),
+        torch.float32,
+        "inference",
+        BROKEN,
+    )
     assert (record.status, record.stage) == (R.ERROR, "compile") and "always fails" in record.error.message
 
 
@@ -280,8 +333,9 @@ def test_a_compiled_run_that_compiled_nothing_is_an_error():
     # The case itself asks Dynamo to fall back to eager when the backend fails: nothing was compiled.
     record = run_case(Case(name="nothing", build=sets_suppress_errors), torch.float32, "inference", BROKEN)
     assert (record.status, record.stage, record.symptom) == (R.ERROR, "compile", R.Symptom.NOTHING_COMPILED)
-    declared = run_case(Case(name="nothing", build=sets_suppress_errors, compiles=False), torch.float32,
-                        "inference", BROKEN)
+    declared = run_case(
+        Case(name="nothing", build=sets_suppress_errors, compiles=False), torch.float32, "inference", BROKEN
+    )
     assert declared.status == R.PASS
 
 
@@ -338,10 +392,13 @@ def _refuses_strided_float64(x, w):
 def test_a_reference_refused_on_a_layout_is_made_again_on_contiguous_copies():
     from harness.inputs import contiguous, permuted
     from harness.registry import Case, Program
-    from harness.runner import RunConfig, run_case
+    from harness.run.case import RunConfig, run_case
 
-    case = Case(name="strided_weight", reference="fp64", build=lambda d: Program(
-        _refuses_strided_float64, [contiguous((6, 4)), permuted((4, 6), (1, 0))]))
+    case = Case(
+        name="strided_weight",
+        reference="fp64",
+        build=lambda d: Program(_refuses_strided_float64, [contiguous((6, 4)), permuted((4, 6), (1, 0))]),
+    )
     record = run_case(case, torch.float16, "inference", RunConfig())
     assert record.status == R.PASS and record.reference == "eager+fp64"
     assert any("made on contiguous copies of the same values" in w for w in record.warnings), record.warnings

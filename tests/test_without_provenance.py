@@ -13,7 +13,7 @@ import torch
 from harness import records as R
 from harness.inductor_compat import graphs
 from harness.registry import load_registry
-from harness.runner import RunConfig, run_case
+from harness.run.case import RunConfig, run_case
 
 CASES = load_registry().cases
 
@@ -36,19 +36,25 @@ def _kernels_named(record):
     return [name for name, _ in info.kernels if name.startswith("cpp_")] if info else None
 
 
-@pytest.mark.parametrize("name, dtype, mode, inject, launch", [
-    ("seed_index_as_strided_view", torch.int64, "inference", "boundary-downcast", 0),
-    ("seed_rmsnorm_weight_grad_small", torch.bfloat16, "inference", "reduction-partial", 0),
-    ("relu_mlp", torch.float32, "training", "fault-offset@3", 3),
-    ("relu_mlp", torch.float32, "training", "fault-scale@9", 9),
-])
+@pytest.mark.parametrize(
+    "name, dtype, mode, inject, launch",
+    [
+        ("seed_index_as_strided_view", torch.int64, "inference", "boundary-downcast", 0),
+        ("seed_rmsnorm_weight_grad_small", torch.bfloat16, "inference", "reduction-partial", 0),
+        ("relu_mlp", torch.float32, "training", "fault-offset@3", 3),
+        ("relu_mlp", torch.float32, "training", "fault-scale@9", 9),
+    ],
+)
 def test_the_kernel_is_named_without_the_kernel_map(no_provenance, name, dtype, mode, inject, launch):
     record = run_case(CASES[name], dtype, mode, RunConfig(inject=inject, bisect=True))
     found = record.first_divergent_kernel
     assert record.status == R.FAIL and found.answer == R.Answer.KERNEL, record.summary()
     # Wrong on eager values of its inputs (under a narrowing launcher: as that launcher calls it).
-    assert found.launch_index == launch and ("kernel is wrong" in found.isolated or found.isolated.startswith(
-        "kernel as the emulated launcher")) and "is wrong" in found.isolated, found.line()
+    assert (
+        found.launch_index == launch
+        and ("kernel is wrong" in found.isolated or found.isolated.startswith("kernel as the emulated launcher"))
+        and "is wrong" in found.isolated
+    ), found.line()
     assert _kernels_named(record) == []  # the map was empty: the answer came from the buffers written
 
 

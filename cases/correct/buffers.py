@@ -64,10 +64,13 @@ def add_out_fresh(a, b):
 @case(tags=("correct", "buffers", "out"), dtypes=FLOATS + (torch.int64,), modes=("inference",))
 def correct_add_out_fresh(dtype):
     """torch.add(a, b, out=fresh) and torch.mul(.., out=fresh_like), then a column sum."""
-    return Program(add_out_fresh, [
-        contiguous((512, 256), fill="randint", low=-50, high=50),
-        permuted((256, 512), (1, 0), fill="randint", low=-50, high=50),
-    ])
+    return Program(
+        add_out_fresh,
+        [
+            contiguous((512, 256), fill="randint", low=-50, high=50),
+            permuted((256, 512), (1, 0), fill="randint", low=-50, high=50),
+        ],
+    )
 
 
 def as_strided_view_add(x, update):
@@ -81,10 +84,13 @@ def as_strided_view_add(x, update):
 @case(tags=("correct", "buffers", "inplace", "as_strided"), dtypes=FLOATS + (torch.int64,), modes=("inference",))
 def correct_as_strided_view_add(dtype):
     """add_ into an as_strided window of a clone (2048 elements, 1536 updated), then row sums."""
-    return Program(as_strided_view_add, [
-        contiguous((2048,), fill="randint", low=-100, high=100),
-        contiguous((32, 48), fill="randint", low=-100, high=100),
-    ])
+    return Program(
+        as_strided_view_add,
+        [
+            contiguous((2048,), fill="randint", low=-100, high=100),
+            contiguous((32, 48), fill="randint", low=-100, high=100),
+        ],
+    )
 
 
 def as_strided_view_add_grad(x, update):
@@ -96,10 +102,13 @@ def as_strided_view_add_grad(x, update):
 @case(tags=("correct", "buffers", "inplace", "as_strided"), dtypes=(torch.bfloat16, torch.float32), modes=("training",))
 def correct_as_strided_view_add_training(dtype):
     """add_ into an as_strided view of a clone, then softmax: gradients through as_strided_scatter."""
-    return Program(as_strided_view_add_grad, [
-        contiguous((2048,), requires_grad=True),
-        contiguous((32, 48), requires_grad=True),
-    ])
+    return Program(
+        as_strided_view_add_grad,
+        [
+            contiguous((2048,), requires_grad=True),
+            contiguous((32, 48), requires_grad=True),
+        ],
+    )
 
 
 def copy_into_slices(a, b, c):
@@ -114,8 +123,11 @@ def copy_into_slices(a, b, c):
 @case(tags=("correct", "buffers", "copy", "slice"), dtypes=FLOATS, modes=("inference", "training"))
 def correct_copy_into_slices(dtype):
     """copy_ into column slices (one from a transpose, one with a row step) of a fresh zeros buffer."""
-    return Program(copy_into_slices, [
-        contiguous((64, 128), requires_grad=True),
-        contiguous((128, 64), requires_grad=True),
-        gapped((32, 64), step=2, dim=0, requires_grad=True),
-    ])
+    return Program(
+        copy_into_slices,
+        [
+            contiguous((64, 128), requires_grad=True),
+            contiguous((128, 64), requires_grad=True),
+            gapped((32, 64), step=2, dim=0, requires_grad=True),
+        ],
+    )

@@ -37,8 +37,11 @@ def correct_index_put_fresh(dtype):
     return Program(index_put_fresh, [contiguous((32, 64), requires_grad=True)])
 
 
-@case(tags=("correct", "inplace", "index_put", "fresh-buffer", "integer"), dtypes=(torch.int64, torch.int32),
-      modes=("inference",))
+@case(
+    tags=("correct", "inplace", "index_put", "fresh-buffer", "integer"),
+    dtypes=(torch.int64, torch.int32),
+    modes=("inference",),
+)
 def correct_index_put_fresh_int(dtype):
     """index_put_ of integers at unique positions into a fresh buffer (must match exactly)."""
     return Program(index_put_fresh, [contiguous((32, 64), fill="randint", low=-1000, high=1000)])
@@ -56,10 +59,13 @@ def index_put_2d_fresh(values, rows):
 @case(tags=("correct", "inplace", "index_put", "fresh-buffer"), dtypes=FLOATS, modes=("inference", "training"))
 def correct_index_put_2d_fresh(dtype):
     """2-d advanced-index index_put_ (broadcast row and column indices) into a fresh buffer, then softmax."""
-    return Program(index_put_2d_fresh, [
-        contiguous((64, 160), requires_grad=True),
-        contiguous((64,), dtype=torch.int64, fill="arange"),
-    ])
+    return Program(
+        index_put_2d_fresh,
+        [
+            contiguous((64, 160), requires_grad=True),
+            contiguous((64,), dtype=torch.int64, fill="arange"),
+        ],
+    )
 
 
 def index_put_accumulate_fresh(values, index):
@@ -68,14 +74,20 @@ def index_put_accumulate_fresh(values, index):
     return buffer
 
 
-@case(tags=("correct", "inplace", "index_put", "accumulate", "fresh-buffer"), dtypes=(torch.float32, torch.int64),
-      modes=("inference",))
+@case(
+    tags=("correct", "inplace", "index_put", "accumulate", "fresh-buffer"),
+    dtypes=(torch.float32, torch.int64),
+    modes=("inference",),
+)
 def correct_index_put_accumulate_fresh(dtype):
     """index_put_(accumulate=True) of 4096 values at random (repeated) positions into a fresh zeros(512)."""
-    return Program(index_put_accumulate_fresh, [
-        contiguous((4096,), fill="randint", low=-100, high=100),
-        contiguous((4096,), dtype=torch.int64, fill="randint", low=0, high=512),
-    ])
+    return Program(
+        index_put_accumulate_fresh,
+        [
+            contiguous((4096,), fill="randint", low=-100, high=100),
+            contiguous((4096,), dtype=torch.int64, fill="randint", low=0, high=512),
+        ],
+    )
 
 
 def index_put_into_input(buffer, values):
@@ -87,10 +99,13 @@ def index_put_into_input(buffer, values):
 @case(tags=("correct", "inplace", "index_put", "input-mutation"), dtypes=FLOATS_AND_INT, modes=("inference",))
 def correct_index_put_input(dtype):
     """index_put_ at unique positions into a graph input (4096 elements, 1024 written), then its sum."""
-    return Program(index_put_into_input, [
-        contiguous((4096,), fill="randint", low=-50, high=50),
-        contiguous((1024,), fill="randint", low=-50, high=50),
-    ])
+    return Program(
+        index_put_into_input,
+        [
+            contiguous((4096,), fill="randint", low=-50, high=50),
+            contiguous((1024,), fill="randint", low=-50, high=50),
+        ],
+    )
 
 
 def index_add_fresh(source, index):
@@ -99,23 +114,30 @@ def index_add_fresh(source, index):
     return buffer, buffer.amax(dim=0)
 
 
-@case(tags=("correct", "inplace", "index_add", "fresh-buffer"), dtypes=(torch.float32, torch.int64),
-      modes=("inference",))
+@case(
+    tags=("correct", "inplace", "index_add", "fresh-buffer"), dtypes=(torch.float32, torch.int64), modes=("inference",)
+)
 def correct_index_add_fresh(dtype):
     """index_add_ of 1024 rows at random (repeated) row indices into a fresh zeros(256, 64)."""
-    return Program(index_add_fresh, [
-        contiguous((1024, 64), fill="randint", low=-20, high=20),
-        contiguous((1024,), dtype=torch.int64, fill="randint", low=0, high=256),
-    ])
+    return Program(
+        index_add_fresh,
+        [
+            contiguous((1024, 64), fill="randint", low=-20, high=20),
+            contiguous((1024,), dtype=torch.int64, fill="randint", low=0, high=256),
+        ],
+    )
 
 
 @case(tags=("correct", "inplace", "index_add", "fresh-buffer"), dtypes=(torch.float32,), modes=("training",))
 def correct_index_add_fresh_training(dtype):
     """index_add_ into a fresh buffer with a source that requires grad (the gradient is a gather)."""
-    return Program(index_add_fresh, [
-        contiguous((1024, 64), requires_grad=True),
-        contiguous((1024,), dtype=torch.int64, fill="randint", low=0, high=256),
-    ])
+    return Program(
+        index_add_fresh,
+        [
+            contiguous((1024, 64), requires_grad=True),
+            contiguous((1024,), dtype=torch.int64, fill="randint", low=0, high=256),
+        ],
+    )
 
 
 def index_add_into_input(buffer, source, index):
@@ -123,22 +145,30 @@ def index_add_into_input(buffer, source, index):
     return buffer.mean(dim=1, dtype=torch.float32) if buffer.is_floating_point() else buffer.sum(dim=1)
 
 
-@case(tags=("correct", "inplace", "index_add", "input-mutation"), dtypes=(torch.float32, torch.int64),
-      modes=("inference",))
+@case(
+    tags=("correct", "inplace", "index_add", "input-mutation"),
+    dtypes=(torch.float32, torch.int64),
+    modes=("inference",),
+)
 def correct_index_add_input(dtype):
     """index_add_(dim=1, alpha=2) into a graph input with repeated indices, then a row reduction."""
-    return Program(index_add_into_input, [
-        contiguous((32, 512), fill="randint", low=-20, high=20),
-        contiguous((32, 2048), fill="randint", low=-20, high=20),
-        contiguous((2048,), dtype=torch.int64, fill="randint", low=0, high=512),
-    ])
+    return Program(
+        index_add_into_input,
+        [
+            contiguous((32, 512), fill="randint", low=-20, high=20),
+            contiguous((32, 2048), fill="randint", low=-20, high=20),
+            contiguous((2048,), dtype=torch.int64, fill="randint", low=0, high=512),
+        ],
+    )
 
 
 def scatter_fresh(source):
     rows, width = source.shape[0], 512
     # Row r writes columns (7 * j + 3 * r) mod 512: unique within each row.
-    index = (torch.arange(source.shape[1], device=source.device)[None, :] * 7
-             + torch.arange(rows, device=source.device)[:, None] * 3) % width
+    index = (
+        torch.arange(source.shape[1], device=source.device)[None, :] * 7
+        + torch.arange(rows, device=source.device)[:, None] * 3
+    ) % width
     buffer = torch.zeros(rows, width, dtype=source.dtype, device=source.device)
     buffer.scatter_(1, index, source)
     return buffer, buffer.cumsum(dim=1)
@@ -161,15 +191,21 @@ def scatter_add_into_input(buffer, source, index):
     return buffer * 2
 
 
-@case(tags=("correct", "inplace", "scatter_add", "input-mutation"), dtypes=(torch.float32, torch.int64),
-      modes=("inference",))
+@case(
+    tags=("correct", "inplace", "scatter_add", "input-mutation"),
+    dtypes=(torch.float32, torch.int64),
+    modes=("inference",),
+)
 def correct_scatter_add_input(dtype):
     """scatter_add_ along dim 0 into a graph input, with random (repeated) indices."""
-    return Program(scatter_add_into_input, [
-        contiguous((64, 128), fill="randint", low=-20, high=20),
-        contiguous((1024, 128), fill="randint", low=-20, high=20),
-        contiguous((1024, 128), dtype=torch.int64, fill="randint", low=0, high=64),
-    ])
+    return Program(
+        scatter_add_into_input,
+        [
+            contiguous((64, 128), fill="randint", low=-20, high=20),
+            contiguous((1024, 128), fill="randint", low=-20, high=20),
+            contiguous((1024, 128), dtype=torch.int64, fill="randint", low=0, high=64),
+        ],
+    )
 
 
 def scatter_add_fresh_then_input(target, source, index):
@@ -180,15 +216,21 @@ def scatter_add_fresh_then_input(target, source, index):
     return fresh.sum(dim=1), target
 
 
-@case(tags=("correct", "inplace", "scatter", "scatter_add", "fresh-buffer", "input-mutation"),
-      dtypes=(torch.float32, torch.bfloat16), modes=("inference",))
+@case(
+    tags=("correct", "inplace", "scatter", "scatter_add", "fresh-buffer", "input-mutation"),
+    dtypes=(torch.float32, torch.bfloat16),
+    modes=("inference",),
+)
 def correct_scatter_add_fresh_and_input(dtype):
     """scatter_add_ into a fresh zeros_like and scatter_ (unique columns) into the graph input it mirrors."""
-    return Program(scatter_add_fresh_then_input, [
-        contiguous((48, 256)),
-        contiguous((48, 1024), fill="randint", low=-4, high=4),
-        contiguous((48, 1024), dtype=torch.int64, fill="randint", low=0, high=256),
-    ])
+    return Program(
+        scatter_add_fresh_then_input,
+        [
+            contiguous((48, 256)),
+            contiguous((48, 1024), fill="randint", low=-4, high=4),
+            contiguous((48, 1024), dtype=torch.int64, fill="randint", low=0, high=256),
+        ],
+    )
 
 
 def getitem_iadd_input(x, values):
@@ -200,10 +242,13 @@ def getitem_iadd_input(x, values):
 @case(tags=("correct", "inplace", "index_put", "iadd", "input-mutation"), dtypes=FLOATS_AND_INT, modes=("inference",))
 def correct_getitem_iadd_input(dtype):
     """`x[idx] += v` on a graph input with unique row indices (gather, add, index_put)."""
-    return Program(getitem_iadd_input, [
-        contiguous((512, 64), fill="randint", low=-30, high=30),
-        contiguous((200, 64), fill="randint", low=-30, high=30),
-    ])
+    return Program(
+        getitem_iadd_input,
+        [
+            contiguous((512, 64), fill="randint", low=-30, high=30),
+            contiguous((200, 64), fill="randint", low=-30, high=30),
+        ],
+    )
 
 
 def getitem_iadd_fresh(values, scale):
@@ -217,10 +262,13 @@ def getitem_iadd_fresh(values, scale):
 @case(tags=("correct", "inplace", "index_put", "iadd", "fresh-buffer"), dtypes=FLOATS, modes=("inference", "training"))
 def correct_getitem_iadd_fresh(dtype):
     """`buf[idx] += v` then `buf[idx[:100]] *= 2` on a fresh buffer, then logsumexp over 1024 rows."""
-    return Program(getitem_iadd_fresh, [
-        contiguous((600, 32), requires_grad=True),
-        contiguous((32,), requires_grad=True),
-    ])
+    return Program(
+        getitem_iadd_fresh,
+        [
+            contiguous((600, 32), requires_grad=True),
+            contiguous((32,), requires_grad=True),
+        ],
+    )
 
 
 def masked_fill_both(x, mask):
@@ -230,14 +278,20 @@ def masked_fill_both(x, mask):
     return y.sum(dim=-1), x
 
 
-@case(tags=("correct", "inplace", "masked_fill", "fresh-buffer", "input-mutation"),
-      dtypes=(torch.bfloat16, torch.float16, torch.float32), modes=("inference",))
+@case(
+    tags=("correct", "inplace", "masked_fill", "fresh-buffer", "input-mutation"),
+    dtypes=(torch.bfloat16, torch.float16, torch.float32),
+    modes=("inference",),
+)
 def correct_masked_fill_inplace(dtype):
     """masked_fill_ on a clone (clamp above 0.5) and on the graph input itself (with a bool mask input)."""
-    return Program(masked_fill_both, [
-        contiguous((64, 1024)),
-        contiguous((64, 1024), dtype=torch.bool),
-    ])
+    return Program(
+        masked_fill_both,
+        [
+            contiguous((64, 1024)),
+            contiguous((64, 1024), dtype=torch.bool),
+        ],
+    )
 
 
 def masked_fill_clone_training(x):

@@ -17,32 +17,56 @@ INTS = (torch.int64, torch.int32)
 # AVX2 CPUs (torch 2.13) compute it right: not strict, whether it shows depends on the CPU.
 FUSED_ARGMAX_AVX512 = KnownFailure(
     "the fused argmax/argmin kernel returns the row maximum's 16-lane vector start, not its index, on an AVX512 "
-    "CPU (seen with torch 2.11; new, not yet reported upstream)", device="cpu", torch="2.11", strict=False)
+    "CPU (seen with torch 2.11; new, not yet reported upstream)",
+    device="cpu",
+    torch="2.11",
+    strict=False,
+)
 
 
 def argmax_and_compare(x, y):
-    return (x.argmax(dim=-1), x.argmin(dim=0), torch.argmax(x.view(-1)),
-            x > y, torch.where(x >= y, x, y), (x == y).sum(dim=-1))
+    return (
+        x.argmax(dim=-1),
+        x.argmin(dim=0),
+        torch.argmax(x.view(-1)),
+        x > y,
+        torch.where(x >= y, x, y),
+        (x == y).sum(dim=-1),
+    )
 
 
-@case(tags=("correct", "integer", "argmax", "compare"), dtypes=(torch.float32,), modes=("inference",),
-      known_failures=[FUSED_ARGMAX_AVX512])
+@case(
+    tags=("correct", "integer", "argmax", "compare"),
+    dtypes=(torch.float32,),
+    modes=("inference",),
+    known_failures=[FUSED_ARGMAX_AVX512],
+)
 def correct_argmax_compare_float(dtype):
     """argmax/argmin (int64 results) over 1024- and 256-long dims of distinct floats, comparisons, where."""
-    return Program(argmax_and_compare, [
-        contiguous((256, 1024)),
-        permuted((1024, 256), (1, 0)),
-    ])
+    return Program(
+        argmax_and_compare,
+        [
+            contiguous((256, 1024)),
+            permuted((1024, 256), (1, 0)),
+        ],
+    )
 
 
-@case(tags=("correct", "integer", "argmax", "compare"), dtypes=INTS, modes=("inference",),
-      known_failures=[FUSED_ARGMAX_AVX512])
+@case(
+    tags=("correct", "integer", "argmax", "compare"),
+    dtypes=INTS,
+    modes=("inference",),
+    known_failures=[FUSED_ARGMAX_AVX512],
+)
 def correct_argmax_compare_int(dtype):
     """argmax/argmin over integers with many ties (the first index must win), comparisons, where."""
-    return Program(argmax_and_compare, [
-        contiguous((256, 1024), fill="randint", low=-500, high=500),
-        permuted((1024, 256), (1, 0), fill="randint", low=-500, high=500),
-    ])
+    return Program(
+        argmax_and_compare,
+        [
+            contiguous((256, 1024), fill="randint", low=-500, high=500),
+            permuted((1024, 256), (1, 0), fill="randint", low=-500, high=500),
+        ],
+    )
 
 
 def int_cumsum(x):
@@ -57,36 +81,53 @@ def correct_int_cumsum(dtype):
 
 def int_reductions_where(x, y):
     masked = torch.where(x > 0, x * 3, -y)
-    return (masked.sum(dim=-1), masked.amax(dim=0), x.amin(dim=(0, 1)),
-            (x % 7 == 0).sum(dim=0), torch.where(x > y, x, y).prod(dim=-1).remainder(1000003),
-            x // 3 + y % 5)
+    return (
+        masked.sum(dim=-1),
+        masked.amax(dim=0),
+        x.amin(dim=(0, 1)),
+        (x % 7 == 0).sum(dim=0),
+        torch.where(x > y, x, y).prod(dim=-1).remainder(1000003),
+        x // 3 + y % 5,
+    )
 
 
 @case(tags=("correct", "integer", "where", "reduction"), dtypes=INTS, modes=("inference",))
 def correct_int_where_reductions(dtype):
     """where, sum/amax/amin/prod reductions over 512-long dims, floor division and remainder, on integers."""
-    return Program(int_reductions_where, [
-        contiguous((128, 512), fill="randint", low=-20, high=20),
-        contiguous((128, 512), fill="randint", low=-20, high=20),
-    ])
+    return Program(
+        int_reductions_where,
+        [
+            contiguous((128, 512), fill="randint", low=-20, high=20),
+            contiguous((128, 512), fill="randint", low=-20, high=20),
+        ],
+    )
 
 
 def bool_logic(a, b, x):
     both = a & b
     either = torch.logical_or(a, b)
     flipped = ~a ^ b
-    return (both, either.any(dim=-1), flipped.all(dim=0), torch.count_nonzero(both, dim=-1),
-            torch.where(either, x, torch.zeros_like(x)).sum(dim=-1), both.long().cumsum(dim=-1))
+    return (
+        both,
+        either.any(dim=-1),
+        flipped.all(dim=0),
+        torch.count_nonzero(both, dim=-1),
+        torch.where(either, x, torch.zeros_like(x)).sum(dim=-1),
+        both.long().cumsum(dim=-1),
+    )
 
 
 @case(tags=("correct", "integer", "bool"), dtypes=(torch.int64,), modes=("inference",))
 def correct_bool_logic(dtype):
     """&, |, ^, ~ on bool tensors, any/all/count_nonzero over 768-long dims, where over integers, bool cumsum."""
-    return Program(bool_logic, [
-        contiguous((96, 768), dtype=torch.bool),
-        contiguous((96, 768), dtype=torch.bool),
-        contiguous((96, 768), fill="randint", low=-100, high=100),
-    ])
+    return Program(
+        bool_logic,
+        [
+            contiguous((96, 768), dtype=torch.bool),
+            contiguous((96, 768), dtype=torch.bool),
+            contiguous((96, 768), fill="randint", low=-100, high=100),
+        ],
+    )
 
 
 def float_to_int(x):

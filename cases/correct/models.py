@@ -14,7 +14,6 @@ from torch import nn
 from harness import Program, case, contiguous
 
 
-
 class MLP(nn.Module):
     """Linear -> LayerNorm -> GELU -> Linear -> LayerNorm -> GELU -> Linear."""
 
@@ -32,8 +31,11 @@ class MLP(nn.Module):
         return self.head(h)
 
 
-@case(tags=("correct", "model", "mlp", "layer_norm", "gelu", "bf16", "quick"), dtypes=(torch.bfloat16, torch.float32),
-      modes=("inference", "training"))
+@case(
+    tags=("correct", "model", "mlp", "layer_norm", "gelu", "bf16", "quick"),
+    dtypes=(torch.bfloat16, torch.float32),
+    modes=("inference", "training"),
+)
 def correct_mlp_layernorm_gelu(dtype):
     """A 2-layer MLP (hidden 512) with LayerNorm and GELU and a linear head."""
     torch.manual_seed(0)
@@ -63,8 +65,11 @@ class TinyAttention(nn.Module):
         return self.out(context.transpose(1, 2).reshape(batch, length, -1))
 
 
-@case(tags=("correct", "model", "attention", "softmax", "bf16"), dtypes=(torch.float32, torch.bfloat16),
-      modes=("inference", "training"))
+@case(
+    tags=("correct", "model", "attention", "softmax", "bf16"),
+    dtypes=(torch.float32, torch.bfloat16),
+    modes=("inference", "training"),
+)
 def correct_tiny_attention(dtype):
     """A tiny attention block (width 128, 4 heads, sequence 256) with matmul + softmax attention."""
     torch.manual_seed(0)
@@ -77,15 +82,18 @@ class CausalAttention(TinyAttention):
     def forward(self, x):
         q, k, v = self.split(self.q(x)), self.split(self.k(x)), self.split(self.v(x))
         length = x.shape[1]
-        scores = torch.matmul(q, k.transpose(-2, -1)) * (self.head_dim ** -0.5)
+        scores = torch.matmul(q, k.transpose(-2, -1)) * (self.head_dim**-0.5)
         causal = torch.ones(length, length, dtype=torch.bool, device=x.device).triu(1)
         scores = scores.masked_fill(causal, float("-inf"))
         context = torch.matmul(torch.softmax(scores.float(), dim=-1).to(x.dtype), v)
         return x + self.out(context.transpose(1, 2).flatten(2))
 
 
-@case(tags=("correct", "model", "attention", "softmax", "mask", "bf16"), dtypes=(torch.float32, torch.bfloat16),
-      modes=("training",))
+@case(
+    tags=("correct", "model", "attention", "softmax", "mask", "bf16"),
+    dtypes=(torch.float32, torch.bfloat16),
+    modes=("training",),
+)
 def correct_causal_attention(dtype):
     """Causal attention (masked_fill -inf, softmax in fp32) with a residual, width 96, 6 heads, sequence 192."""
     torch.manual_seed(0)
@@ -103,8 +111,11 @@ class ConvBNReLU(nn.Module):
         return self.conv2(torch.relu(self.bn(self.conv(x))))
 
 
-@case(tags=("correct", "model", "conv", "batch_norm", "running-stats"), dtypes=(torch.float32,),
-      modes=("inference", "training"))
+@case(
+    tags=("correct", "model", "conv", "batch_norm", "running-stats"),
+    dtypes=(torch.float32,),
+    modes=("inference", "training"),
+)
 def correct_conv_bn_relu(dtype):
     """conv2d + BatchNorm2d in training mode (batch statistics, running stats updated) + ReLU + conv2d."""
     torch.manual_seed(0)
@@ -113,8 +124,11 @@ def correct_conv_bn_relu(dtype):
     return Program(model, [contiguous((8, 8, 24, 24), requires_grad=True)])
 
 
-@case(tags=("correct", "model", "conv", "batch_norm"), dtypes=(torch.float32, torch.bfloat16),
-      modes=("inference", "training"))
+@case(
+    tags=("correct", "model", "conv", "batch_norm"),
+    dtypes=(torch.float32, torch.bfloat16),
+    modes=("inference", "training"),
+)
 def correct_conv_bn_relu_eval(dtype):
     """conv2d + BatchNorm2d in eval mode (running statistics, folded into pointwise) + ReLU + conv2d."""
     torch.manual_seed(0)
@@ -141,8 +155,11 @@ class EmbeddingBagClassifier(nn.Module):
         return torch.log_softmax(self.classifier(pooled), dim=-1)
 
 
-@case(tags=("correct", "model", "embedding", "pooling", "bf16"), dtypes=(torch.float32, torch.bfloat16),
-      modes=("inference", "training"))
+@case(
+    tags=("correct", "model", "embedding", "pooling", "bf16"),
+    dtypes=(torch.float32, torch.bfloat16),
+    modes=("inference", "training"),
+)
 def correct_embedding_pool_classifier(dtype):
     """Embedding (1000 x 128, padding 0) + masked mean pooling over 512 tokens + linear classifier."""
     torch.manual_seed(0)

@@ -33,11 +33,14 @@ def layer_norm_two_dims(x, weight, bias):
 @case(tags=("correct", "norm", "layer_norm", "permuted", "bf16", "fp16"), dtypes=HALF_AND_FLOAT, modes=BOTH_MODES)
 def correct_layer_norm_two_dims_permuted(dtype):
     """Functional layer norm over the last two dims (1536 elements) of a permuted input; weight and bias are inputs."""
-    return Program(layer_norm_two_dims, [
-        permuted((32, 16, 48), (1, 0, 2), requires_grad=True),
-        contiguous((32, 48), fill="rand", low=0.5, high=1.5, requires_grad=True),
-        contiguous((32, 48), requires_grad=True),
-    ])
+    return Program(
+        layer_norm_two_dims,
+        [
+            permuted((32, 16, 48), (1, 0, 2), requires_grad=True),
+            contiguous((32, 48), fill="rand", low=0.5, high=1.5, requires_grad=True),
+            contiguous((32, 48), requires_grad=True),
+        ],
+    )
 
 
 class RMSNorm(nn.Module):

@@ -24,10 +24,13 @@ def transpose_narrow(x, y):
 @case(tags=("correct", "views", "transpose", "narrow"), dtypes=FLOATS, modes=BOTH_MODES)
 def correct_transpose_narrow(dtype):
     """narrow of transposed inputs, broadcast add and a column reduction over 200 rows."""
-    return Program(transpose_narrow, [
-        contiguous((96, 256), requires_grad=True),
-        contiguous((160, 200), requires_grad=True),
-    ])
+    return Program(
+        transpose_narrow,
+        [
+            contiguous((96, 256), requires_grad=True),
+            contiguous((160, 200), requires_grad=True),
+        ],
+    )
 
 
 def unbind_split_cat(x):
@@ -52,11 +55,14 @@ def stack_expand_reduce(a, b, row):
 @case(tags=("correct", "views", "stack", "expand", "reduction"), dtypes=FLOATS, modes=BOTH_MODES)
 def correct_stack_expand_reduce(dtype):
     """stack along a new middle dim, multiply by an expanded row, reduce over (1, 2) and over the expand."""
-    return Program(stack_expand_reduce, [
-        contiguous((32, 256), requires_grad=True),
-        contiguous((32, 256), requires_grad=True),
-        contiguous((256,), requires_grad=True),
-    ])
+    return Program(
+        stack_expand_reduce,
+        [
+            contiguous((32, 256), requires_grad=True),
+            contiguous((32, 256), requires_grad=True),
+            contiguous((256,), requires_grad=True),
+        ],
+    )
 
 
 def reshape_permuted(x):
@@ -81,10 +87,13 @@ def stepped_slices(x, y):
 @case(tags=("correct", "views", "slice", "step"), dtypes=FLOATS, modes=BOTH_MODES)
 def correct_stepped_slices(dtype):
     """slices with steps (and an offset start) of a contiguous and of a gapped input, then reductions."""
-    return Program(stepped_slices, [
-        contiguous((128, 512), requires_grad=True),
-        gapped((96, 768), step=2, requires_grad=True),
-    ])
+    return Program(
+        stepped_slices,
+        [
+            contiguous((128, 512), requires_grad=True),
+            gapped((96, 768), step=2, requires_grad=True),
+        ],
+    )
 
 
 def gather_index_select(x, index, rows):
@@ -117,12 +126,15 @@ def cat_of_matmuls(x, w1, w2, w3):
 @case(tags=("correct", "views", "cat", "matmul"), dtypes=(torch.bfloat16, torch.float32), modes=BOTH_MODES)
 def correct_cat_matmuls(dtype):
     """torch.cat of three matmuls (one of a relu) along the feature dim, then log_softmax over it."""
-    return Program(cat_of_matmuls, [
-        contiguous((128, 256), requires_grad=True),
-        contiguous((256, 192), fill="rand", low=-0.1, high=0.1, requires_grad=True),
-        contiguous((256, 128), fill="rand", low=-0.1, high=0.1, requires_grad=True),
-        permuted((64, 256), (1, 0), fill="rand", low=-0.1, high=0.1, requires_grad=True),
-    ])
+    return Program(
+        cat_of_matmuls,
+        [
+            contiguous((128, 256), requires_grad=True),
+            contiguous((256, 192), fill="rand", low=-0.1, high=0.1, requires_grad=True),
+            contiguous((256, 128), fill="rand", low=-0.1, high=0.1, requires_grad=True),
+            permuted((64, 256), (1, 0), fill="rand", low=-0.1, high=0.1, requires_grad=True),
+        ],
+    )
 
 
 def bmm_heads_cat(x, w):
@@ -135,7 +147,10 @@ def bmm_heads_cat(x, w):
 @case(tags=("correct", "views", "cat", "matmul", "transpose"), dtypes=(torch.bfloat16, torch.float32), modes=BOTH_MODES)
 def correct_bmm_heads_cat(dtype):
     """Batched matmuls on transposed head views, unbind and cat of the results, then a 512-long sum."""
-    return Program(bmm_heads_cat, [
-        contiguous((4, 128, 64), requires_grad=True),
-        contiguous((64, 256), fill="rand", low=-0.15, high=0.15, requires_grad=True),
-    ])
+    return Program(
+        bmm_heads_cat,
+        [
+            contiguous((4, 128, 64), requires_grad=True),
+            contiguous((64, 256), fill="rand", low=-0.15, high=0.15, requires_grad=True),
+        ],
+    )

@@ -36,12 +36,19 @@ class ScaledSoftmaxOfSinView(nn.Module):
         return x, torch.softmax(x, dim=0)
 
 
-@case(tags=("upstream", "inductor", "reduction", "softmax", "inplace", "nan-inf"), dtypes=(torch.float32,),
-      issue=ISSUE, culprit="aten._softmax|aten.sin|aten.exp|aten.amax",
-      known_failures=(
-          KnownFailure("softmax of 1e14 * sin_(strided view) is NaN: recomputed sin differs by an ulp (pytorch#163932)",
-                       device="cpu", torch="2.13"),
-      ))
+@case(
+    tags=("upstream", "inductor", "reduction", "softmax", "inplace", "nan-inf"),
+    dtypes=(torch.float32,),
+    issue=ISSUE,
+    culprit="aten._softmax|aten.sin|aten.exp|aten.amax",
+    known_failures=(
+        KnownFailure(
+            "softmax of 1e14 * sin_(strided view) is NaN: recomputed sin differs by an ulp (pytorch#163932)",
+            device="cpu",
+            torch="2.13",
+        ),
+    ),
+)
 def upstream_163932_softmax_scaled_sin_view_nan(dtype):
     """softmax(1e14 * sin_(x.view(-1,2)).t()[0]): eager one-hot, compiled all NaN."""
     # The issue's input (torch.manual_seed(0); torch.randn(10, 5)); whether the recomputed

@@ -20,11 +20,19 @@ def copysign_negative_zero(x):
     return torch.ops.aten.copysign(x, -0.0)
 
 
-@case(tags=("upstream", "inductor", "pointwise", "signed-zero", "cuda-only"), dtypes=(torch.float32,), issue=ISSUE, culprit="aten.copysign",
-      known_failures=(
-          KnownFailure("copysign(x, -0.0) scalar: sign of -0.0 lost in the Triton kernel (pytorch#174172)",
-                       device="cuda", torch=">=2.11"),
-      ))
+@case(
+    tags=("upstream", "inductor", "pointwise", "signed-zero", "cuda-only"),
+    dtypes=(torch.float32,),
+    issue=ISSUE,
+    culprit="aten.copysign",
+    known_failures=(
+        KnownFailure(
+            "copysign(x, -0.0) scalar: sign of -0.0 lost in the Triton kernel (pytorch#174172)",
+            device="cuda",
+            torch=">=2.11",
+        ),
+    ),
+)
 def upstream_174172_copysign_negative_zero_scalar(dtype):
     """copysign(x, -0.0): eager -|x|, compiled CUDA +|x|."""
     return Program(copysign_negative_zero, [contiguous((6,))])

@@ -21,14 +21,22 @@ def nearest_scale_1_3(x):
     return F.interpolate(x, scale_factor=1.3, mode="nearest")
 
 
-@case(tags=("upstream", "inductor", "decomposition", "interpolate", "index"),
-      dtypes=(torch.float64, torch.float32), issue=ISSUE, culprit="stage:aot_eager",
-      known_failures=(
-          KnownFailure("upsample_nearest decomposition uses 1/scale, picks source index 0 for 1 (pytorch#175154)",
-                       device="cpu", torch="2.13"),
-          KnownFailure("upsample_nearest decomposition (device independent; pytorch#175154)",
-                       device="cuda", torch=">=2.11"),
-      ))
+@case(
+    tags=("upstream", "inductor", "decomposition", "interpolate", "index"),
+    dtypes=(torch.float64, torch.float32),
+    issue=ISSUE,
+    culprit="stage:aot_eager",
+    known_failures=(
+        KnownFailure(
+            "upsample_nearest decomposition uses 1/scale, picks source index 0 for 1 (pytorch#175154)",
+            device="cpu",
+            torch="2.13",
+        ),
+        KnownFailure(
+            "upsample_nearest decomposition (device independent; pytorch#175154)", device="cuda", torch=">=2.11"
+        ),
+    ),
+)
 def upstream_175154_interpolate_nearest_scale_1_3(dtype):
     """nearest interpolation with scale 1.3 of a width-2 row repeats element 0 instead of copying 1."""
     return Program(nearest_scale_1_3, [torch.tensor([[[[1.0, 2.0]]]], dtype=dtype)])

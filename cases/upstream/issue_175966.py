@@ -21,16 +21,28 @@ ISSUE = "https://github.com/pytorch/pytorch/issues/175966"
 
 def arange_times_tensor(x):
     return torch.arange(0, 11, device=x.device, dtype=torch.int64) * torch.tensor(
-        [int(1e9)], dtype=torch.int64, device=x.device)
+        [int(1e9)], dtype=torch.int64, device=x.device
+    )
 
 
-@case(tags=("upstream", "inductor", "index", "dtype", "int-overflow"), dtypes=(torch.float32,), issue=ISSUE, culprit="aten.mul",
-      known_failures=(
-          KnownFailure("int64 arange * 1e9 wraps at 2**32: index_expr evaluated in int32 (pytorch#175966)",
-                       device="cpu", torch="2.13"),
-          KnownFailure("int64 arange * 1e9 wraps at 2**32 in Triton index_expr (pytorch#175966, reported on 2.10)",
-                       device="cuda", torch=">=2.10,<2.13"),
-      ))
+@case(
+    tags=("upstream", "inductor", "index", "dtype", "int-overflow"),
+    dtypes=(torch.float32,),
+    issue=ISSUE,
+    culprit="aten.mul",
+    known_failures=(
+        KnownFailure(
+            "int64 arange * 1e9 wraps at 2**32: index_expr evaluated in int32 (pytorch#175966)",
+            device="cpu",
+            torch="2.13",
+        ),
+        KnownFailure(
+            "int64 arange * 1e9 wraps at 2**32 in Triton index_expr (pytorch#175966, reported on 2.10)",
+            device="cuda",
+            torch=">=2.10,<2.13",
+        ),
+    ),
+)
 def upstream_175966_arange_int64_mul_overflow(dtype):
     """int64 arange times a 1e9 int64 tensor wraps modulo 2**32 (8 of 11 elements wrong)."""
     return Program(arange_times_tensor, [contiguous((1,))])

@@ -30,12 +30,19 @@ def argmax_after_sin_transpose(x):
     return x.t().argmax()
 
 
-@case(tags=("upstream", "inductor", "reduction", "argmax", "inplace", "layout", "fixed"), dtypes=(torch.float32,),
-      issue=ISSUE, culprit="aten.argmax",
-      known_failures=(
-          KnownFailure("argmax of a transposed, sin_-mutated buffer indexed in the wrong order (pytorch#183082)",
-                       device="cpu", torch=">=2.10,<2.13"),
-      ))
+@case(
+    tags=("upstream", "inductor", "reduction", "argmax", "inplace", "layout", "fixed"),
+    dtypes=(torch.float32,),
+    issue=ISSUE,
+    culprit="aten.argmax",
+    known_failures=(
+        KnownFailure(
+            "argmax of a transposed, sin_-mutated buffer indexed in the wrong order (pytorch#183082)",
+            device="cpu",
+            torch=">=2.10,<2.13",
+        ),
+    ),
+)
 def upstream_183082_argmax_after_sin_inplace_transpose(dtype):
     """argmax() of x.clone().sin_().t(): 13 instead of 31 before the fix (passes on 2.13.0)."""
     return Program(argmax_after_sin_transpose, [torch.tensor(X, dtype=dtype)])

@@ -21,14 +21,25 @@ def remainder_pi(x):
     return torch.remainder(x, 3.14)
 
 
-@case(tags=("upstream", "inductor", "pointwise", "dtype", "scalar-promotion"), dtypes=(torch.float16,),
-      issue=ISSUE, culprit="aten.remainder", strict_eager=True,
-      known_failures=(
-          KnownFailure("remainder keeps the scalar 3.14 at fp32 instead of fp16 3.140625 (pytorch#183083)",
-                       device="cpu", torch="2.13"),
-          KnownFailure("remainder keeps the scalar at fp32 in Triton too (pytorch#183083; seen on H200)",
-                       device="cuda", torch="2.11"),
-      ))
+@case(
+    tags=("upstream", "inductor", "pointwise", "dtype", "scalar-promotion"),
+    dtypes=(torch.float16,),
+    issue=ISSUE,
+    culprit="aten.remainder",
+    strict_eager=True,
+    known_failures=(
+        KnownFailure(
+            "remainder keeps the scalar 3.14 at fp32 instead of fp16 3.140625 (pytorch#183083)",
+            device="cpu",
+            torch="2.13",
+        ),
+        KnownFailure(
+            "remainder keeps the scalar at fp32 in Triton too (pytorch#183083; seen on H200)",
+            device="cuda",
+            torch="2.11",
+        ),
+    ),
+)
 def upstream_183083_remainder_fp16_scalar(dtype):
     """remainder(fp16 x, 3.14): eager divides by fp16(3.14) == 3.140625, compiled by 3.14."""
     x = torch.tensor([-4.0, -1.5, -0.0, 0.0, 0.1, 1.0, 3.140625, 8.0], dtype=dtype)

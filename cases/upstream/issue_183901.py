@@ -20,13 +20,22 @@ def arange_times_int(x):
     return torch.arange(16, device=x.device, dtype=torch.int64) * 1500000000
 
 
-@case(tags=("upstream", "inductor", "index", "dtype", "int-overflow"), dtypes=(torch.float32,), issue=ISSUE, culprit="aten.mul",
-      known_failures=(
-          KnownFailure("int64 arange * 1.5e9 computed in int32 index arithmetic (pytorch#183901)",
-                       device="cpu", torch="2.13"),
-          KnownFailure("Triton index_expr kept the int32 index dtype (pytorch#183901, fixed by #184492)",
-                       device="cuda", torch="<2.13"),
-      ))
+@case(
+    tags=("upstream", "inductor", "index", "dtype", "int-overflow"),
+    dtypes=(torch.float32,),
+    issue=ISSUE,
+    culprit="aten.mul",
+    known_failures=(
+        KnownFailure(
+            "int64 arange * 1.5e9 computed in int32 index arithmetic (pytorch#183901)", device="cpu", torch="2.13"
+        ),
+        KnownFailure(
+            "Triton index_expr kept the int32 index dtype (pytorch#183901, fixed by #184492)",
+            device="cuda",
+            torch="<2.13",
+        ),
+    ),
+)
 def upstream_183901_arange_int64_mul_scalar_overflow(dtype):
     """int64 arange times the Python int 1500000000 wraps modulo 2**32."""
     return Program(arange_times_int, [contiguous((1,))])

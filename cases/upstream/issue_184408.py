@@ -21,11 +21,17 @@ def div_trunc(a, b):
     return torch.div(a, b, rounding_mode="trunc")
 
 
-@case(tags=("upstream", "inductor", "pointwise", "division", "cuda-only"), dtypes=(torch.float32,), issue=ISSUE, culprit="aten.div",
-      known_failures=(
-          KnownFailure("trunc division uses non-IEEE a/b in Triton: off by one (pytorch#184408)",
-                       device="cuda", torch=">=2.11"),
-      ))
+@case(
+    tags=("upstream", "inductor", "pointwise", "division", "cuda-only"),
+    dtypes=(torch.float32,),
+    issue=ISSUE,
+    culprit="aten.div",
+    known_failures=(
+        KnownFailure(
+            "trunc division uses non-IEEE a/b in Triton: off by one (pytorch#184408)", device="cuda", torch=">=2.11"
+        ),
+    ),
+)
 def upstream_184408_div_trunc_off_by_one(dtype):
     """div(rounding_mode='trunc') of near-integer and exact-integer quotients is off by one on CUDA."""
     a = torch.tensor([14.999999, 26.999999, 13.999999, 148.0, 1073.0, 2112.0], dtype=dtype)

@@ -25,14 +25,25 @@ def fmod_and_remainder(x):
     return torch.fmod(x, 1.7), torch.remainder(x, 1.7)
 
 
-@case(tags=("upstream", "inductor", "pointwise", "dtype", "scalar-promotion"),
-      dtypes=(torch.bfloat16, torch.float16), issue=ISSUE, culprit="aten.fmod|aten.remainder", strict_eager=True,
-      known_failures=(
-          KnownFailure("fmod/remainder keep the Python scalar at fp32 instead of rounding to bf16/fp16 (pytorch#186875)",
-                       device="cpu", torch="2.13"),
-          KnownFailure("fmod/remainder keep the Python scalar at fp32 in Triton too (pytorch#186875; seen on H200)",
-                       device="cuda", torch="2.11"),
-      ))
+@case(
+    tags=("upstream", "inductor", "pointwise", "dtype", "scalar-promotion"),
+    dtypes=(torch.bfloat16, torch.float16),
+    issue=ISSUE,
+    culprit="aten.fmod|aten.remainder",
+    strict_eager=True,
+    known_failures=(
+        KnownFailure(
+            "fmod/remainder keep the Python scalar at fp32 instead of rounding to bf16/fp16 (pytorch#186875)",
+            device="cpu",
+            torch="2.13",
+        ),
+        KnownFailure(
+            "fmod/remainder keep the Python scalar at fp32 in Triton too (pytorch#186875; seen on H200)",
+            device="cuda",
+            torch="2.11",
+        ),
+    ),
+)
 def upstream_186875_fmod_remainder_scalar_low_precision(dtype):
     """fmod/remainder(x, 1.7) for x == dtype(1.7): eager 0, compiled 0.003 (remainder: a full period off)."""
     x = torch.tensor([1.7, -1.7, 3.4, -3.4, 0.5], dtype=dtype)

@@ -20,12 +20,19 @@ def bessel_i(x):
     return torch.special.i0(x), torch.special.i1(x), torch.special.modified_bessel_i0(x)
 
 
-@case(tags=("upstream", "inductor", "pointwise", "special", "nan-inf", "cuda-only"), dtypes=(torch.float32,),
-      issue=ISSUE, culprit="i0|i1|bessel",
-      known_failures=(
-          KnownFailure("libdevice cyl_bessel_i0/i1 return inf for +-inf, eager NaN (pytorch#187332)",
-                       device="cuda", torch=">=2.11,<2.14"),
-      ))
+@case(
+    tags=("upstream", "inductor", "pointwise", "special", "nan-inf", "cuda-only"),
+    dtypes=(torch.float32,),
+    issue=ISSUE,
+    culprit="i0|i1|bessel",
+    known_failures=(
+        KnownFailure(
+            "libdevice cyl_bessel_i0/i1 return inf for +-inf, eager NaN (pytorch#187332)",
+            device="cuda",
+            torch=">=2.11,<2.14",
+        ),
+    ),
+)
 def upstream_187332_bessel_i0_infinite_input(dtype):
     """i0/i1/modified_bessel_i0 of +-inf: eager NaN, compiled CUDA inf."""
     x = torch.tensor([float("inf"), -float("inf"), 0.5, -2.0], dtype=dtype)

@@ -22,12 +22,20 @@ def scatter_add_then_gather(x, idx):
     return torch.index_select(res, 0, idx)
 
 
-@case(tags=("upstream", "inductor", "scatter", "fusion", "cuda-only"), dtypes=(torch.float32,), issue=ISSUE, culprit="scatter_add|index_select|gather",
-      known_failures=(
-          # Reported on CUDA; does not reproduce on torch 2.11.0+cu130 / Triton 3.6 (H200, seen).
-          KnownFailure("fused scatter_add + gather: load emitted before tl.atomic_add (pytorch#191571)",
-                       device="cuda", torch=">=2.12"),
-      ))
+@case(
+    tags=("upstream", "inductor", "scatter", "fusion", "cuda-only"),
+    dtypes=(torch.float32,),
+    issue=ISSUE,
+    culprit="scatter_add|index_select|gather",
+    known_failures=(
+        # Reported on CUDA; does not reproduce on torch 2.11.0+cu130 / Triton 3.6 (H200, seen).
+        KnownFailure(
+            "fused scatter_add + gather: load emitted before tl.atomic_add (pytorch#191571)",
+            device="cuda",
+            torch=">=2.12",
+        ),
+    ),
+)
 def upstream_191571_scatter_add_size1_then_gather(dtype):
     """scatter_add_ into a (1, 4) zeros buffer then index_select from it: compiled CUDA returns zeros."""
     idx = torch.zeros(8, dtype=torch.int64)

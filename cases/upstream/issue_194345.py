@@ -23,13 +23,24 @@ def remainder_and_fmod(a, b):
     return torch.remainder(a, b), torch.fmod(a, b)
 
 
-@case(tags=("upstream", "inductor", "pointwise", "division", "vectorization"), dtypes=(torch.float32,), issue=ISSUE, culprit="aten.remainder|aten.fmod",
-      known_failures=(
-          KnownFailure("vectorised remainder/fmod via a - floor(a/b)*b: -inf/NaN for huge |a/b| (pytorch#194345)",
-                       device="cpu", torch="2.13"),
-          KnownFailure("Triton remainder/fmod via a - floor(a/b)*b breaks for huge |a/b| (pytorch#194345)",
-                       device="cuda", torch=">=2.11"),
-      ))
+@case(
+    tags=("upstream", "inductor", "pointwise", "division", "vectorization"),
+    dtypes=(torch.float32,),
+    issue=ISSUE,
+    culprit="aten.remainder|aten.fmod",
+    known_failures=(
+        KnownFailure(
+            "vectorised remainder/fmod via a - floor(a/b)*b: -inf/NaN for huge |a/b| (pytorch#194345)",
+            device="cpu",
+            torch="2.13",
+        ),
+        KnownFailure(
+            "Triton remainder/fmod via a - floor(a/b)*b breaks for huge |a/b| (pytorch#194345)",
+            device="cuda",
+            torch=">=2.11",
+        ),
+    ),
+)
 def upstream_194345_remainder_fmod_large_ratio(dtype):
     """remainder/fmod with |a/b| beyond float range: wrong finite values, -inf or NaN compiled."""
     # 4 x 5 = 20 elements, so the CPU kernel takes its vectorised path.

@@ -26,13 +26,20 @@ def variance_and_std(x, y):
     return torch.var(x), torch.std(y)
 
 
-@case(tags=("upstream", "inductor", "reduction", "precision", "welford"), dtypes=(torch.float32,), issue=ISSUE, culprit="aten.var|aten.std",
-      known_failures=(
-          KnownFailure("cpp var/std accumulate in float32, eager in double (pytorch#197089)",
-                       device="cpu", torch="2.13"),
-          KnownFailure("var/std reduce in float32 in Triton, eager CUDA more accurately (pytorch#197089; seen on H200)",
-                       device="cuda", torch="2.11"),
-      ))
+@case(
+    tags=("upstream", "inductor", "reduction", "precision", "welford"),
+    dtypes=(torch.float32,),
+    issue=ISSUE,
+    culprit="aten.var|aten.std",
+    known_failures=(
+        KnownFailure("cpp var/std accumulate in float32, eager in double (pytorch#197089)", device="cpu", torch="2.13"),
+        KnownFailure(
+            "var/std reduce in float32 in Triton, eager CUDA more accurately (pytorch#197089; seen on H200)",
+            device="cuda",
+            torch="2.11",
+        ),
+    ),
+)
 def upstream_197089_var_std_float32_accumulation(dtype):
     """var of 1e5 + N(0, 1) (4096 values) is off by 6e-4; std of 1e30-scale values overflows to inf."""
     g = torch.Generator().manual_seed(197089)

@@ -23,14 +23,24 @@ def ldexp_half_by_float_exponents(x, e):
     return torch.ldexp(x, e)
 
 
-@case(tags=("upstream", "inductor", "pointwise", "dtype", "type-promotion"), dtypes=(torch.float16,),
-      issue=ISSUE, culprit="aten.ldexp|aten.mul|aten.pow|aten.exp2",
-      known_failures=(
-          KnownFailure("ldexp keeps the float16 mantissa's dtype instead of promoting with float32 exponents "
-                       "(pytorch#197091)", device="cpu", torch="2.13"),
-          KnownFailure("ldexp keeps the float16 mantissa's dtype (pytorch#197091, CPU and CUDA per the issue)",
-                       device="cuda", torch=">=2.11"),
-      ))
+@case(
+    tags=("upstream", "inductor", "pointwise", "dtype", "type-promotion"),
+    dtypes=(torch.float16,),
+    issue=ISSUE,
+    culprit="aten.ldexp|aten.mul|aten.pow|aten.exp2",
+    known_failures=(
+        KnownFailure(
+            "ldexp keeps the float16 mantissa's dtype instead of promoting with float32 exponents (pytorch#197091)",
+            device="cpu",
+            torch="2.13",
+        ),
+        KnownFailure(
+            "ldexp keeps the float16 mantissa's dtype (pytorch#197091, CPU and CUDA per the issue)",
+            device="cuda",
+            torch=">=2.11",
+        ),
+    ),
+)
 def upstream_197091_ldexp_half_mantissa_float_exponent(dtype):
     """ldexp(float16 x, float32 e): eager's result is float32 and finite, the compiled one float16 with inf and 0."""
     x = torch.tensor([1.5, 2.0, -3.0, 0.5, 1.0, -0.25, 7.0, 1.0], dtype=torch.float16)

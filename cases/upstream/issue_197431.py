@@ -33,13 +33,25 @@ def as_strided_over_slice_of_repeat(x):
     return torch.as_strided(full[:, ::2], (3, 2), full.stride()) * 1.0
 
 
-@case(tags=("upstream", "inductor", "view", "layout", "as_strided"), dtypes=(torch.float32,), issue=ISSUE, culprit="aten.as_strided",
-      known_failures=(
-          KnownFailure("as_strided with full's strides over the materialised slice: wrong elements, some read "
-                       "past its buffer (pytorch#197431)", device="cpu", torch="2.13"),
-          KnownFailure("as_strided ReinterpretView of a realized slice (IR-level, device independent; pytorch#197431)",
-                       device="cuda", torch=">=2.11"),
-      ))
+@case(
+    tags=("upstream", "inductor", "view", "layout", "as_strided"),
+    dtypes=(torch.float32,),
+    issue=ISSUE,
+    culprit="aten.as_strided",
+    known_failures=(
+        KnownFailure(
+            "as_strided with full's strides over the materialised slice: wrong elements, some read "
+            "past its buffer (pytorch#197431)",
+            device="cpu",
+            torch="2.13",
+        ),
+        KnownFailure(
+            "as_strided ReinterpretView of a realized slice (IR-level, device independent; pytorch#197431)",
+            device="cuda",
+            torch=">=2.11",
+        ),
+    ),
+)
 def upstream_197431_as_strided_of_sliced_repeat(dtype):
     """as_strided over full[:, ::2] with full's strides (times 1.0): 2 elements wrong in bounds, 2 out of bounds."""
     return Program(as_strided_over_slice_of_repeat, [torch.tensor([[1.5, -2.25]], dtype=dtype)])

@@ -24,14 +24,25 @@ def max_pool3d_with_indices(x):
     return F.max_pool3d(x, kernel_size=3, stride=2, return_indices=True)
 
 
-@case(tags=("upstream", "inductor", "pooling", "index", "layout"), dtypes=(torch.float32,), issue=ISSUE,
-      culprit="aten.max_pool3d_with_indices",
-      known_failures=(
-          KnownFailure("max_pool3d indices of an input whose H and W are transposed in memory (pytorch#197434)",
-                       device="cpu", torch="2.13"),
-          KnownFailure("max_pool3d indices of an input whose H and W are transposed in memory (pytorch#197434); "
-                       "seen on CUDA, torch 2.11 (H200)", device="cuda", torch="2.11"),
-      ))
+@case(
+    tags=("upstream", "inductor", "pooling", "index", "layout"),
+    dtypes=(torch.float32,),
+    issue=ISSUE,
+    culprit="aten.max_pool3d_with_indices",
+    known_failures=(
+        KnownFailure(
+            "max_pool3d indices of an input whose H and W are transposed in memory (pytorch#197434)",
+            device="cpu",
+            torch="2.13",
+        ),
+        KnownFailure(
+            "max_pool3d indices of an input whose H and W are transposed in memory (pytorch#197434); "
+            "seen on CUDA, torch 2.11 (H200)",
+            device="cuda",
+            torch="2.11",
+        ),
+    ),
+)
 def upstream_197434_max_pool3d_indices_transposed_input(dtype):
     """max_pool3d(return_indices=True) of an input whose last two dims are swapped in memory: indices transposed."""
     return Program(max_pool3d_with_indices, [permuted((1, 2, 6, 7, 5), (0, 1, 2, 4, 3))])

@@ -20,11 +20,19 @@ def argmin_of_transposed(x):
     return (x.t() + 0.5).argmin(), (x.t() + 0.5).argmax()
 
 
-@case(tags=("upstream", "inductor", "reduction", "argmin", "layout", "quick"), dtypes=(torch.float32,), issue=ISSUE, culprit="aten.argmin",
-      known_failures=(
-          KnownFailure("argmin/argmax flat index of a transposed intermediate in storage order (pytorch#197739)",
-                       device="cpu", torch="2.13"),
-      ))
+@case(
+    tags=("upstream", "inductor", "reduction", "argmin", "layout", "quick"),
+    dtypes=(torch.float32,),
+    issue=ISSUE,
+    culprit="aten.argmin",
+    known_failures=(
+        KnownFailure(
+            "argmin/argmax flat index of a transposed intermediate in storage order (pytorch#197739)",
+            device="cpu",
+            torch="2.13",
+        ),
+    ),
+)
 def upstream_197739_argmin_transposed_intermediate(dtype):
     """argmin()/argmax() of x.t() + 0.5 (no dim): the flat index is in x's order, not x.t()'s."""
     x = torch.tensor([[1.5410, -0.2934], [-2.1788, 0.5684]], dtype=dtype)

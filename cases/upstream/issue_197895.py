@@ -20,13 +20,22 @@ def floor_div(a, b):
     return a // b, torch.div(a, b, rounding_mode="floor")
 
 
-@case(tags=("upstream", "inductor", "pointwise", "division", "quick"), dtypes=(torch.float32, torch.float64), issue=ISSUE, culprit="aten.div|floor_divide",
-      known_failures=(
-          KnownFailure("float floor division lowered to floor(a/b): 1.0 // 0.1 == 10 (pytorch#197895)",
-                       device="cpu", torch="2.13"),
-          KnownFailure("float floor division lowered to floor(div_rn(a, b)) (pytorch#197895; CUDA per the issue)",
-                       device="cuda", torch=">=2.11"),
-      ))
+@case(
+    tags=("upstream", "inductor", "pointwise", "division", "quick"),
+    dtypes=(torch.float32, torch.float64),
+    issue=ISSUE,
+    culprit="aten.div|floor_divide",
+    known_failures=(
+        KnownFailure(
+            "float floor division lowered to floor(a/b): 1.0 // 0.1 == 10 (pytorch#197895)", device="cpu", torch="2.13"
+        ),
+        KnownFailure(
+            "float floor division lowered to floor(div_rn(a, b)) (pytorch#197895; CUDA per the issue)",
+            device="cuda",
+            torch=">=2.11",
+        ),
+    ),
+)
 def upstream_197895_float_floor_divide_off_by_one(dtype):
     """a // b on floats whose exact quotient lies just below an integer comes out one too high."""
     a = torch.tensor([1.0, 0.5, 6.0, 1.0, 7.0, 0.3], dtype=dtype)

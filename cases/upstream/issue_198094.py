@@ -24,14 +24,26 @@ def scatter_then_zero_input(x, src):
     return y
 
 
-@case(tags=("upstream", "inductor", "scatter", "inplace", "reinplace"), dtypes=(torch.int64,), issue=ISSUE, culprit="pass:reinplace_inplaceable_ops",
-      known_failures=(
-          KnownFailure("slice_scatter reinplaced into input x, then x.zero_() overwrites it (pytorch#198094)",
-                       device="cpu", torch="2.13"),
-          KnownFailure("slice_scatter reinplaced into a mutated input (pytorch#198094, CUDA repro in the issue)",
-                       device="cuda", torch=">=2.11"),
-      ))
+@case(
+    tags=("upstream", "inductor", "scatter", "inplace", "reinplace"),
+    dtypes=(torch.int64,),
+    issue=ISSUE,
+    culprit="pass:reinplace_inplaceable_ops",
+    known_failures=(
+        KnownFailure(
+            "slice_scatter reinplaced into input x, then x.zero_() overwrites it (pytorch#198094)",
+            device="cpu",
+            torch="2.13",
+        ),
+        KnownFailure(
+            "slice_scatter reinplaced into a mutated input (pytorch#198094, CUDA repro in the issue)",
+            device="cuda",
+            torch=">=2.11",
+        ),
+    ),
+)
 def upstream_198094_slice_scatter_reinplaced_into_mutated_input(dtype):
     """slice_scatter(x, ...) followed by x.zero_(): the returned scatter result is all zeros."""
-    return Program(scatter_then_zero_input, [contiguous((4, 6), fill="arange"),
-                                              contiguous((4, 6), fill="arange", low=-12)])
+    return Program(
+        scatter_then_zero_input, [contiguous((4, 6), fill="arange"), contiguous((4, 6), fill="arange", low=-12)]
+    )

@@ -25,13 +25,22 @@ def dtype_view_then_mutate(x):
     return y.view(torch.int64)
 
 
-@case(tags=("upstream", "inductor", "view", "inplace", "dtype", "aliasing"), dtypes=(torch.int64,), issue=ISSUE, culprit="aten.mul",
-      known_failures=(
-          KnownFailure("user of an int32 view of x scheduled after x[:, 2:5] = 2 (pytorch#198101)",
-                       device="cpu", torch="2.13"),
-          KnownFailure("aliasing-buffer users not realized before mutation (pytorch#198101, CUDA repro)",
-                       device="cuda", torch=">=2.11"),
-      ))
+@case(
+    tags=("upstream", "inductor", "view", "inplace", "dtype", "aliasing"),
+    dtypes=(torch.int64,),
+    issue=ISSUE,
+    culprit="aten.mul",
+    known_failures=(
+        KnownFailure(
+            "user of an int32 view of x scheduled after x[:, 2:5] = 2 (pytorch#198101)", device="cpu", torch="2.13"
+        ),
+        KnownFailure(
+            "aliasing-buffer users not realized before mutation (pytorch#198101, CUDA repro)",
+            device="cuda",
+            torch=">=2.11",
+        ),
+    ),
+)
 def upstream_198101_dtype_view_read_after_mutation(dtype):
     """A tensor computed from x.view(int32) before x[:, 2:5] = 2 sees the new values."""
     return Program(dtype_view_then_mutate, [contiguous((4, 6), fill="arange", low=-12)])

@@ -26,22 +26,38 @@ def avg_pool2d_ceil(x):
 
 
 KNOWN = (
-    KnownFailure("avg_pool backward divides the clipped ceil_mode window by kH*kW (pytorch#198119)",
-                 device="cpu", torch="2.13"),
-    KnownFailure("avg_pool2d_backward lowering, ceil_mode (pytorch#198119, CPU and CUDA per the issue)",
-                 device="cuda", torch=">=2.11"),
+    KnownFailure(
+        "avg_pool backward divides the clipped ceil_mode window by kH*kW (pytorch#198119)", device="cpu", torch="2.13"
+    ),
+    KnownFailure(
+        "avg_pool2d_backward lowering, ceil_mode (pytorch#198119, CPU and CUDA per the issue)",
+        device="cuda",
+        torch=">=2.11",
+    ),
 )
 
 
-@case(tags=("upstream", "inductor", "pooling", "backward"), dtypes=(torch.float32,), modes=("training",),
-      issue=ISSUE, culprit="avg_pool2d_backward", known_failures=KNOWN)
+@case(
+    tags=("upstream", "inductor", "pooling", "backward"),
+    dtypes=(torch.float32,),
+    modes=("training",),
+    issue=ISSUE,
+    culprit="avg_pool2d_backward",
+    known_failures=KNOWN,
+)
 def upstream_198119_avg_pool1d_ceil_mode_backward(dtype):
     """avg_pool1d(k=3, s=2, ceil_mode=True) on length 6: gradient of the overhanging window is 1/3, not 1/2."""
     return Program(avg_pool1d_ceil, [contiguous((2, 3, 6), requires_grad=True)])
 
 
-@case(tags=("upstream", "inductor", "pooling", "backward"), dtypes=(torch.float32,), modes=("training",),
-      issue=ISSUE, culprit="avg_pool2d_backward", known_failures=KNOWN)
+@case(
+    tags=("upstream", "inductor", "pooling", "backward"),
+    dtypes=(torch.float32,),
+    modes=("training",),
+    issue=ISSUE,
+    culprit="avg_pool2d_backward",
+    known_failures=KNOWN,
+)
 def upstream_198119_avg_pool2d_ceil_mode_backward(dtype):
     """avg_pool2d(k=3, s=2, ceil_mode=True) on 6x6: last row/column gradients divided by 9 instead of 6/4."""
     return Program(avg_pool2d_ceil, [contiguous((2, 3, 6, 6), requires_grad=True)])

@@ -21,13 +21,22 @@ def copy_then_mutate_source(dst, src):
     return src
 
 
-@case(tags=("upstream", "inductor", "inplace", "aliasing", "fx-pass", "quick"), dtypes=(torch.float32,), issue=ISSUE, culprit="pass:remove_noop_ops",
-      known_failures=(
-          KnownFailure("remove_noop_ops turns the copy of src into src, copied after src.add_(1) (pytorch#198131)",
-                       device="cpu", torch="2.13"),
-          KnownFailure("remove_noop_ops copy of a later-mutated input (pytorch#198131, CUDA repro)",
-                       device="cuda", torch=">=2.11"),
-      ))
+@case(
+    tags=("upstream", "inductor", "inplace", "aliasing", "fx-pass", "quick"),
+    dtypes=(torch.float32,),
+    issue=ISSUE,
+    culprit="pass:remove_noop_ops",
+    known_failures=(
+        KnownFailure(
+            "remove_noop_ops turns the copy of src into src, copied after src.add_(1) (pytorch#198131)",
+            device="cpu",
+            torch="2.13",
+        ),
+        KnownFailure(
+            "remove_noop_ops copy of a later-mutated input (pytorch#198131, CUDA repro)", device="cuda", torch=">=2.11"
+        ),
+    ),
+)
 def upstream_198131_copy_of_input_mutated_later(dtype):
     """dst[:] = src[:] then src.add_(1): dst (an input mutation) receives src + 1."""
     return Program(copy_then_mutate_source, [contiguous((3, 4), fill="ones"), contiguous((3, 4), fill="arange")])

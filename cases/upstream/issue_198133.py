@@ -20,12 +20,17 @@ NEAR_ONE = {
 }
 
 
-@case(tags=("upstream", "inductor", "pointwise", "special", "precision"), dtypes=(torch.float32, torch.float64),
-      issue=ISSUE, culprit="aten.erfinv",
-      known_failures=(
-          KnownFailure("cpp erfinv (calc_erfinv, Newton correction cancels near +-1) (pytorch#198133)",
-                       device="cpu", torch="2.13"),
-      ))
+@case(
+    tags=("upstream", "inductor", "pointwise", "special", "precision"),
+    dtypes=(torch.float32, torch.float64),
+    issue=ISSUE,
+    culprit="aten.erfinv",
+    known_failures=(
+        KnownFailure(
+            "cpp erfinv (calc_erfinv, Newton correction cancels near +-1) (pytorch#198133)", device="cpu", torch="2.13"
+        ),
+    ),
+)
 def upstream_198133_erfinv_near_one(dtype):
     """erfinv of inputs within 1e-7 of +-1 is off by up to 6e-5 relative (eager is correctly rounded)."""
     values = NEAR_ONE[dtype]

@@ -26,12 +26,20 @@ def erf_and_atanh(x):
     return torch.erf(x), torch.atanh(x)
 
 
-@case(tags=("upstream", "inductor", "pointwise", "special", "precision", "vectorization"),
-      dtypes=(torch.float32,), issue=ISSUE, culprit="aten.erf|aten.atanh", tolerances={torch.float32: Tolerance(rtol=1.3e-6, atol=1e-30)},
-      known_failures=(
-          KnownFailure("Vectorized<float>::erf/atanh have absolute, not relative, accuracy near 0 (pytorch#198183)",
-                       device="cpu", torch="2.13"),
-      ))
+@case(
+    tags=("upstream", "inductor", "pointwise", "special", "precision", "vectorization"),
+    dtypes=(torch.float32,),
+    issue=ISSUE,
+    culprit="aten.erf|aten.atanh",
+    tolerances={torch.float32: Tolerance(rtol=1.3e-6, atol=1e-30)},
+    known_failures=(
+        KnownFailure(
+            "Vectorized<float>::erf/atanh have absolute, not relative, accuracy near 0 (pytorch#198183)",
+            device="cpu",
+            torch="2.13",
+        ),
+    ),
+)
 def upstream_198183_vectorized_erf_small_inputs(dtype):
     """Vectorised float32 erf/atanh of |x| <= 1e-3: erf(1e-7) == 0, large relative errors everywhere."""
     x = torch.tensor(SMALL + [-v for v in SMALL], dtype=dtype).repeat(4)  # 64 elements, vector path

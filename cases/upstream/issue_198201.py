@@ -20,13 +20,18 @@ def nearest_mixed_scale(z):
     return F.interpolate(z, scale_factor=(1.3, 1.5), mode="nearest")
 
 
-@case(tags=("upstream", "inductor", "decomposition", "interpolate", "index"), dtypes=(torch.float32,), issue=ISSUE, culprit="stage:aot_eager",
-      known_failures=(
-          KnownFailure("upsample_nearest resamples an unchanged dim with scale 1/1.3 (pytorch#198201)",
-                       device="cpu", torch="2.13"),
-          KnownFailure("upsample_nearest lowering (device independent; pytorch#198201)",
-                       device="cuda", torch=">=2.11"),
-      ))
+@case(
+    tags=("upstream", "inductor", "decomposition", "interpolate", "index"),
+    dtypes=(torch.float32,),
+    issue=ISSUE,
+    culprit="stage:aot_eager",
+    known_failures=(
+        KnownFailure(
+            "upsample_nearest resamples an unchanged dim with scale 1/1.3 (pytorch#198201)", device="cpu", torch="2.13"
+        ),
+        KnownFailure("upsample_nearest lowering (device independent; pytorch#198201)", device="cuda", torch=">=2.11"),
+    ),
+)
 def upstream_198201_interpolate_nearest_unchanged_dim(dtype):
     """nearest interpolation, scale (1.3, 1.5) on 3x4: the unchanged height is resampled (rows 0,0,1)."""
     return Program(nearest_mixed_scale, [contiguous((1, 1, 3, 4), fill="arange")])

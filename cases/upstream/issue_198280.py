@@ -28,12 +28,20 @@ def transpose_in_place(x):
     return x
 
 
-@case(tags=("upstream", "inductor", "inplace", "layout", "fusion", "cuda-only"), dtypes=(torch.float32,),
-      issue=ISSUE, culprit="aten.copy",
-      known_failures=(
-          KnownFailure("copy_ into x fused with the transposed read of x after loop reordering (pytorch#198280)",
-                       device="cuda", torch=">=2.10", strict=False),
-      ))
+@case(
+    tags=("upstream", "inductor", "inplace", "layout", "fusion", "cuda-only"),
+    dtypes=(torch.float32,),
+    issue=ISSUE,
+    culprit="aten.copy",
+    known_failures=(
+        KnownFailure(
+            "copy_ into x fused with the transposed read of x after loop reordering (pytorch#198280)",
+            device="cuda",
+            torch=">=2.10",
+            strict=False,
+        ),
+    ),
+)
 def upstream_198280_inplace_transpose_copy(dtype):
     """x.copy_(x.mT * 1.0) for (80000, 5, 5): compiled CUDA overwrites values before reading them."""
     return Program(transpose_in_place, [contiguous((80000, 5, 5), fill="rand", low=0, high=1)])

@@ -20,21 +20,28 @@ from harness import KnownFailure, Program, broadcast, case, contiguous
 
 ISSUE = "new: not yet reported upstream (found by the OpInfo sweep, as_strided_scatter of a broadcast input)"
 
-WRONG_ROWS = ("as_strided_scatter of an expanded input: the compiled result keeps the stride-0 layout, so every row "
-              "reads the scattered one (new upstream bug, found by the OpInfo sweep)")
+WRONG_ROWS = (
+    "as_strided_scatter of an expanded input: the compiled result keeps the stride-0 layout, so every row "
+    "reads the scattered one (new upstream bug, found by the OpInfo sweep)"
+)
 
 
 def scatter_into_first_row(x, src):
     return torch.as_strided_scatter(x, src, (1, 3), (3, 1), storage_offset=0)
 
 
-@case(tags=("upstream", "inductor", "scatter", "layout", "broadcast"), dtypes=(torch.int64, torch.float32),
-      issue=ISSUE, culprit="aten.clone",
-      known_failures=(
-          KnownFailure(WRONG_ROWS, device="cpu", torch="2.13"),
-          KnownFailure(WRONG_ROWS, device="cuda", torch="2.11"),
-      ))
+@case(
+    tags=("upstream", "inductor", "scatter", "layout", "broadcast"),
+    dtypes=(torch.int64, torch.float32),
+    issue=ISSUE,
+    culprit="aten.clone",
+    known_failures=(
+        KnownFailure(WRONG_ROWS, device="cpu", torch="2.13"),
+        KnownFailure(WRONG_ROWS, device="cuda", torch="2.11"),
+    ),
+)
 def upstream_new_as_strided_scatter_broadcast_input(dtype):
     """as_strided_scatter into row 0 of arange(3).expand(3, 3): compiled rows 1 and 2 equal row 0."""
-    return Program(scatter_into_first_row, [broadcast((3, 3), (1, 3), fill="arange"),
-                                            contiguous((1, 3), fill="arange", low=10)])
+    return Program(
+        scatter_into_first_row, [broadcast((3, 3), (1, 3), fill="arange"), contiguous((1, 3), fill="arange", low=10)]
+    )

@@ -26,14 +26,26 @@ def rfft_then_conj(x):
     return torch.fft.rfft(x, n=4, dim=1).conj()
 
 
-@case(tags=("upstream", "inductor", "fft", "complex", "layout", "conj"), dtypes=(torch.float32,), issue=ISSUE,
-      culprit="aten._conj",
-      known_failures=(
-          KnownFailure("Inductor copies the lazy conjugate view of a non-contiguous FFT result without conjugating "
-                       "(new upstream bug, found by the OpInfo sweep)", device="cpu", torch="2.13"),
-          KnownFailure("Inductor fails to compile it on CUDA: Triton has no complex64 pointer type "
-                       "(InductorError: KeyError 'complex64' in signature_of)", device="cuda", torch="2.11"),
-      ))
+@case(
+    tags=("upstream", "inductor", "fft", "complex", "layout", "conj"),
+    dtypes=(torch.float32,),
+    issue=ISSUE,
+    culprit="aten._conj",
+    known_failures=(
+        KnownFailure(
+            "Inductor copies the lazy conjugate view of a non-contiguous FFT result without conjugating "
+            "(new upstream bug, found by the OpInfo sweep)",
+            device="cpu",
+            torch="2.13",
+        ),
+        KnownFailure(
+            "Inductor fails to compile it on CUDA: Triton has no complex64 pointer type "
+            "(InductorError: KeyError 'complex64' in signature_of)",
+            device="cuda",
+            torch="2.11",
+        ),
+    ),
+)
 def upstream_new_fft_conj_view_copy(dtype):
     """rfft(x, n=4, dim=1).conj() of a column-major (2, 3, 4) input: compiled returns the unconjugated values."""
     return Program(rfft_then_conj, [permuted((4, 3, 2), (2, 1, 0))])

@@ -25,12 +25,21 @@ def split_in_two(x):
     return x.split(2)
 
 
-@case(tags=("upstream", "aot_autograd", "view", "layout", "overlapping", "training"), dtypes=(torch.float32,),
-      modes=("training",), issue=ISSUE, culprit="stage:aot_eager",
-      known_failures=(
-          KnownFailure("split() outputs of an overlapping input: AOTAutograd's regenerated views scatter their gradient "
-                       "into shared storage (new upstream bug, found by the OpInfo sweep)", device="cpu", torch="2.13"),
-      ))
+@case(
+    tags=("upstream", "aot_autograd", "view", "layout", "overlapping", "training"),
+    dtypes=(torch.float32,),
+    modes=("training",),
+    issue=ISSUE,
+    culprit="stage:aot_eager",
+    known_failures=(
+        KnownFailure(
+            "split() outputs of an overlapping input: AOTAutograd's regenerated views scatter their gradient "
+            "into shared storage (new upstream bug, found by the OpInfo sweep)",
+            device="cpu",
+            torch="2.13",
+        ),
+    ),
+)
 def upstream_new_split_overlapping_input_grad(dtype):
     """x.split(2) of a (4, 4) input with strides (2, 1): the compiled input gradient differs from eager's."""
     return Program(split_in_two, [strided((4, 4), (2, 1), requires_grad=True)])

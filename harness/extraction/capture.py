@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from ..run_results import same_values
-from ..inductor_compat import GraphInfo, Launch
-from ..probe.isolation import fill_in
-from . import subgraph as S
+from harness.judge.results import same_values
+from harness.inductor_compat import GraphInfo, Launch
+from harness.probe.isolation import fill_in
+from harness.extraction import subgraph as S
 
 # How many rings of neighbouring kernels a graph-level repro may widen to.
 MAX_WIDENING = 3
@@ -78,20 +78,33 @@ def capture_launch(launch: Launch, call: Any, label: str, diverging_buffer: str 
         whole = False
         if node is not None and expected is not None:
             value = values.value(node)
-            whole = (value is not None and value.numel() == expected.numel()
-                     and same_values(value.reshape(expected.shape), expected))
+            whole = (
+                value is not None
+                and value.numel() == expected.numel()
+                and same_values(value.reshape(expected.shape), expected)
+            )
         name = regions.local_of(launch, tensor) or launch.param_name(key)
         host = None if expected is None else expected.detach().to("cpu", copy=True)
         written.append(WrittenArgument(key, name, node, whole, host))
     rings = _rings(info, launch.kernel.name, [w.node for w in written if w.node])
     needed = {name for ring in rings for name in S.cut(info.gm, ring).inputs} if rings else set()
     return CapturedLaunch(
-        graph=label, graph_kind=info.kind, launch_index=launch.index, kernel_name=launch.kernel.name,
-        kernel_kind=launch.kernel.kind, kernel_source=launch.kernel.source, module_path=launch.kernel.module_path,
+        graph=label,
+        graph_kind=info.kind,
+        launch_index=launch.index,
+        kernel_name=launch.kernel.name,
+        kernel_kind=launch.kernel.kind,
+        kernel_source=launch.kernel.source,
+        module_path=launch.kernel.module_path,
         accumulates=launch.kernel.accumulates,
-        args=args, kwargs=kwargs, written=written, gm=info.gm, rings=rings,
+        args=args,
+        kwargs=kwargs,
+        written=written,
+        gm=info.gm,
+        rings=rings,
         values=_eager_values(info, values, needed),
-        diverging=next((w.node.rpartition("@")[2] for w in written if w.name == diverging_buffer and w.node), None))
+        diverging=next((w.node.rpartition("@")[2] for w in written if w.name == diverging_buffer and w.node), None),
+    )
 
 
 def _arguments_on_eager_values(launch: Launch, regions: Any, values: Any) -> tuple[list[Any], dict[str, Any]]:
@@ -158,6 +171,6 @@ def _eager_values(info: GraphInfo, values: Any, names: set[str]) -> dict[str, to
 
 def _host_copy(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor on the host with its size, stride, offset and whole storage."""
-    from ..layout import clone_exact
+    from harness.layout import clone_exact
 
     return clone_exact(tensor.detach(), device="cpu")

@@ -37,12 +37,12 @@ from typing import Any, Callable
 
 import torch
 
-from .. import records as R
-from . import forms, inline_emulation
-from .capture import CapturedLaunch
-from .kernel_repro import LAUNCH_FILE, MANIFEST, MODULE_FILE
-from . import kernel_repro
-from . import subgraph as S
+from harness import records as R
+from harness.extraction import forms, inline_emulation
+from harness.extraction.capture import CapturedLaunch
+from harness.extraction.kernel_repro import LAUNCH_FILE, MANIFEST, MODULE_FILE
+from harness.extraction import kernel_repro
+from harness.extraction import subgraph as S
 
 CASE_PREFIX = "extracted_"
 PLAIN_FILE = "plain_repro.py"
@@ -96,23 +96,31 @@ def extract(captured: CapturedLaunch, parent: Parent) -> R.Extraction:
     directory.mkdir(parents=True)
     # Until the extraction ends, the folder says it holds nothing verified: a process lost meanwhile (a timeout, a
     # crash) leaves it marked, and the harness removes it.
-    (directory / UNFINISHED).write_text("an extraction that did not finish wrote this folder: nothing here is a "
-                                        "verified repro\n")
-    found = R.Extraction("does-not-reproduce", str(directory), kernel=captured.kernel_name, graph=captured.graph,
-                         command=parent.record.command)
+    (directory / UNFINISHED).write_text(
+        "an extraction that did not finish wrote this folder: nothing here is a verified repro\n"
+    )
+    found = R.Extraction(
+        R.Reproduction.DOES_NOT_REPRODUCE,
+        str(directory),
+        kernel=captured.kernel_name,
+        graph=captured.graph,
+        command=parent.record.command,
+    )
     found.kernel_injection = _narrowed(parent.config.inject, captured.kernel_name)
     manifest = _manifest(captured, parent, found)
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=1))
     clock = time.perf_counter()
     drift = parent.record.first_divergent_kernel.answer == R.Answer.DRIFT
     if drift:  # a kernel-level repro would contradict the answer it was extracted from
-        found.notes.append("kernel-level repro not written: the answer is a drift (no kernel is wrong on exact "
-                           "inputs); the graph-level forms are what reproduces it")
+        found.notes.append(
+            "kernel-level repro not written: the answer is a drift (no kernel is wrong on exact "
+            "inputs); the graph-level forms are what reproduces it"
+        )
     try:
         if not drift:
             _kernel_form(captured, parent, directory, found)
     except Exception as exc:  # noqa: BLE001 - one form failing leaves the others
-        found.kernel_repro = "not-written"
+        found.kernel_repro = R.Reproduction.NOT_WRITTEN
         found.notes.append(f"kernel-level repro failed: {type(exc).__name__}: {R.exception_line(exc)}")
         _remove(directory, REPRO_FILE, LAUNCH_FILE, MODULE_FILE, "kernel.cpp", "_kernel.py")
     found.timings["kernel"] = round(time.perf_counter() - clock, 3)
@@ -123,7 +131,7 @@ def extract(captured: CapturedLaunch, parent: Parent) -> R.Extraction:
         # Whatever was written but not verified goes: a repro that did not reproduce is never left as one.
         if found.case_file is None:
             _remove(directory, f"{CASE_PREFIX}{name}.py", forms.VALUES_FILE)
-        if found.plain_script != "reproduces":
+        if found.plain_script != R.Reproduction.REPRODUCES:
             _remove(directory, PLAIN_FILE, PLAIN_VALUES_FILE)
     found.seconds = round(time.perf_counter() - started, 3)
     manifest["result"] = dataclasses.asdict(found)
@@ -141,24 +149,39 @@ def _narrowed(inject: str | None, kernel: str) -> str | None:
 
 
 def _manifest(captured: CapturedLaunch, parent: Parent, found: R.Extraction) -> dict[str, Any]:
-    tolerances = {str(d).replace("torch.", ""): {"rtol": t.rtol, "atol": t.atol}
-                  for d, t in (parent.case.tolerances or {}).items()}
+    tolerances = {
+        str(d).replace("torch.", ""): {"rtol": t.rtol, "atol": t.atol}
+        for d, t in (parent.case.tolerances or {}).items()
+    }
     return {
-        "parent": {"case": parent.case.name, "dtype": str(parent.dtype).replace("torch.", ""), "mode": parent.mode,
-                   "command": parent.record.command, "torch": torch.__version__},
+        "parent": {
+            "case": parent.case.name,
+            "dtype": str(parent.dtype).replace("torch.", ""),
+            "mode": parent.mode,
+            "command": parent.record.command,
+            "torch": torch.__version__,
+        },
         "device": parent.config.device,
-        "kernel": {"name": captured.kernel_name, "kind": captured.kernel_kind, "graph": captured.graph,
-                   "launch_index": captured.launch_index, "accumulates": captured.accumulates},
+        "kernel": {
+            "name": captured.kernel_name,
+            "kind": captured.kernel_kind,
+            "graph": captured.graph,
+            "launch_index": captured.launch_index,
+            "accumulates": captured.accumulates,
+        },
         "tolerances": tolerances,
         # The parent run's verdict policy beyond tolerances (an eager-semantics contract, the reference).
-        "verdict": {"cosine_fallback": parent.case.cosine_fallback,
-                    "strict_eager": bool(parent.config.strict_eager or parent.case.strict_eager),
-                    "use_reference": (parent.config.reference or parent.case.reference) != "none"},
+        "verdict": {
+            "cosine_fallback": parent.case.cosine_fallback,
+            "strict_eager": bool(parent.config.strict_eager or parent.case.strict_eager),
+            "use_reference": (parent.config.reference or parent.case.reference) != "none",
+        },
         "kernel_injection": found.kernel_injection,
     }
 
 
 # --- The kernel-level repro ---------------------------------------------------------------------------------
+
 
 def _kernel_form(captured: CapturedLaunch, parent: Parent, directory: Path, found: R.Extraction) -> None:
     if not captured.rings:
@@ -170,8 +193,14 @@ def _kernel_form(captured: CapturedLaunch, parent: Parent, directory: Path, foun
     for argument in captured.written:
         node = argument.node.rpartition("@")[2] if argument.node else None
         output = own.outputs.index(node) if argument.whole_value and node in own.outputs else None
-        written.append({"key": argument.key, "name": argument.name, "output": output,
-                        "expected": None if output is not None else argument.expected})
+        written.append(
+            {
+                "key": argument.key,
+                "name": argument.name,
+                "output": output,
+                "expected": None if output is not None else argument.expected,
+            }
+        )
     if any(w["output"] is None and w["expected"] is None for w in written):
         found.notes.append("kernel-level repro not written: an argument it writes has no eager value to judge by")
         return
@@ -179,39 +208,53 @@ def _kernel_form(captured: CapturedLaunch, parent: Parent, directory: Path, foun
     if missing:
         found.notes.append(f"kernel-level repro not written: no eager value for {', '.join(missing[:3])}")
         return
-    torch.save({"launch": kernel_repro.pack(captured.args, captured.kwargs),
-                "inputs": [captured.values[n] for n in own.inputs], "written": written}, directory / LAUNCH_FILE)
+    torch.save(
+        {
+            "launch": kernel_repro.pack(captured.args, captured.kwargs),
+            "inputs": [captured.values[n] for n in own.inputs],
+            "written": written,
+        },
+        directory / LAUNCH_FILE,
+    )
     shutil.copyfile(captured.module_path, directory / MODULE_FILE)
     source_file = "kernel.cpp" if captured.kernel_kind == "cpp" else "_kernel.py"
     if captured.kernel_source:
         (directory / source_file).write_text(captured.kernel_source + "\n")
     docstring = [
         f"Kernel-level repro: {captured.kernel_name} ({captured.graph}, launch {captured.launch_index}) of "
-        f"{parent.case.name} ({parent.mode}, {str(parent.dtype).replace('torch.', '')}).", "",
+        f"{parent.case.name} ({parent.mode}, {str(parent.dtype).replace('torch.', '')}).",
+        "",
         "`graph` is the post-grad subgraph the kernel implements; the kernel is launched on the saved arguments",
         f"({LAUNCH_FILE}: exact size, stride, storage offset and storage; read arguments hold eager values) from",
         f"its generated module ({MODULE_FILE}; its source alone: {source_file}), and each argument it writes",
         "is judged against `graph` run eagerly, by the harness's verdict rules.",
-        "", "Run: python repro.py   (exit 1: the kernel diverges; --without-injection: as generated)"]
+        "",
+        "Run: python repro.py   (exit 1: the kernel diverges; --without-injection: as generated)",
+    ]
     if found.kernel_injection:
-        docstring.insert(2, f"Verified under the injected fault/emulation {found.kernel_injection} (not real "
-                            "hardware); repro.py applies it unless --without-injection.")
+        docstring.insert(
+            2,
+            f"Verified under the injected fault/emulation {found.kernel_injection} (not real "
+            "hardware); repro.py applies it unless --without-injection.",
+        )
     (directory / REPRO_FILE).write_text(forms.kernel_repro(own.code, own.imports, docstring))
     graph = _function(own.code, own.imports)
     checked = kernel_repro.check(directory, graph, parent.config.device, found.kernel_injection)
     if checked.error or not checked.diverged:
         why = checked.error or "the kernel matches its subgraph on the saved launch"
         found.notes.append(f"kernel-level repro does not reproduce ({why}): not kept")
-        found.kernel_repro = "does-not-reproduce"
+        found.kernel_repro = R.Reproduction.DOES_NOT_REPRODUCE
         _remove(directory, REPRO_FILE, LAUNCH_FILE, MODULE_FILE, source_file)
         return
-    found.kernel_repro = "reproduces"
+    found.kernel_repro = R.Reproduction.REPRODUCES
 
 
 # --- The graph-level case and the plain script -------------------------------------------------------------
 
-def _graph_forms(captured: CapturedLaunch, parent: Parent, directory: Path, found: R.Extraction,
-                 case_name: str) -> None:
+
+def _graph_forms(
+    captured: CapturedLaunch, parent: Parent, directory: Path, found: R.Extraction, case_name: str
+) -> None:
     """The smallest subgraph that reproduces: parts of the kernel's own subgraph first (`_parts`), then the
     whole of it, then each wider ring; the first that reproduces is written."""
     path = directory / f"{case_name}.py"
@@ -224,10 +267,11 @@ def _graph_forms(captured: CapturedLaunch, parent: Parent, directory: Path, foun
             if kept is None:
                 continue
             if sub is not whole:
-                found.notes.append(f"reduced from {len(whole.nodes)} to {len(sub.nodes)} node(s): "
-                                   f"{', '.join(sub.nodes)}")
+                found.notes.append(
+                    f"reduced from {len(whole.nodes)} to {len(sub.nodes)} node(s): {', '.join(sub.nodes)}"
+                )
             sub, values, specs, injection = kept
-            found.extracted = "reproduces" if widened == 0 else f"widened({widened})"
+            found.extracted = R.Reproduction.REPRODUCES if widened == 0 else f"widened({widened})"
             found.widened, found.values, found.case_injection = widened, values, injection
             found.case_file, found.case_name, found.graph_lines = str(path), case_name, sub.lines
             found.code = sub.code
@@ -248,15 +292,25 @@ def _from_dynamic(record: R.CaseResult, dynamic: bool) -> str:
     where = f"extracted from a dynamic run at its {'second' if size == 2 else 'first'} size ({shapes})"
     if not dynamic:
         return f"{where}: the case is static at those shapes, and reproduces run without --dynamic"
-    return (f"{where}: static at those shapes it does not reproduce, so the case always runs dynamic "
-            "(always_dynamic: compiled at those shapes, run at one more)")
+    return (
+        f"{where}: static at those shapes it does not reproduce, so the case always runs dynamic "
+        "(always_dynamic: compiled at those shapes, run at one more)"
+    )
 
 
 Kept = tuple  # (Subgraph, values: "regenerated" | "saved", specs or None, the injection verified under)
 
 
-def _candidate(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, case_name: str, widened: int,
-               found: R.Extraction, path: Path, quiet: bool = False) -> Kept | None:
+def _candidate(
+    captured: CapturedLaunch,
+    parent: Parent,
+    sub: S.Subgraph,
+    case_name: str,
+    widened: int,
+    found: R.Extraction,
+    path: Path,
+    quiet: bool = False,
+) -> Kept | None:
     """Write `sub` as the case and verify it, inputs regenerated first, then saved; left written when it
     reproduces, removed otherwise."""
     if any(n not in captured.values for n in sub.inputs):
@@ -272,9 +326,8 @@ def _candidate(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, case_n
         for values, chosen in choices:
             if chosen is None:
                 torch.save(tensors, values_file)
-            verdict, injection = _verify_graph(captured, parent, sub, chosen, case_name, widened, values, path,
-                                               dynamic)
-            if verdict == "reproduces":
+            verdict, injection = _verify_graph(captured, parent, sub, chosen, case_name, widened, values, path, dynamic)
+            if verdict == R.Reproduction.REPRODUCES:
                 if chosen is not None:
                     values_file.unlink(missing_ok=True)
                 if parent.record.dynamic:
@@ -319,14 +372,22 @@ def _fault_follows_selector(inject: str | None) -> bool:
     \"reproduce\" it. Its repro is the kernel's own subgraph, not reduced."""
     if not inject:
         return False
-    from ..emulation import parse_injection
+    from harness.inject.launch import parse_injection
 
     return parse_injection(inject)[0].needs_selector
 
 
-def _verify_graph(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, specs: list[forms.InputSpec] | None,
-                  case_name: str, widened: int, values: str, path: Path,
-                  dynamic: bool = False) -> tuple[str, str | None]:
+def _verify_graph(
+    captured: CapturedLaunch,
+    parent: Parent,
+    sub: S.Subgraph,
+    specs: list[forms.InputSpec] | None,
+    case_name: str,
+    widened: int,
+    values: str,
+    path: Path,
+    dynamic: bool = False,
+) -> tuple[str, str | None]:
     """Write the candidate case and run it: (verdict, the injection it was verified under). With an injected
     fault it must pass without it first; a fault selecting kernels is then moved to the standalone program's
     kernel named most like the parent's (a subgraph compiled from scratch names and numbers its kernels
@@ -353,7 +414,9 @@ def _selector_for(inject: str, kernel: str, launched: list[str]) -> str | None:
     if "@" not in inject:
         return inject
     ops = _ops(kernel)
-    names = [n for n in dict.fromkeys(launched) if n.startswith("extern_kernels.") == kernel.startswith("extern_kernels.")]
+    names = [
+        n for n in dict.fromkeys(launched) if n.startswith("extern_kernels.") == kernel.startswith("extern_kernels.")
+    ]
     if not names:
         return None
     best = max(names, key=lambda n: len(ops & _ops(n)) / max(1, len(ops | _ops(n))))
@@ -361,24 +424,51 @@ def _selector_for(inject: str, kernel: str, launched: list[str]) -> str | None:
 
 
 def _ops(kernel: str) -> set[str]:
-    return {w for w in re.split(r"[_.]", kernel) if w and not w.isdigit()} - {"cpp", "triton", "fused", "poi", "per",
-                                                                              "red", "unk", "extern", "kernels"}
+    return {w for w in re.split(r"[_.]", kernel) if w and not w.isdigit()} - {
+        "cpp",
+        "triton",
+        "fused",
+        "poi",
+        "per",
+        "red",
+        "unk",
+        "extern",
+        "kernels",
+    }
 
 
-def _case_text(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, specs: list[forms.InputSpec] | None,
-               case_name: str, widened: int, values: str, injection: str | None, dynamic: bool = False) -> str:
+def _case_text(
+    captured: CapturedLaunch,
+    parent: Parent,
+    sub: S.Subgraph,
+    specs: list[forms.InputSpec] | None,
+    case_name: str,
+    widened: int,
+    values: str,
+    injection: str | None,
+    dynamic: bool = False,
+) -> str:
     case = parent.case
     options = {**case.compile_options, **parent.config.compile_options}
     # Generated code holds literals written here, never a case's own `repr` (which could be any code).
     kwargs: dict[str, str] = {}
     if case.tolerances:
-        kwargs["tolerances"] = "{" + ", ".join(
-            f"torch.{str(d).removeprefix('torch.')}: Tolerance(rtol={float(t.rtol)!r}, atol={float(t.atol)!r})"
-            for d, t in case.tolerances.items() if isinstance(d, torch.dtype)) + "}"
+        kwargs["tolerances"] = (
+            "{"
+            + ", ".join(
+                f"torch.{str(d).removeprefix('torch.')}: Tolerance(rtol={float(t.rtol)!r}, atol={float(t.atol)!r})"
+                for d, t in case.tolerances.items()
+                if isinstance(d, torch.dtype)
+            )
+            + "}"
+        )
     if options:
         kwargs["compile_options"] = _literal(options)
-    for field_name, default, kind in (("reference", "auto", str), ("cosine_fallback", False, bool),
-                                      ("strict_eager", False, bool)):
+    for field_name, default, kind in (
+        ("reference", "auto", str),
+        ("cosine_fallback", False, bool),
+        ("strict_eager", False, bool),
+    ):
         if getattr(case, field_name) != default:
             kwargs[field_name] = repr(kind(getattr(case, field_name)))
     if case.issue:
@@ -386,25 +476,41 @@ def _case_text(captured: CapturedLaunch, parent: Parent, sub: S.Subgraph, specs:
     if dynamic:
         kwargs["always_dynamic"] = "True"
     where = "its own subgraph" if widened == 0 else f"widened by {widened} ring(s) of neighbouring kernels"
-    run = (f"python -m harness run --case-path {shlex.quote(_extract_root(parent))} {case_name} "
-           f"--device {parent.config.device}")
+    run = (
+        f"python -m harness run --case-path {shlex.quote(_extract_root(parent))} {case_name} "
+        f"--device {parent.config.device}"
+    )
     docstring = [
         f"Extracted from {case.name} ({parent.mode}, {str(parent.dtype).replace('torch.', '')}): "
-        f"{captured.kernel_name}, {captured.graph}, {where}.", "",
+        f"{captured.kernel_name}, {captured.graph}, {where}.",
+        "",
         f"Parent run: {parent.record.command}",
-        f"Inputs: {values}" + (" from a seed, within each input's observed range" if values == "regenerated"
-                               else f" ({forms.VALUES_FILE}, torch.save: exact layouts and storages, loads on any "
-                                    "device)") + ".",
-        f"Run: {run}" + (f" --inject {shlex.quote(injection)}" if injection else "")]
+        f"Inputs: {values}"
+        + (
+            " from a seed, within each input's observed range"
+            if values == "regenerated"
+            else f" ({forms.VALUES_FILE}, torch.save: exact layouts and storages, loads on any device)"
+        )
+        + ".",
+        f"Run: {run}" + (f" --inject {shlex.quote(injection)}" if injection else ""),
+    ]
     where_run = parent.config.device + (f", {parent.record.surrogate}" if parent.record.surrogate else "")
     if injection:
-        docstring.append(f"Verified on torch {torch.__version__} ({where_run}): fails under --inject "
-                         f"{shlex.quote(injection)} (an injected fault or emulation, not real hardware), passes "
-                         "without it.")
+        docstring.append(
+            f"Verified on torch {torch.__version__} ({where_run}): fails under --inject "
+            f"{shlex.quote(injection)} (an injected fault or emulation, not real hardware), passes "
+            "without it."
+        )
     else:
         docstring.append(f"Verified: fails on torch {torch.__version__} ({where_run}).")
-    parent_info = {"case": case.name, "dtype": str(parent.dtype).replace("torch.", ""), "mode": parent.mode,
-                   "graph": captured.graph, "kernel": captured.kernel_name, "command": parent.record.command}
+    parent_info = {
+        "case": case.name,
+        "dtype": str(parent.dtype).replace("torch.", ""),
+        "mode": parent.mode,
+        "graph": captured.graph,
+        "kernel": captured.kernel_name,
+        "command": parent.record.command,
+    }
     return forms.case_module(case_name, sub.code, sub.imports, specs, parent.dtype, docstring, kwargs, parent_info)
 
 
@@ -428,12 +534,14 @@ def _extract_root(parent: Parent) -> str:
     return str(Path(parent.config.extract_dir).resolve())
 
 
-def _verify_case(path: Path, case_name: str, parent: Parent, inject: str | None,
-                 launched: list[str] | None = None) -> str:
-    """"reproduces" (fails), "passes", or what else the run ended as; the names of the kernels it launched
+def _verify_case(
+    path: Path, case_name: str, parent: Parent, inject: str | None, launched: list[str] | None = None
+) -> str:
+    """ "reproduces" (fails), "passes", or what else the run ended as; the names of the kernels it launched
     go to `launched` (a run without injection only: interception does not nest)."""
-    from ..inductor_compat import intercept_launches
-    from ..registry import _cases_in, _file_loader
+    from harness.inductor_compat import intercept_launches
+    from harness.registry import _cases_in, _file_loader
+
     def log(launch: Any) -> Any:
         launched.append(launch.kernel.name)
         return launch.run()
@@ -442,22 +550,35 @@ def _verify_case(path: Path, case_name: str, parent: Parent, inject: str | None,
     try:
         cases = [c for c in _cases_in(module) if c.name == case_name]
         # Static, at the shapes the kernel was captured at: a dynamic run's failing size is extracted as it ran.
-        config = dataclasses.replace(parent.config, inject=inject, bisect=None, extract_dir=None,
-                                     compile_options={}, dynamic=False, dynamic_strict=False)
+        config = dataclasses.replace(
+            parent.config,
+            inject=inject,
+            bisect=None,
+            extract_dir=None,
+            compile_options={},
+            dynamic=False,
+            dynamic_strict=False,
+        )
         with intercept_launches(log) if launched is not None else contextlib.nullcontext():
             record = parent.run_case(cases[0], parent.dtype, "inference", config)
     finally:
         sys.modules.pop(module.__name__, None)
     if record.status in (R.FAIL, R.XFAIL):
-        return "reproduces"
+        return R.Reproduction.REPRODUCES
     if record.status in (R.PASS, R.XPASS):
         return "passes"
     detail = record.error.message if record.error else record.reason
     return f"{record.status} ({R.one_line(str(detail))[:200]})"
 
 
-def _plain_form(sub: S.Subgraph, specs: list[forms.InputSpec] | None, tensors: list[torch.Tensor], parent: Parent,
-                directory: Path, found: R.Extraction) -> None:
+def _plain_form(
+    sub: S.Subgraph,
+    specs: list[forms.InputSpec] | None,
+    tensors: list[torch.Tensor],
+    parent: Parent,
+    directory: Path,
+    found: R.Extraction,
+) -> None:
     """The plain script, with the case's inputs: regenerated ones from its own seed first, then the values
     saved (`plain_inputs.pt` beside a case that regenerates its own), when a seed of its own does not show it."""
     emulation = found.case_injection if parent.config.inject else None
@@ -477,13 +598,19 @@ def _plain_form(sub: S.Subgraph, specs: list[forms.InputSpec] | None, tensors: l
         compile_kwargs["mode"] = _literal(str(parent.config.compile_mode))
     elif options:
         compile_kwargs["options"] = _literal(options)
-    docstring = [f"{found.kernel} of {parent.case.name} ({parent.mode}): eager against torch.compile.", "",
-                 f"Found by the harness: {parent.record.command}",
-                 f"Run: python {PLAIN_FILE} [device]   (AssertionError: the bug reproduces)"]
+    docstring = [
+        f"{found.kernel} of {parent.case.name} ({parent.mode}): eager against torch.compile.",
+        "",
+        f"Found by the harness: {parent.record.command}",
+        f"Run: python {PLAIN_FILE} [device]   (AssertionError: the bug reproduces)",
+    ]
     if emulation:
-        docstring += ["", f"Carries the emulation {emulation} inline (the Emulation section below; torch and Inductor "
-                      "only): it is what diverges, on this machine, not real hardware.",
-                      f"Run: python {PLAIN_FILE} [device] --without-emulation   (compiled matches eager)"]
+        docstring += [
+            "",
+            f"Carries the emulation {emulation} inline (the Emulation section below; torch and Inductor "
+            "only): it is what diverges, on this machine, not real hardware.",
+            f"Run: python {PLAIN_FILE} [device] --without-emulation   (compiled matches eager)",
+        ]
     path = directory / PLAIN_FILE
     choices = [(specs, forms.VALUES_FILE)] if specs is not None else [(None, forms.VALUES_FILE)]
     if specs is not None:
@@ -491,14 +618,25 @@ def _plain_form(sub: S.Subgraph, specs: list[forms.InputSpec] | None, tensors: l
     for chosen, values_file in choices:
         if chosen is None and values_file == PLAIN_VALUES_FILE:
             torch.save(tensors, directory / PLAIN_VALUES_FILE)
-        path.write_text(forms.plain_script(sub.code, sub.imports, chosen, docstring, compile_kwargs, close,
-                                           parent.config.device, values_file, emulation))
+        path.write_text(
+            forms.plain_script(
+                sub.code,
+                sub.imports,
+                chosen,
+                docstring,
+                compile_kwargs,
+                close,
+                parent.config.device,
+                values_file,
+                emulation,
+            )
+        )
         outcome = _run_plain(path, parent.config.device, emulated=emulation is not None)
         if outcome is None:
-            found.plain_script, found.plain_script_injection = "reproduces", emulation
+            found.plain_script, found.plain_script_injection = R.Reproduction.REPRODUCES, emulation
             return
         found.notes.append(f"plain script ({'regenerated' if chosen else 'saved'} inputs): {outcome}")
-    found.plain_script = "does-not-reproduce"
+    found.plain_script = R.Reproduction.DOES_NOT_REPRODUCE
     _remove(directory, PLAIN_FILE, PLAIN_VALUES_FILE)
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from ..layout import contiguous_stride, extent
-from . import inline_emulation
+from harness.layout import contiguous_stride, extent
+from harness.extraction import inline_emulation
 
 VALUES_FILE = "inputs.pt"
 
@@ -32,18 +32,28 @@ class InputSpec:
 
     def case_text(self) -> str:
         dtype = f"dtype={_dtype(self.dtype)}"
-        fill = f'fill="{self.fill}"' + ("" if self.fill == "ones" else f", low={self.low!r}") + \
-            (f", high={self.high!r}" if self.fill in ("rand", "randint") else "")
-        plain = (self.stride == tuple(contiguous_stride(self.size)) and self.storage_offset == 0
-                 and self.storage_numel == math.prod(self.size))
+        fill = (
+            f'fill="{self.fill}"'
+            + ("" if self.fill == "ones" else f", low={self.low!r}")
+            + (f", high={self.high!r}" if self.fill in ("rand", "randint") else "")
+        )
+        plain = (
+            self.stride == tuple(contiguous_stride(self.size))
+            and self.storage_offset == 0
+            and self.storage_numel == math.prod(self.size)
+        )
         if plain:
             return f"contiguous({self.size}, {dtype}, {fill})"
-        return (f"strided({self.size}, {self.stride}, storage_offset={self.storage_offset}, "
-                f"storage_numel={self.storage_numel}, {dtype}, {fill})")
+        return (
+            f"strided({self.size}, {self.stride}, storage_offset={self.storage_offset}, "
+            f"storage_numel={self.storage_numel}, {dtype}, {fill})"
+        )
 
     def plain_text(self) -> str:
-        return (f"make({self.size}, {self.stride}, {self.storage_offset}, {self.storage_numel}, {_dtype(self.dtype)}, "
-                f'"{self.fill}", {self.low!r}, {self.high!r}, generator, device)')
+        return (
+            f"make({self.size}, {self.stride}, {self.storage_offset}, {self.storage_numel}, {_dtype(self.dtype)}, "
+            f'"{self.fill}", {self.low!r}, {self.high!r}, generator, device)'
+        )
 
 
 def regenerable(tensor: torch.Tensor) -> InputSpec | None:
@@ -51,12 +61,20 @@ def regenerable(tensor: torch.Tensor) -> InputSpec | None:
     (`arange` when it is one); None when seeded values cannot stand for it (non-finite, complex)."""
     itemsize = tensor.element_size()
     numel = tensor.untyped_storage().nbytes() // itemsize
-    if tensor.is_complex() or numel == 0 or numel < tensor.storage_offset() + extent(tuple(tensor.shape),
-                                                                                      tuple(tensor.stride())):
+    if (
+        tensor.is_complex()
+        or numel == 0
+        or numel < tensor.storage_offset() + extent(tuple(tensor.shape), tuple(tensor.stride()))
+    ):
         return None
     whole = torch.empty(0, dtype=tensor.dtype).set_(tensor.untyped_storage().cpu())
-    layout = dict(size=tuple(tensor.shape), stride=tuple(tensor.stride()), storage_offset=tensor.storage_offset(),
-                  storage_numel=numel, dtype=tensor.dtype)
+    layout = dict(
+        size=tuple(tensor.shape),
+        stride=tuple(tensor.stride()),
+        storage_offset=tensor.storage_offset(),
+        storage_numel=numel,
+        dtype=tensor.dtype,
+    )
     if tensor.dtype == torch.bool:
         return InputSpec(**layout, fill="randint", low=0, high=2)
     if tensor.is_floating_point():
@@ -94,28 +112,49 @@ def _header(lines: list[str]) -> str:
     return '"""' + text + '\n"""'
 
 
-def case_module(name: str, subgraph_code: str, imports: list[str], specs: list[InputSpec] | None, dtype: torch.dtype,
-                docstring: list[str], case_kwargs: dict[str, str], parent: dict[str, Any]) -> str:
+def case_module(
+    name: str,
+    subgraph_code: str,
+    imports: list[str],
+    specs: list[InputSpec] | None,
+    dtype: torch.dtype,
+    docstring: list[str],
+    case_kwargs: dict[str, str],
+    parent: dict[str, Any],
+) -> str:
     """The graph-level repro: a case module in the registry's format."""
     if specs is None:
-        inputs = (f"[clone_exact(t) for t in torch.load(Path(__file__).with_name({VALUES_FILE!r}), "
-                  "weights_only=True)]")
+        inputs = f"[clone_exact(t) for t in torch.load(Path(__file__).with_name({VALUES_FILE!r}), weights_only=True)]"
         extra = ["from pathlib import Path"]
     else:
         inputs = "[\n" + "".join(f"        {spec.case_text()},\n" for spec in specs) + "    ]"
         extra = []
     kwargs = "".join(f", {key}={value}" for key, value in case_kwargs.items())
     summary = f"The subgraph of {parent['kernel']}, cut out of {parent['case']} ({parent['graph']})."
-    return "\n".join([
-        _header(docstring), "", "import torch", *extra, *imports, "",
-        "from harness import Program, Tolerance, case, contiguous, strided  # noqa: F401",
-        *(["from harness.inputs import clone_exact"] if specs is None else []), "",
-        f"PARENT = {parent!r}", "", "",
-        subgraph_code, "", "",
-        f'@case(tags=("extracted",), dtypes=({_dtype(dtype)},){kwargs})',
-        f"def {name}(dtype):",
-        f"    {summary!r}",  # a string literal Python writes: no case name can close it early
-        f"    return Program(graph, {inputs})", ""])
+    return "\n".join(
+        [
+            _header(docstring),
+            "",
+            "import torch",
+            *extra,
+            *imports,
+            "",
+            "from harness import Program, Tolerance, case, contiguous, strided  # noqa: F401",
+            *(["from harness.inputs import clone_exact"] if specs is None else []),
+            "",
+            f"PARENT = {parent!r}",
+            "",
+            "",
+            subgraph_code,
+            "",
+            "",
+            f'@case(tags=("extracted",), dtypes=({_dtype(dtype)},){kwargs})',
+            f"def {name}(dtype):",
+            f"    {summary!r}",  # a string literal Python writes: no case name can close it early
+            f"    return Program(graph, {inputs})",
+            "",
+        ]
+    )
 
 
 PLAIN_HELPERS = '''
@@ -143,21 +182,33 @@ def copy_of(tensor, device):
 '''
 
 
-def plain_script(subgraph_code: str, imports: list[str], specs: list[InputSpec] | None, docstring: list[str],
-                 compile_kwargs: dict[str, str], tolerance: tuple[float, float] | None, device: str,
-                 values_file: str = VALUES_FILE, emulation: str | None = None) -> str:
+def plain_script(
+    subgraph_code: str,
+    imports: list[str],
+    specs: list[InputSpec] | None,
+    docstring: list[str],
+    compile_kwargs: dict[str, str],
+    tolerance: tuple[float, float] | None,
+    device: str,
+    values_file: str = VALUES_FILE,
+    emulation: str | None = None,
+) -> str:
     """The upstream tracker's form: eager against torch.compile with assert_close, no harness import. Inputs
     made from `specs`, or loaded from `values_file` beside it; `compile_kwargs` are Python source, written by the
     caller from plain values. With `emulation` (an injection a script can carry,
     `inline_emulation.why_not`), the compiled call runs under it inline, and `--without-emulation` runs it plain."""
     if specs is None:
-        make_inputs = ("def inputs(device):\n"
-                       f"    return torch.load(Path(__file__).with_name({values_file!r}), weights_only=True)\n")
+        make_inputs = (
+            "def inputs(device):\n"
+            f"    return torch.load(Path(__file__).with_name({values_file!r}), weights_only=True)\n"
+        )
         extra = ["from pathlib import Path"]
     else:
         rows = "".join(f"        {spec.plain_text()},\n" for spec in specs)
-        make_inputs = ("def inputs(device):\n    generator = torch.Generator().manual_seed(0)\n"
-                       f"    return [\n{rows}    ]\n" + PLAIN_HELPERS)
+        make_inputs = (
+            "def inputs(device):\n    generator = torch.Generator().manual_seed(0)\n"
+            f"    return [\n{rows}    ]\n" + PLAIN_HELPERS
+        )
         extra = []
     close = "" if tolerance is None else f", rtol={tolerance[0]!r}, atol={tolerance[1]!r}"
     compiled = f"torch.compile(graph{''.join(f', {k}={v}' for k, v in compile_kwargs.items())})(*compiled_args)"
@@ -167,10 +218,11 @@ def plain_script(subgraph_code: str, imports: list[str], specs: list[InputSpec] 
         emulated: list[str] = []
     else:
         signature = "main(device, emulated=True)"
-        call = (f"with emulated_launches() if emulated else contextlib.nullcontext():\n"
-                f"            actual = {compiled}")
-        run = ("main(next((a for a in sys.argv[1:] if not a.startswith('--')), "
-               f"{device!r}), emulated='--without-emulation' not in sys.argv)")
+        call = f"with emulated_launches() if emulated else contextlib.nullcontext():\n            actual = {compiled}"
+        run = (
+            "main(next((a for a in sys.argv[1:] if not a.startswith('--')), "
+            f"{device!r}), emulated='--without-emulation' not in sys.argv)"
+        )
         emulated = ["", inline_emulation.text(emulation)]
     body = textwrap.dedent(f'''
     def {signature}:
@@ -189,18 +241,52 @@ def plain_script(subgraph_code: str, imports: list[str], specs: list[InputSpec] 
     if __name__ == "__main__":
         {run}
     ''')
-    stdlib, from_torch = ((inline_emulation.STDLIB_IMPORTS, inline_emulation.TORCH_IMPORTS) if emulation is not None
-                          else ([], []))
-    return "\n".join([_header(docstring), "", *sorted(["import sys", *stdlib]), *extra, "", "import torch",
-                      *from_torch, *imports, "", "", subgraph_code, "", "", make_inputs, MOVE_HELPER, *emulated, body])
+    stdlib, from_torch = (
+        (inline_emulation.STDLIB_IMPORTS, inline_emulation.TORCH_IMPORTS) if emulation is not None else ([], [])
+    )
+    return "\n".join(
+        [
+            _header(docstring),
+            "",
+            *sorted(["import sys", *stdlib]),
+            *extra,
+            "",
+            "import torch",
+            *from_torch,
+            *imports,
+            "",
+            "",
+            subgraph_code,
+            "",
+            "",
+            make_inputs,
+            MOVE_HELPER,
+            *emulated,
+            body,
+        ]
+    )
 
 
 def kernel_repro(subgraph_code: str, imports: list[str], docstring: list[str]) -> str:
     """The kernel-level repro: the kernel's subgraph, run eagerly and against the generated kernel."""
-    return "\n".join([
-        _header(docstring), "", "import sys", "from pathlib import Path", "", "import torch  # noqa: F401", *imports,
-        "", "", subgraph_code, "", "",
-        'if __name__ == "__main__":',
-        "    from harness.extraction.kernel_repro import main",
-        "",
-        "    sys.exit(main(Path(__file__).parent, graph))", ""])
+    return "\n".join(
+        [
+            _header(docstring),
+            "",
+            "import sys",
+            "from pathlib import Path",
+            "",
+            "import torch  # noqa: F401",
+            *imports,
+            "",
+            "",
+            subgraph_code,
+            "",
+            "",
+            'if __name__ == "__main__":',
+            "    from harness.extraction.kernel_repro import main",
+            "",
+            "    sys.exit(main(Path(__file__).parent, graph))",
+            "",
+        ]
+    )

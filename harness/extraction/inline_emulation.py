@@ -21,10 +21,14 @@ _CORRUPTIONS = {
     "scale": "t.logical_not_() if t.dtype == torch.bool else t.mul_(2)",
     "offset": "t.logical_not_() if t.dtype == torch.bool else t.add_(1)",
     "zero-tail": "t.masked_fill_(torch.arange(t.numel(), device=t.device).reshape(t.shape) >= t.numel() // 2, 0)",
-    "nan": ("t.masked_fill_(torch.arange(t.numel(), device=t.device).reshape(t.shape) == 0, False if t.dtype == "
-            "torch.bool else float('nan') if t.is_floating_point() else torch.iinfo(t.dtype).min)"),
-    "ulp": ("t.copy_(torch.nextafter(t, torch.full_like(t, float('inf')))) if t.is_floating_point() else "
-            "(t.logical_not_() if t.dtype == torch.bool else t.add_(1))"),
+    "nan": (
+        "t.masked_fill_(torch.arange(t.numel(), device=t.device).reshape(t.shape) == 0, False if t.dtype == "
+        "torch.bool else float('nan') if t.is_floating_point() else torch.iinfo(t.dtype).min)"
+    ),
+    "ulp": (
+        "t.copy_(torch.nextafter(t, torch.full_like(t, float('inf')))) if t.is_floating_point() else "
+        "(t.logical_not_() if t.dtype == torch.bool else t.add_(1))"
+    ),
 }
 
 _NARROWING = "{torch.int64: torch.int32, torch.float64: torch.float32}"
@@ -51,21 +55,29 @@ def text(injection: str) -> str:
     compiled call loads is launched through `emulate`. `why_not(injection)` must be None."""
     name, _, selector = injection.partition("@")
     if name == "boundary-downcast":
-        summary = ("Emulates the Ascend NPU's kernel launcher (torch_npu's triton_experimental backend): int64 and "
-                   "float64 tensor arguments are narrowed to int32/float32 with Tensor.to() (a non-dense layout "
-                   "collapses to a dense copy), the kernel keeps its compile-time strides over that copy, and "
-                   "what it writes is copied back.")
+        summary = (
+            "Emulates the Ascend NPU's kernel launcher (torch_npu's triton_experimental backend): int64 and "
+            "float64 tensor arguments are narrowed to int32/float32 with Tensor.to() (a non-dense layout "
+            "collapses to a dense copy), the kernel keeps its compile-time strides over that copy, and "
+            "what it writes is copied back."
+        )
         emulate = _CONVERT.format(narrowing=_NARROWING, selector="*")
     elif name == "fault-stride-collapse":
-        summary = ("An injected fault, not a compiler bug: the selected kernel receives dense copies of its tensor "
-                   "arguments and keeps its compile-time strides over them.")
+        summary = (
+            "An injected fault, not a compiler bug: the selected kernel receives dense copies of its tensor "
+            "arguments and keeps its compile-time strides over them."
+        )
         emulate = _CONVERT.format(narrowing="{}", selector=selector)
     else:
         corruption = name.removeprefix("fault-")
         summary = f"An injected fault, not a compiler bug: {name} corrupts what the selected kernel writes."
         emulate = _CORRUPT.format(selector=selector, corruption=_CORRUPTIONS[corruption])
-    head = "\n".join(f"# {line}" for line in textwrap.wrap(
-        summary + " Run with --without-emulation to see the compiled program match eager.", 100))
+    head = "\n".join(
+        f"# {line}"
+        for line in textwrap.wrap(
+            summary + " Run with --without-emulation to see the compiled program match eager.", 100
+        )
+    )
     return "\n".join([f"# --- Emulation ({injection}) ---", head, "", emulate.strip(), "", "", _LOADER.strip(), ""])
 
 

@@ -39,10 +39,13 @@ def main(directory: str | Path, graph: Callable[..., Any]) -> int:
     manifest = json.loads((Path(directory) / MANIFEST).read_text())
     parser = argparse.ArgumentParser(description=f"kernel-level repro of {manifest['kernel']['name']}")
     parser.add_argument("--device", default=manifest["device"])
-    parser.add_argument("--without-injection", action="store_true",
-                        help="launch the kernel as generated, without the run's injected fault or emulation")
+    parser.add_argument(
+        "--without-injection",
+        action="store_true",
+        help="launch the kernel as generated, without the run's injected fault or emulation",
+    )
     options = parser.parse_args()
-    from ..devices import get_device
+    from harness.devices import get_device
 
     try:
         device = get_device(options.device.split(":")[0])
@@ -69,10 +72,10 @@ def main(directory: str | Path, graph: Callable[..., Any]) -> int:
 
 def check(directory: str | Path, graph: Callable[..., Any], device: str, inject: str | None) -> KernelCheck:
     """Launch the kernel on its saved arguments and judge what it writes against the subgraph, eagerly."""
-    from ..compare import Verdict
-    from ..inductor_compat.launches import load_generated_module
-    from ..layout import clone_exact
-    from ..tolerances import Tolerance
+    from harness.judge.compare import VerdictPolicy
+    from harness.inductor_compat.launches import load_generated_module
+    from harness.layout import clone_exact
+    from harness.judge.tolerances import Tolerance
 
     directory = Path(directory)
     manifest = json.loads((directory / MANIFEST).read_text())
@@ -81,7 +84,7 @@ def check(directory: str | Path, graph: Callable[..., Any], device: str, inject:
     args, kwargs = unpack(saved["launch"], target)
     inputs = [clone_exact(t, device=target) for t in saved["inputs"]]
     tolerances = {getattr(torch, k): Tolerance(**v) for k, v in manifest.get("tolerances", {}).items()}
-    verdict = Verdict(tolerances, accumulated=manifest["kernel"]["accumulates"], **manifest.get("verdict", {}))
+    verdict = VerdictPolicy(tolerances, accumulated=manifest["kernel"]["accumulates"], **manifest.get("verdict", {}))
     try:
         expected_outputs = graph(*inputs)
     except Exception as exc:  # noqa: BLE001
@@ -109,11 +112,18 @@ def check(directory: str | Path, graph: Callable[..., Any], device: str, inject:
             # As the run judged it: a float result beyond tolerance may still be as close to float64 as eager.
             reference = _float64_outputs(graph, inputs, references)
             if reference is not None:
-                comparison = verdict.tensors(written["name"], actual, expected,
-                                             reference[written["output"]].reshape(actual.shape), pictures=False)
+                comparison = verdict.tensors(
+                    written["name"],
+                    actual,
+                    expected,
+                    reference[written["output"]].reshape(actual.shape),
+                    pictures=False,
+                )
         diverged |= not comparison.passed
-        lines.append(f"{written['name']}: {'matches' if comparison.passed else 'DIVERGES'} "
-                     f"(bad={comparison.bad}/{comparison.numel} max_abs={comparison.max_abs})")
+        lines.append(
+            f"{written['name']}: {'matches' if comparison.passed else 'DIVERGES'} "
+            f"(bad={comparison.bad}/{comparison.numel} max_abs={comparison.max_abs})"
+        )
     return KernelCheck(diverged, lines)
 
 
@@ -141,8 +151,13 @@ def pack(args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
         if key not in index:
             index[key] = len(storages)
             storages.append(torch.empty(0, dtype=torch.uint8).set_(item.untyped_storage().cpu()).clone())
-        return {"storage": index[key], "dtype": str(item.dtype).replace("torch.", ""), "size": list(item.shape),
-                "stride": list(item.stride()), "offset": item.storage_offset()}
+        return {
+            "storage": index[key],
+            "dtype": str(item.dtype).replace("torch.", ""),
+            "size": list(item.shape),
+            "stride": list(item.stride()),
+            "offset": item.storage_offset(),
+        }
 
     return {"storages": storages, "args": [one(a) for a in args], "kwargs": {k: one(v) for k, v in kwargs.items()}}
 
@@ -163,15 +178,16 @@ def unpack(packed: dict[str, Any], device: torch.device) -> tuple[list[Any], dic
 def _handler(inject: str | None) -> Any:
     if not inject:
         return None
-    from ..emulation import make_handler
+    from harness.inject.launch import make_handler
 
     return make_handler(inject)
 
 
-def _launch(module: Any, kernel: dict[str, Any], args: list[Any], kwargs: dict[str, Any], device: torch.device,
-            handler: Any) -> None:
-    from ..inductor_compat import intercept_launches
-    from ..inductor_compat.launches import extern_kernel, raw_stream
+def _launch(
+    module: Any, kernel: dict[str, Any], args: list[Any], kwargs: dict[str, Any], device: torch.device, handler: Any
+) -> None:
+    from harness.inductor_compat import intercept_launches
+    from harness.inductor_compat.launches import extern_kernel, raw_stream
 
     name = kernel["name"]
     if kernel["kind"] == "extern":
@@ -187,6 +203,6 @@ def _launch(module: Any, kernel: dict[str, Any], args: list[Any], kwargs: dict[s
         call = lambda: proxy(*args, **kwargs)  # noqa: E731
     with intercept_launches(handler) if handler is not None else contextlib.nullcontext():
         call()
-    from ..devices import get_device
+    from harness.devices import get_device
 
     get_device(device.type).synchronize()

@@ -56,8 +56,9 @@ def kernel_node_names(gm: torch.fx.GraphModule, origins: Iterable[str]) -> list[
     return [node.name for node in gm.graph.nodes if node.name in chosen]
 
 
-def widen(gm: torch.fx.GraphModule, nodes: Iterable[str], kernel_of: dict[str, int],
-          members: dict[int, list[str]]) -> list[str]:
+def widen(
+    gm: torch.fx.GraphModule, nodes: Iterable[str], kernel_of: dict[str, int], members: dict[int, list[str]]
+) -> list[str]:
     """One ring wider: the nodes feeding these and those reading them, each with every node of its kernel."""
     by_name = {node.name: node for node in gm.graph.nodes}
     current = set(nodes)
@@ -95,8 +96,9 @@ def reads_outside(gm: torch.fx.GraphModule, nodes: Iterable[str]) -> bool:
     return any(source.name not in inside for name in inside for source in by_name[name].all_input_nodes)
 
 
-def cut(gm: torch.fx.GraphModule, nodes: Iterable[str], outputs: Iterable[str] | None = None,
-        only: bool = False) -> Subgraph:
+def cut(
+    gm: torch.fx.GraphModule, nodes: Iterable[str], outputs: Iterable[str] | None = None, only: bool = False
+) -> Subgraph:
     """`nodes` as a graph of their own. Outputs: `outputs` when given (what a kernel stores), plus, unless
     `only`, every node read outside the set in the parent graph; in-place writes of a placeholder show in the
     placeholder itself."""

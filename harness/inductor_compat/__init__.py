@@ -14,7 +14,8 @@ What is relied on, and why there is no public API for it:
   written, `in_out_ptr*` both); Triton also lists `mutated_arg_names` in
   `inductor_meta` (C++ kernels have no such list). A Triton kernel's roles
   are read off its body where it says (`kernel_pointers.py`: what it
-  `tl.store`s to): torch_npu's rsplit partial kernels write a `ws_ptr`. C++ kernels have no metadata object: their parameter names
+  `tl.store`s to): torch_npu's rsplit partial kernels write a `ws_ptr`. C++
+  kernels have no metadata object: their parameter names
   come from the `extern "C" void kernel(...)` line of their source, the one
   piece of generated text read here.
 - Extern kernels (mm, bmm, convolution, ...) are called as
@@ -54,15 +55,49 @@ What is relied on, and why there is no public API for it:
   same for triton-ascend's masked-lane and narrow-tile reduction classes.
 """
 
-from . import torch_state
-from .cache_dir import inductor_cache_dir
-from .cpu_isa import pick_cpu_vec_isa, remember_vec_isa_checks
-from .versions import OLDEST_TORCH, NEWEST_TESTED_TORCH, torch_version_problem
-from .dynamo import (compile_cache_hits, compile_caches_off, compile_ids, distinct_inductor, dynamo_graph_counts,
-                     graph_break_reasons, load_kernels_afresh, mode_options, preload_compiler, quiet_torch_logging,
-                     recompile_reasons, reset_dynamo_counters, room_to_recompile, warm_compiler)
-from .passes import GraphPass, left_in_lowered, observing_passes
-from .graphs import (STATE_BEFORE_IN_PLACE, BufferFact, Capture, GraphInfo, GraphObserver, adopt_facts, capture_graphs,
-                     float64_copy, graph_info, install_lowering_hook, program_accumulates, written_inputs)
-from .launches import (ROLE_IN, ROLE_INOUT, ROLE_OUT, ROLE_SCALAR, KernelInfo, Launch, LaunchHandler,
-                       intercept_launches, low_precision_atomics)
+from harness.inductor_compat import torch_state
+from harness.inductor_compat.cache_dir import inductor_cache_dir
+from harness.inductor_compat.cpu_isa import pick_cpu_vec_isa, remember_vec_isa_checks
+from harness.inductor_compat.versions import OLDEST_TORCH, NEWEST_TESTED_TORCH, torch_version_problem
+from harness.inductor_compat.dynamo import (
+    compile_cache_hits,
+    compile_caches_off,
+    compile_ids,
+    distinct_inductor,
+    dynamo_graph_counts,
+    graph_break_reasons,
+    load_kernels_afresh,
+    mode_options,
+    preload_compiler,
+    quiet_torch_logging,
+    recompile_reasons,
+    reset_dynamo_counters,
+    room_to_recompile,
+    warm_compiler,
+)
+from harness.inductor_compat.passes import GraphPass, left_in_lowered, observing_passes
+from harness.inductor_compat.graphs import (
+    STATE_BEFORE_IN_PLACE,
+    BufferFact,
+    Capture,
+    GraphInfo,
+    GraphObserver,
+    adopt_facts,
+    capture_graphs,
+    float64_copy,
+    graph_info,
+    install_lowering_hook,
+    program_accumulates,
+    written_inputs,
+)
+from harness.inductor_compat.launches import (
+    ROLE_IN,
+    ROLE_INOUT,
+    ROLE_OUT,
+    ROLE_SCALAR,
+    KernelInfo,
+    Launch,
+    LaunchHandler,
+    intercept_launches,
+    low_precision_atomics,
+)

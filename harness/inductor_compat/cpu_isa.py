@@ -26,7 +26,7 @@ import platform
 import sys
 import tempfile
 
-from .cache_dir import inductor_cache_dir
+from harness.inductor_compat.cache_dir import inductor_cache_dir
 
 _VERDICTS_FILE = "harness-vec-isa-checks.json"
 
@@ -41,8 +41,17 @@ def _host() -> str:
     import torch
     from torch._inductor import config
 
-    return "\0".join([torch.__version__, sys.executable, platform.node(), platform.machine(),
-                      torch.backends.cpu.get_cpu_capability(), os.environ.get("CXX", ""), str(config.cpp.cxx)])
+    return "\0".join(
+        [
+            torch.__version__,
+            sys.executable,
+            platform.node(),
+            platform.machine(),
+            torch.backends.cpu.get_cpu_capability(),
+            os.environ.get("CXX", ""),
+            str(config.cpp.cxx),
+        ]
+    )
 
 
 def _key(isa: object, code: str) -> str:

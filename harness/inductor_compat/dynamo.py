@@ -56,8 +56,12 @@ def recompile_reasons(before: set[str]) -> list[str]:
     compilation metrics keep it (`CompilationMetrics.recompile_reason`, torch 2.5 on)."""
     from torch._dynamo.utils import get_compilation_metrics
 
-    return [str(reason).strip() for m in get_compilation_metrics() if str(m.compile_id) not in before
-            if (reason := getattr(m, "recompile_reason", None))]
+    return [
+        str(reason).strip()
+        for m in get_compilation_metrics()
+        if str(m.compile_id) not in before
+        if (reason := getattr(m, "recompile_reason", None))
+    ]
 
 
 def compile_cache_hits() -> int:
@@ -86,8 +90,11 @@ def room_to_recompile(at_least: int = 64) -> Iterator[None]:
     import torch._dynamo.config as dynamo_config
 
     pairs = (("recompile_limit", "cache_size_limit"), ("accumulated_recompile_limit", "accumulated_cache_size_limit"))
-    names = [next(name for name in pair if hasattr(dynamo_config, name)) for pair in pairs
-             if any(hasattr(dynamo_config, name) for name in pair)]
+    names = [
+        next(name for name in pair if hasattr(dynamo_config, name))
+        for pair in pairs
+        if any(hasattr(dynamo_config, name) for name in pair)
+    ]
     raised = {name: max(getattr(dynamo_config, name), at_least) for name in names}
     with dynamo_config.patch(**raised):
         yield
@@ -113,8 +120,10 @@ def dynamo_graph_counts() -> dict[str, int]:
     """Graphs Dynamo compiled and graph breaks it took since the last reset (`torch._dynamo.utils.counters`)."""
     from torch._dynamo.utils import counters
 
-    return {"graphs": int(counters["stats"]["unique_graphs"]),
-            "graph_breaks": int(sum(counters["graph_break"].values()))}
+    return {
+        "graphs": int(counters["stats"]["unique_graphs"]),
+        "graph_breaks": int(sum(counters["graph_break"].values())),
+    }
 
 
 def graph_break_reasons(limit: int = 5) -> list[str]:
@@ -175,11 +184,14 @@ def inductor_option_problem(key: str, value: object) -> str | None:
     if entry is None or getattr(entry, "default", None) is None:
         return None  # no declared type to check against
     expected = getattr(entry, "value_type", None) or type(entry.default)
-    checks = {bool: lambda v: isinstance(v, bool), int: lambda v: isinstance(v, int) and not isinstance(v, bool),
-              float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), str: lambda v: isinstance(v, str)}
+    checks = {
+        bool: lambda v: isinstance(v, bool),
+        int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+        float: lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        str: lambda v: isinstance(v, str),
+    }
     if expected in checks and not checks[expected](value):
-        return (f"--compile-option {key}={value!r}: {key} takes a {expected.__name__} "
-                f"(default {entry.default!r})")
+        return f"--compile-option {key}={value!r}: {key} takes a {expected.__name__} (default {entry.default!r})"
     return None
 
 
@@ -215,7 +227,9 @@ def warm_compiler() -> None:
     # A module's first trace sets up Dynamo's nn.Module handling (a quarter of a second). Without grad: a training
     # graph's tracing starts the autograd engine's device threads, and a fork's backward on a device then fails.
     with torch.no_grad():
-        module = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LayerNorm(2), torch.nn.GELU()).requires_grad_(False)
+        module = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LayerNorm(2), torch.nn.GELU()).requires_grad_(
+            False
+        )
         torch.compile(module)(torch.ones(1, 2))
     torch.compiler.reset()
 

@@ -31,7 +31,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
-from .launches import MODULE_ACCUMULATES, MODULE_KERNELS, _install, _install_lock, _state
+from harness.inductor_compat.launches import MODULE_ACCUMULATES, MODULE_KERNELS, _install, _install_lock, _state
 
 # Sidecar files beside the wrapper module Inductor loads; the wrapper's path is the hash of its source.
 SIDECAR_SUFFIX = ".harness-graph"
@@ -162,20 +162,26 @@ def graph_info(path: str) -> GraphInfo | None:
     return info
 
 
-def _graph_info(lowering: Any, module: Any, kernels: list[tuple[str, list[str]]],
-                lowered: list[tuple[str, Any]]) -> GraphInfo:
+def _graph_info(
+    lowering: Any, module: Any, kernels: list[tuple[str, list[str]]], lowered: list[tuple[str, Any]]
+) -> GraphInfo:
     gm = lowering.orig_gm
     order = {node.name: i for i, node in enumerate(gm.graph.nodes)}
     values = {node.name: node.meta.get("val") for node in gm.graph.nodes}
     produced, unrealized = _produced_by(lowered), _unrealized(lowered)
-    mutated = {target for name, buffer in lowering.name_to_buffer.items()
-               for target in _mutated_names(buffer, BufferFact(name, None, _storage_of(buffer, name)))}
+    mutated = {
+        target
+        for name, buffer in lowering.name_to_buffer.items()
+        for target in _mutated_names(buffer, BufferFact(name, None, _storage_of(buffer, name)))
+    }
     # Several nodes ending in one buffer: it holds the first when later writes are buffers of their own
     # (a mutation of it), else the last (updates made while computing it).
     chosen = {name: (nodes[0] if name in mutated else nodes[-1]) for name, nodes in produced.items()}
     nodes = {node.name: node for node in gm.graph.nodes}
-    buffers = {name: _buffer_fact(name, buffer, order, values, chosen.get(name), bool(lowered), unrealized, nodes)
-               for name, buffer in lowering.name_to_buffer.items()}
+    buffers = {
+        name: _buffer_fact(name, buffer, order, values, chosen.get(name), bool(lowered), unrealized, nodes)
+        for name, buffer in lowering.name_to_buffer.items()
+    }
     for name, buffer in lowering.name_to_buffer.items():
         # A lowering that copies, then updates in place (scatter_add: a clone, then a scatter kernel or an
         # ATen fallback that mutates it): the copy is reported as the node's result, but holds that value
@@ -183,8 +189,11 @@ def _graph_info(lowering: Any, module: Any, kernels: list[tuple[str, list[str]]]
         fact = buffers[name]
         for target in _mutated_names(buffer, fact):
             owner = buffers.get(target)
-            if owner is not None and owner.value_node is not None and owner.value_node in (
-                    fact.origins + ([fact.value_node] if fact.value_node else [])):
+            if (
+                owner is not None
+                and owner.value_node is not None
+                and owner.value_node in (fact.origins + ([fact.value_node] if fact.value_node else []))
+            ):
                 owner.value_node = None
                 owner.unmapped_reason = STATE_BEFORE_IN_PLACE
             if owner is not None and owner.unmapped_reason == STATE_BEFORE_IN_PLACE:
@@ -203,8 +212,16 @@ def _graph_info(lowering: Any, module: Any, kernels: list[tuple[str, list[str]]]
             if fact.part_of is None:
                 fact.value_node, fact.unmapped_reason = None, f"mutates part of {fact.storage}, whose value is unknown"
     kind = "backward" if lowering.is_backward else "inference" if lowering.is_inference else "forward"
-    return GraphInfo(getattr(module, "__file__", ""), kind, getattr(lowering, "graph_id", None), gm,
-                     list(lowering.graph_input_names), buffers, kernels, order)
+    return GraphInfo(
+        getattr(module, "__file__", ""),
+        kind,
+        getattr(lowering, "graph_id", None),
+        gm,
+        list(lowering.graph_input_names),
+        buffers,
+        kernels,
+        order,
+    )
 
 
 def _fallback_facts(lowered: dict[str, Any], buffers: dict[str, BufferFact], nodes: dict[str, Any]) -> None:
@@ -240,24 +257,37 @@ def _fallback_facts(lowered: dict[str, Any], buffers: dict[str, BufferFact], nod
         if op_node is None:
             continue
         buffers[name].op_node = op_node.name
-        fx_tensors = [n for n in pytree.tree_leaves((op_node.args, op_node.kwargs))
-                      if hasattr(n, "meta") and isinstance(n.meta.get("val"), torch.Tensor)]
+        fx_tensors = [
+            n
+            for n in pytree.tree_leaves((op_node.args, op_node.kwargs))
+            if hasattr(n, "meta") and isinstance(n.meta.get("val"), torch.Tensor)
+        ]
         inputs = list(getattr(buffer, "inputs", ()))
         if len(inputs) != len(fx_tensors):
             continue
         for given, fx_arg in zip(inputs, fx_tensors):
             copy = buffers.get(given.get_name()) if isinstance(given, ir.Buffer) else None
             value = fx_arg.meta["val"]
-            if copy is not None and copy.value_node is None and copy.unmapped_reason and \
-                    copy.unmapped_reason.startswith("holds an intermediate made inside a lowering") and \
-                    copy.size is not None and _dims(value.shape) == copy.size and given.get_dtype() == value.dtype:
+            if (
+                copy is not None
+                and copy.value_node is None
+                and copy.unmapped_reason
+                and copy.unmapped_reason.startswith("holds an intermediate made inside a lowering")
+                and copy.size is not None
+                and _dims(value.shape) == copy.size
+                and given.get_dtype() == value.dtype
+            ):
                 copy.value_node, copy.unmapped_reason = fx_arg.name, None
 
 
 def _view_base(node: Any) -> Any:
     """The node a chain of FX view ops (`slice`, `as_strided`, ...) starts from."""
-    while node.op == "call_function" and getattr(node.target, "is_view", False) and node.args \
-            and hasattr(node.args[0], "op"):
+    while (
+        node.op == "call_function"
+        and getattr(node.target, "is_view", False)
+        and node.args
+        and hasattr(node.args[0], "op")
+    ):
         node = node.args[0]
     return node
 
@@ -273,8 +303,11 @@ def _accumulates(buffer: Any) -> bool:
     from torch._inductor import ir
 
     data = getattr(buffer, "data", None)
-    return (isinstance(buffer, ir.ExternKernel) or isinstance(data, ir.Reduction)
-            or (isinstance(data, ir.Scatter) and data.scatter_mode is not None))
+    return (
+        isinstance(buffer, ir.ExternKernel)
+        or isinstance(data, ir.Reduction)
+        or (isinstance(data, ir.Scatter) and data.scatter_mode is not None)
+    )
 
 
 def _storage_of(buffer: Any, name: str) -> str:
@@ -349,7 +382,7 @@ def _is_plain_reshape(view: Any) -> bool:
         return False
     if None in (size, stride, offset, inner_size, inner_stride) or offset != 0:
         return False
-    from ..layout import contiguous_stride
+    from harness.layout import contiguous_stride
 
     numel = 1
     for dim in size:
@@ -357,17 +390,27 @@ def _is_plain_reshape(view: Any) -> bool:
     inner_numel = 1
     for dim in inner_size:
         inner_numel *= dim
-    return (numel == inner_numel and _dense_strides(size, stride, contiguous_stride)
-            and _dense_strides(inner_size, inner_stride, contiguous_stride))
+    return (
+        numel == inner_numel
+        and _dense_strides(size, stride, contiguous_stride)
+        and _dense_strides(inner_size, inner_stride, contiguous_stride)
+    )
 
 
 def _dense_strides(size: list[int], stride: list[int], contiguous_stride: Any) -> bool:
     return all(s == c for n, s, c in zip(size, stride, contiguous_stride(size)) if n != 1)
 
 
-def _buffer_fact(name: str, buffer: Any, order: dict[str, int], values: dict[str, Any],
-                 produced_by: tuple[str, bool] | None, lowering_known: bool,
-                 unrealized: dict[str, type] | None = None, nodes: dict[str, Any] | None = None) -> BufferFact:
+def _buffer_fact(
+    name: str,
+    buffer: Any,
+    order: dict[str, int],
+    values: dict[str, Any],
+    produced_by: tuple[str, bool] | None,
+    lowering_known: bool,
+    unrealized: dict[str, type] | None = None,
+    nodes: dict[str, Any] | None = None,
+) -> BufferFact:
     """What one buffer holds. With the lowering's own record (`lowering_known`), a buffer is the value of
     the FX node whose lowered result it is; else of an origin whose unrealized result it copies (the same
     kind of loop: an elementwise value copied for a library call); else it is an intermediate of some
@@ -408,28 +451,53 @@ def _buffer_fact(name: str, buffer: Any, order: dict[str, int], values: dict[str
             # A library call or a cat needs its input in a buffer: lowering it copies an unrealized input
             # value there. Taken only when exactly one input of the op being lowered fits.
             loop = type(getattr(buffer, "data", None))
-            lowered_op = origin_node if origin_node is not None else ((nodes or {}).get(origins[-1]) if origins else None)
+            lowered_op = (
+                origin_node if origin_node is not None else ((nodes or {}).get(origins[-1]) if origins else None)
+            )
             inputs = lowered_op.all_input_nodes if lowered_op is not None else []
-            copied = [n.name for n in inputs if (unrealized or {}).get(n.name) is loop
-                      and hasattr(values.get(n.name), "shape") and _dims(values[n.name].shape) == size
-                      and values[n.name].dtype == dtype]
+            copied = [
+                n.name
+                for n in inputs
+                if (unrealized or {}).get(n.name) is loop
+                and hasattr(values.get(n.name), "shape")
+                and _dims(values[n.name].shape) == size
+                and values[n.name].dtype == dtype
+            ]
             if len(copied) == 1:
                 return BufferFact(name, copied[0], storage, origins, None, view)
             made_in = f" ({candidates[-1]})" if candidates else ""
-            return BufferFact(name, None, storage, origins, f"holds an intermediate made inside a lowering{made_in}", view)
+            return BufferFact(
+                name, None, storage, origins, f"holds an intermediate made inside a lowering{made_in}", view
+            )
         node, reshaped = produced_by  # the lowering said so: no guessing from origins
         value = values.get(node)
-        if hasattr(value, "shape") and value.dtype == dtype and (
-                _dims(value.shape) == size or (reshaped and all(isinstance(d, int) for d in size) and value.numel() == _numel(size))):
+        if (
+            hasattr(value, "shape")
+            and value.dtype == dtype
+            and (
+                _dims(value.shape) == size
+                or (reshaped and all(isinstance(d, int) for d in size) and value.numel() == _numel(size))
+            )
+        ):
             return BufferFact(name, node, storage, origins, None, view, reshaped=_dims(value.shape) != size)
         candidates = [node]
     for candidate in reversed(candidates):
         value = values.get(candidate)
         if hasattr(value, "shape") and _dims(value.shape) == size and value.dtype == dtype:
             if partial and part_view is None:
-                return BufferFact(name, None, storage, origins, f"mutates a part of {storage} at a symbolic place", view)
-            return BufferFact(name, candidate, storage, origins, None, view, part_of=storage if partial else None,
-                              part_view=part_view if partial else None)
+                return BufferFact(
+                    name, None, storage, origins, f"mutates a part of {storage} at a symbolic place", view
+                )
+            return BufferFact(
+                name,
+                candidate,
+                storage,
+                origins,
+                None,
+                view,
+                part_of=storage if partial else None,
+                part_view=part_view if partial else None,
+            )
     if mutation and not partial and nodes is not None:
         # An in-place op with several outputs (`_foreach_add_` of an optimizer step) leaves no node holding
         # the new value: the probe keeps the mutated input's state right after that op ("<input>@<op>").
@@ -528,13 +596,16 @@ def written_inputs(gm: Any) -> set[int]:
         if schema is None:
             written.update(root(a) for a in node.all_input_nodes)
             continue
-        returned = {alias for ret in schema.returns if ret.alias_info is not None
-                    for alias in ret.alias_info.before_set}
+        returned = {
+            alias for ret in schema.returns if ret.alias_info is not None for alias in ret.alias_info.before_set
+        }
         for position, argument in enumerate(schema.arguments):
             if argument.alias_info is None:
                 continue
             value = node.args[position] if position < len(node.args) else node.kwargs.get(argument.name)
-            items = [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, torch.fx.Node)]
+            items = [
+                v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, torch.fx.Node)
+            ]
             for item in items:
                 if argument.alias_info.is_write:
                     written.add(root(item))
@@ -601,7 +672,7 @@ def capture_graphs(observer: GraphObserver | None = None, cold: bool = False) ->
     A graph without facts (a cache entry made without this hook) is recorded in
     `missing`; `cold=True` (caches off) lowers every graph again.
     """
-    from .dynamo import compile_caches_off
+    from harness.inductor_compat.dynamo import compile_caches_off
 
     install_lowering_hook()
     capture = Capture()
@@ -634,7 +705,7 @@ def program_accumulates(paths: list[str]) -> bool:
         return True
     for path in paths:
         info = graph_info(path)
-        if (info.accumulates if info is not None else MODULE_ACCUMULATES.get(path, True)):
+        if info.accumulates if info is not None else MODULE_ACCUMULATES.get(path, True):
             return True
     return False
 
@@ -651,8 +722,9 @@ def adopt_facts(cached: Capture, lowered: Capture) -> int:
         info = _GRAPHS.get(cold) if warm in cached.missing else None
         if info is None or MODULE_KERNELS.get(warm) != MODULE_KERNELS.get(cold):
             continue
-        twin = GraphInfo(warm, info.kind, info.graph_id, info.gm, info.input_names, info.buffers, info.kernels,
-                         info.node_order)
+        twin = GraphInfo(
+            warm, info.kind, info.graph_id, info.gm, info.input_names, info.buffers, info.kernels, info.node_order
+        )
         _GRAPHS[warm] = twin
         _save_sidecar(twin)
         adopted += 1
@@ -757,9 +829,19 @@ def _save_sidecar(info: GraphInfo) -> None:
 
         options = Options(ops_filter=None, node_metadata_key_filter=lambda key: False)
         graph = GraphPickler.dumps(info.gm, options)
-        payload = pickle.dumps({"version": _sidecar_version(), "graph": graph, "info": {
-            "kind": info.kind, "input_names": info.input_names, "buffers": info.buffers, "kernels": info.kernels,
-            "node_order": info.node_order}})
+        payload = pickle.dumps(
+            {
+                "version": _sidecar_version(),
+                "graph": graph,
+                "info": {
+                    "kind": info.kind,
+                    "input_names": info.input_names,
+                    "buffers": info.buffers,
+                    "kernels": info.kernels,
+                    "node_order": info.node_order,
+                },
+            }
+        )
         temporary = f"{_sidecar_path(info.module_path)}.{os.getpid()}.tmp"
         with open(temporary, "wb") as handle:
             handle.write(payload)
@@ -791,11 +873,18 @@ def _load_sidecar(module_path: str) -> GraphInfo | None:
             if isinstance(module, torch.fx.GraphModule):
                 module.recompile()
         facts = payload["info"]
-        return GraphInfo(module_path, facts["kind"], None, gm, facts["input_names"], facts["buffers"],
-                         facts["kernels"], facts["node_order"])
+        return GraphInfo(
+            module_path,
+            facts["kind"],
+            None,
+            gm,
+            facts["input_names"],
+            facts["buffers"],
+            facts["kernels"],
+            facts["node_order"],
+        )
     except Exception:
         return None
-
 
 
 def float64_copy(gm: Any) -> Any:

@@ -19,8 +19,19 @@ import textwrap
 from dataclasses import dataclass
 
 # Calls whose first argument (or `pointer=`) is written: `tl.store` and Triton's atomics.
-_WRITES = frozenset({"store", "atomic_add", "atomic_and", "atomic_cas", "atomic_max", "atomic_min", "atomic_or",
-                     "atomic_xchg", "atomic_xor"})
+_WRITES = frozenset(
+    {
+        "store",
+        "atomic_add",
+        "atomic_and",
+        "atomic_cas",
+        "atomic_max",
+        "atomic_min",
+        "atomic_or",
+        "atomic_xchg",
+        "atomic_xor",
+    }
+)
 _READS = frozenset({"load"})
 
 
@@ -40,8 +51,9 @@ def pointer_use(source: str, kernel_name: str, arg_names: list[str]) -> PointerU
         tree = ast.parse(textwrap.dedent(source))
     except SyntaxError:
         return None
-    function = next((node for node in ast.walk(tree)
-                     if isinstance(node, ast.FunctionDef) and node.name == kernel_name), None)
+    function = next(
+        (node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == kernel_name), None
+    )
     if function is None:
         return None
     arguments = set(arg_names)
@@ -73,17 +85,21 @@ def pointer_use(source: str, kernel_name: str, arg_names: list[str]) -> PointerU
 
 def _is_module_call(value: ast.expr) -> bool:
     """`tl.store`, `triton.language.store`: a call on a module name, not on a local descriptor."""
-    return (isinstance(value, ast.Name) and value.id == "tl") or \
-        (isinstance(value, ast.Attribute) and value.attr == "language")
+    return (isinstance(value, ast.Name) and value.id == "tl") or (
+        isinstance(value, ast.Attribute) and value.attr == "language"
+    )
 
 
 def _derived_from(function: ast.FunctionDef, arguments: set[str]) -> dict[str, set[str]]:
     """Each local -> the arguments its assigned values name, transitively (`block = tl.make_block_ptr(out_ptr0,
     ...)`, `block = tl.advance(block, ...)`); arguments map to themselves."""
     derived: dict[str, set[str]] = {name: {name} for name in arguments}
-    assignments = [(target, node.value) for node in ast.walk(function)
-                   if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node.value is not None
-                   for target in (node.targets if isinstance(node, ast.Assign) else [node.target])]
+    assignments = [
+        (target, node.value)
+        for node in ast.walk(function)
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node.value is not None
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+    ]
     changed = True
     while changed:  # until no local gains an argument: loops assign in any order
         changed = False

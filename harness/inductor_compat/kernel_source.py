@@ -13,8 +13,11 @@ TRITON_INIT = re.compile(r"^[ \t]*(?P<name>\w+) = tl\.(?:full|zeros)\(")
 
 def cpp_declaration(lines: list[str], name: str, before: int) -> tuple[int, str | None] | None:
     """(line, re-initialising statement or None for a stateless static) of `name`'s nearest declaration."""
-    pattern = re.compile(r"^\s*(?P<static>static\s+)?(?P<type>[A-Za-z_][^=;]*?)\s+" + re.escape(name)
-                         + r"\s*(?:=\s*(?P<init>.+)|(?P<args>\(.*\))|(?P<brace>\{.*\}));\s*$")
+    pattern = re.compile(
+        r"^\s*(?P<static>static\s+)?(?P<type>[A-Za-z_][^=;]*?)\s+"
+        + re.escape(name)
+        + r"\s*(?:=\s*(?P<init>.+)|(?P<args>\(.*\))|(?P<brace>\{.*\}));\s*$"
+    )
     for number in range(before - 1, -1, -1):
         match = pattern.match(lines[number])
         if match is None or match["type"].strip() in ("return", "else"):
@@ -69,8 +72,7 @@ def triton_reduction_loops(lines: list[str]) -> list[TritonReductionLoop]:
         for inner in range(outer + 1, end):
             if TRITON_LOOP.match(lines[inner]):
                 innermost = inner
-        assigned_in_loop = {m.group(1) for line in lines[outer + 1:end]
-                            if (m := re.match(r"^[ \t]*(\w+) = ", line))}
+        assigned_in_loop = {m.group(1) for line in lines[outer + 1 : end] if (m := re.match(r"^[ \t]*(\w+) = ", line))}
         indent = match["indent"]
         inits, names = [], set()
         for previous in range(outer - 1, -1, -1):
@@ -90,5 +92,8 @@ def triton_reduction_loops(lines: list[str]) -> list[TritonReductionLoop]:
 
 def triton_loop_accumulators(lines: list[str]) -> list[tuple[range, set[str]]]:
     """(the lines inside each reduction loop nest, the accumulators it updates)."""
-    return [(range(loop.outer + 1, loop.end), loop.accumulators) for loop in triton_reduction_loops(lines)
-            if loop.accumulators]
+    return [
+        (range(loop.outer + 1, loop.end), loop.accumulators)
+        for loop in triton_reduction_loops(lines)
+        if loop.accumulators
+    ]

@@ -1,7 +1,8 @@
 """Kernel variants: generated kernels compiled again from rewritten source.
 
 Some NPU-only bugs live in the code the NPU backend generates, not at its
-launch boundary. Seed 002 (the RMSNorm weight-gradient report, `cases/seed_rmsnorm_weight_grad.py`) is one: in reductions
+launch boundary. Seed 002 (the RMSNorm weight-gradient report,
+`cases/seed_rmsnorm_weight_grad.py`) is one: in reductions
 over several flattened axes its codegen (1) initialises, reduces and stores
 the accumulator inside the reduction loops, so only partial results survive,
 and (2) flattens the axes in an order other than the one the index assumes.
@@ -101,8 +102,15 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from .kernel_source import (TRITON_LOOP, TritonReductionLoop, block_end, cpp_declaration, indent_of,  # noqa: F401
-                            triton_loop_accumulators, triton_reduction_loops)
+from harness.inductor_compat.kernel_source import (
+    TRITON_LOOP,
+    TritonReductionLoop,
+    block_end,
+    cpp_declaration,
+    indent_of,  # noqa: F401
+    triton_loop_accumulators,
+    triton_reduction_loops,
+)
 
 MARK = "harness emulation"
 
@@ -110,10 +118,14 @@ MARK = "harness emulation"
 # C++ (CPU) kernels
 
 
-_CPP_FOR = re.compile(r"^\s*for\(int64_t (?P<var>x\d+)=(?P<start>[^;]+); (?P=var)<(?P<end>[^;]+); "
-                      r"(?P=var)\+=(?P<step>.+)\)\s*$")
-_CPP_ACC_UPDATE = re.compile(r"^\s*(?P<name>(?:masked_)?tmp_acc\d+(?:_vec)?(?:_arr)?(?:_local)?)"
-                             r"(?P<index>\[[^\]]+\])?\s*=(?!=)\s*(?P<rhs>.*);\s*$")
+_CPP_FOR = re.compile(
+    r"^\s*for\(int64_t (?P<var>x\d+)=(?P<start>[^;]+); (?P=var)<(?P<end>[^;]+); "
+    r"(?P=var)\+=(?P<step>.+)\)\s*$"
+)
+_CPP_ACC_UPDATE = re.compile(
+    r"^\s*(?P<name>(?:masked_)?tmp_acc\d+(?:_vec)?(?:_arr)?(?:_local)?)"
+    r"(?P<index>\[[^\]]+\])?\s*=(?!=)\s*(?P<rhs>.*);\s*$"
+)
 _CPP_HELPER_REF = re.compile(r"&\s*(?P<name>\w*(?:cascade|welford)_helper\d+)")
 _CPP_INT = re.compile(r"^\s*(?:static_cast<int64_t>\()?\s*(?P<value>-?\d+)L?\s*\)?\s*$")
 
@@ -202,8 +214,15 @@ def _cpp_structure(lines: list[str]) -> tuple[dict[int, _CppLoop], list[list[int
         if match:
             if not lines[number + 1].strip() == "{":
                 raise UnrecognisedKernel(f"loop at line {number + 1} has no '{{' line after it")
-            loops[number] = _CppLoop(number, number + 1, -1, match["var"], match["start"].strip(),
-                                     match["end"].strip(), match["step"].strip())
+            loops[number] = _CppLoop(
+                number,
+                number + 1,
+                -1,
+                match["var"],
+                match["start"].strip(),
+                match["end"].strip(),
+                match["step"].strip(),
+            )
             pending = number
         elif stripped and not stripped.startswith(("#", "//")):
             pending = None
@@ -231,8 +250,7 @@ def _cpp_reduction_nests(lines: list[str]) -> list[_CppNest]:
         if update is None:
             continue
         name, index = update["name"], update["index"]
-        declared = (_cpp_array_init(lines, name, index, number) if index
-                    else cpp_declaration(lines, name, number))
+        declared = _cpp_array_init(lines, name, index, number) if index else cpp_declaration(lines, name, number)
         if declared is None:
             continue
         reduction_loops = [loops[h] for h in enclosing[number] if h > declared[0]]
@@ -297,18 +315,24 @@ def cpp_reduction_axis_order(source: str) -> str | None:
         axes = [loop for loop in nest.loops if loop.trips() != 1]
         if len(axes) < 2:
             continue
-        counts = [str(loop.trips()) if loop.trips() is not None else
-                  f"(({loop.end}) - ({loop.start}) + ({loop.step}) - 1) / ({loop.step})" for loop in axes]
+        counts = [
+            str(loop.trips())
+            if loop.trips() is not None
+            else f"(({loop.end}) - ({loop.start}) + ({loop.step}) - 1) / ({loop.step})"
+            for loop in axes
+        ]
         flat = _cpp_chunk_index(axes[0])
         for count, loop in zip(counts[1:], axes[1:]):
             flat = f"{_c_paren(flat) if '+' in flat else flat} * {_c_paren(count)} + {_cpp_chunk_index(loop)}"
         reversed_counts = counts[::-1]
         body = indent_of(lines[nest.innermost.open]) + "    "
-        statements = [f"// {MARK} (reduction-axis-order): flattened reduction index decomposed with the axes reversed",
-                      f"const int64_t flat_wrong_order = {flat};"]
+        statements = [
+            f"// {MARK} (reduction-axis-order): flattened reduction index decomposed with the axes reversed",
+            f"const int64_t flat_wrong_order = {flat};",
+        ]
         mapping = {}
         for position, loop in enumerate(axes):
-            divisor = _c_product(reversed_counts[position + 1:])
+            divisor = _c_product(reversed_counts[position + 1 :])
             digit = "flat_wrong_order" if divisor == "1" else f"(flat_wrong_order / {_c_paren(divisor)})"
             if position > 0:
                 digit = f"({digit} % {_c_paren(reversed_counts[position])})"
@@ -380,7 +404,8 @@ def triton_reduction_partial(source: str) -> str | None:
             body = indent_of(lines[loop.innermost]) + "    "
             insertions[loop.innermost] = [
                 f"{body}# {MARK} (reduction-partial): accumulators re-initialised in the loop",
-                *(body + init for init in loop.inits)]
+                *(body + init for init in loop.inits),
+            ]
     return _insert_after(lines, insertions) if insertions else None
 
 
@@ -487,8 +512,11 @@ def _real_block_axis_order(lines: list[str]) -> str | None:
         if len(axes) < 2 or not all(_SIZE_TEXT.match(size) for _, size in axes):
             continue
         names = {var for var, _ in axes}
-        defined = [number for number in range(loop.innermost + 1, loop.end)
-                   if (m := re.match(r"^[ \t]*(\w+?)(?:mask)? = ", lines[number])) and m.group(1) in names]
+        defined = [
+            number
+            for number in range(loop.innermost + 1, loop.end)
+            if (m := re.match(r"^[ \t]*(\w+?)(?:mask)? = ", lines[number])) and m.group(1) in names
+        ]
         if not defined:
             continue
         inner = axes[::-1]
@@ -496,11 +524,15 @@ def _real_block_axis_order(lines: list[str]) -> str | None:
         prefix = re.match(r"r\d*_", inner[0][0]).group(0)
         flat = f"{prefix}flat"
         indent = indent_of(lines[defined[-1]])
-        terms = [var if position == 0 else f"{_py(sympy.Mul(*sizes[:position]), SIZES_ONLY)}*{var}"
-                 for position, (var, _) in enumerate(inner)]
+        terms = [
+            var if position == 0 else f"{_py(sympy.Mul(*sizes[:position]), SIZES_ONLY)}*{var}"
+            for position, (var, _) in enumerate(inner)
+        ]
         reversed_sizes = sizes[::-1]
-        new = [f"{indent}# {MARK} (reduction-axis-order): the {prefix} axes, flattened, decomposed reversed",
-               f"{indent}{flat} = {' + '.join(terms)}"]
+        new = [
+            f"{indent}# {MARK} (reduction-axis-order): the {prefix} axes, flattened, decomposed reversed",
+            f"{indent}{flat} = {' + '.join(terms)}",
+        ]
         for position, (var, _) in enumerate(inner):
             divisor = sympy.Mul(*reversed_sizes[:position])
             digit = f"({flat} // {_py(divisor, SIZES_ONLY)})" if divisor != 1 else flat
@@ -569,14 +601,14 @@ REWRITERS: dict[str, dict[str, Rewrite]] = {
 # What each rewriter recognises, for the error of a run in which it rewrote nothing.
 RECOGNISED = {
     "reduction-partial": "C++ reductions whose accumulator (`tmp_accN`) is updated in a "
-                         "`for(int64_t xN=...)` loop nest that runs more than once, and Triton reductions that loop "
-                         "(`for r0_offset in tl.range(0, r0_numel, R0_BLOCK)`, torch_npu's rsplit "
-                         "`range(r0__lo, r0__hi, R0_BLOCK)` and real-block `for r0_1inner in range(0, 7, r0_1_blk)`; "
-                         "accumulators set before the loop); persistent reductions and unrolled ones have no loop",
+    "`for(int64_t xN=...)` loop nest that runs more than once, and Triton reductions that loop "
+    "(`for r0_offset in tl.range(0, r0_numel, R0_BLOCK)`, torch_npu's rsplit "
+    "`range(r0__lo, r0__hi, R0_BLOCK)` and real-block `for r0_1inner in range(0, 7, r0_1_blk)`; "
+    "accumulators set before the loop); persistent reductions and unrolled ones have no loop",
     "reduction-axis-order": "C++ reductions over two or more nested reduction loops of unequal trip counts, and "
-                            "Triton reductions that decompose one flattened `r0_index` into a variable per axis "
-                            "(`r0_1 = (r0_index % 5)`, `r0_2 = r0_index // 5`) or, as torch_npu does, loop over "
-                            "each axis on its own (`for r0_2inner ...: for r0_1inner ...:`)",
+    "Triton reductions that decompose one flattened `r0_index` into a variable per axis "
+    "(`r0_1 = (r0_index % 5)`, `r0_2 = r0_index // 5`) or, as torch_npu does, loop over "
+    "each axis on its own (`for r0_2inner ...: for r0_1inner ...:`)",
 }
 
 
@@ -633,8 +665,7 @@ def attach_variants(module: Any) -> None:
     names = _active.rewriters
     if not names:
         return
-    proxies = {name: value for name, value in vars(module).items()
-               if hasattr(getattr(value, "info", None), "variants")}
+    proxies = {name: value for name, value in vars(module).items() if hasattr(getattr(value, "info", None), "variants")}
     if not proxies:
         return
     with _compile_lock:
@@ -658,8 +689,9 @@ def attach_variants(module: Any) -> None:
                     if rewriter == "reduction-partial" and call.kind == "triton":
                         _loop_at_least_twice(compiled, source)
                 except Exception as exc:
-                    raise RuntimeError(f"the {rewriter} variant of {info.name} could not be made "
-                                       f"({type(exc).__name__}: {exc})") from exc
+                    raise RuntimeError(
+                        f"the {rewriter} variant of {info.name} could not be made ({type(exc).__name__}: {exc})"
+                    ) from exc
                 invoke = compiled.run if call.kind == "triton" else compiled
                 info.variants[rewriter] = KernelVariant(rewriter, source, invoke)
 
@@ -688,9 +720,15 @@ def _compile_calls(path: str | None) -> dict[str, _CompileCall]:
         return {}
     calls = {}
     for node in tree.body:
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
-                and isinstance(node.value.func.value, ast.Name) and node.value.func.value.id == "async_compile"):
+        if not (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Attribute)
+            and isinstance(node.value.func.value, ast.Name)
+            and node.value.func.value.id == "async_compile"
+        ):
             continue
         method, call = node.value.func.attr, node.value
         try:
@@ -705,8 +743,9 @@ def _compile_calls(path: str | None) -> dict[str, _CompileCall]:
         elif method == "triton" and args:
             kernel_name, source = args[0], args[1] if len(args) > 1 else kwargs["source_code"]
             device = args[2] if len(args) > 2 else kwargs.get("device_str", "cuda")
-            calls[name] = _CompileCall("triton", source,
-                                       lambda src, k=kernel_name, d=device: _triton_compile(k, src, d))
+            calls[name] = _CompileCall(
+                "triton", source, lambda src, k=kernel_name, d=device: _triton_compile(k, src, d)
+            )
     return calls
 
 
@@ -789,8 +828,8 @@ def _reduced_per_program(source: str) -> int | None:
     return int(numel.group(1))
 
 
-# triton-ascend's reduction classes (harness/bug_classes): their rewriters live in padding_variants.py.
-from .padding_variants import RECOGNISED as _PADDING_RECOGNISED, REWRITERS as _PADDING_REWRITERS  # noqa: E402
+# triton-ascend's reduction classes (harness/inject/ascend): their rewriters live in padding_variants.py.
+from harness.inductor_compat.padding_variants import RECOGNISED as _PADDING_RECOGNISED, REWRITERS as _PADDING_REWRITERS  # noqa: E402
 
 REWRITERS.update(_PADDING_REWRITERS)
 RECOGNISED.update(_PADDING_RECOGNISED)

@@ -1,6 +1,5 @@
 """Kernel launches of compiled wrapper modules, observed through proxies (see the package docstring)."""
 
-
 from __future__ import annotations
 
 import contextlib
@@ -11,9 +10,9 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from ..layout import span
-from .kernel_pointers import PointerUse, pointer_use
-from .kernel_variants import attach_variants
+from harness.layout import span
+from harness.inductor_compat.kernel_pointers import PointerUse, pointer_use
+from harness.inductor_compat.kernel_variants import attach_variants
 
 ROLE_IN, ROLE_OUT, ROLE_INOUT, ROLE_SCALAR = "in", "out", "inout", "scalar"
 # Kinds of launch: generated kernels ("cpp", "triton"), library calls (`extern_kernels.<op>`, "extern"), and every
@@ -196,9 +195,14 @@ class Launch:
             if value is tensor:
                 return name, value
         pointer, start, end = tensor.untyped_storage().data_ptr(), *span(tensor)
-        owners = [(name, value) for name, value in self.caller_locals.items()
-                  if hasattr(value, "untyped_storage") and value.untyped_storage().data_ptr() == pointer
-                  and span(value)[0] <= start and end <= span(value)[1]]
+        owners = [
+            (name, value)
+            for name, value in self.caller_locals.items()
+            if hasattr(value, "untyped_storage")
+            and value.untyped_storage().data_ptr() == pointer
+            and span(value)[0] <= start
+            and end <= span(value)[1]
+        ]
         return min(owners, key=lambda item: item[1].numel()) if owners else None
 
 
@@ -232,9 +236,13 @@ def low_precision_atomics(paths: list[str]) -> list[str]:
 def _accumulates(source: str, kernels: list[KernelInfo]) -> bool:
     """Read off the wrapper when lowering facts are missing: a kernel that sums (`KernelInfo.accumulates`),
     or a library or fallback call (`extern_kernels.`, `aten.`, `torch.ops.`)."""
-    call = source[source.find("def call("):]
-    return (any(k.accumulates for k in kernels)
-            or re.search(r"\b(extern_kernels|aten|torch\.ops\.\w+)\.\w+(\.\w+)?\(", call) is not None)
+    call = source[source.find("def call(") :]
+    return (
+        any(k.accumulates for k in kernels)
+        or re.search(r"\b(extern_kernels|aten|torch\.ops\.\w+)\.\w+(\.\w+)?\(", call) is not None
+    )
+
+
 _install_lock = threading.Lock()
 _installed_original: Any = None
 
@@ -282,7 +290,7 @@ def load_generated_module(path: str, rewriters: Any = ()) -> Any:
     source-rewriting emulation."""
     import importlib.util
 
-    from .kernel_variants import rewriting
+    from harness.inductor_compat.kernel_variants import rewriting
 
     spec = importlib.util.spec_from_file_location(f"harness_generated_{abs(hash(path)):x}", path)
     assert spec and spec.loader
@@ -326,8 +334,9 @@ def _wrap_module(module: Any) -> None:
             infos.append(info)
             setattr(module, name, _TritonProxy(value, info) if info.kind == "triton" else _CppProxy(value, info))
     MODULE_ACCUMULATES[path] = _accumulates(source, infos)
-    MODULE_LOW_PRECISION_ATOMICS[path] = [f"{info.name} ({pointer}, {dtype})" for info in infos
-                                          for pointer, dtype in info.low_precision_atomics.items()]
+    MODULE_LOW_PRECISION_ATOMICS[path] = [
+        f"{info.name} ({pointer}, {dtype})" for info in infos for pointer, dtype in info.low_precision_atomics.items()
+    ]
     for name in _UNSEEN_KERNEL.findall(source):
         if callable(vars(module).get(name)):
             setattr(module, name, _UnseenKernel(vars(module)[name], name))
@@ -347,8 +356,15 @@ def _wrap_module(module: Any) -> None:
 def _kernel_info(name: str, value: Any, cpp_params: dict[str, tuple[list[str], str]], path: str) -> KernelInfo | None:
     if name in cpp_params and callable(value):
         params, source = cpp_params[name]
-        return KernelInfo(name, "cpp", params, source=source, module_path=path, accumulates="tmp_acc" in source,
-                          low_precision_atomics=_cpp_low_precision_atomics(source))
+        return KernelInfo(
+            name,
+            "cpp",
+            params,
+            source=source,
+            module_path=path,
+            accumulates="tmp_acc" in source,
+            low_precision_atomics=_cpp_low_precision_atomics(source),
+        )
     try:
         from torch._inductor.runtime.triton_heuristics import CachingAutotuner
     except ImportError:  # no Triton in this torch build
@@ -357,16 +373,30 @@ def _kernel_info(name: str, value: Any, cpp_params: dict[str, tuple[list[str], s
         signature = value.triton_meta.get("signature", {})
         names = [n for n in value.fn.arg_names if signature.get(n) != "constexpr"]
         # `cached_autotune` moves mutated_arg_names from inductor_meta onto the autotuner.
-        mutated = frozenset(getattr(value, "mutated_arg_names", None) or value.inductor_meta.get("mutated_arg_names", ()))
+        mutated = frozenset(
+            getattr(value, "mutated_arg_names", None) or value.inductor_meta.get("mutated_arg_names", ())
+        )
         source = getattr(value.fn, "src", "")
         pointers = frozenset(n for n in names if str(signature.get(n, "")).startswith("*"))
         uses = pointer_use(source, getattr(value.fn, "__name__", None) or name, sorted(pointers))
-        atomics = {p: _TRITON_LOW_PRECISION[str(signature.get(p))] for p in sorted(uses.atomic_added if uses else ())
-                   if str(signature.get(p)) in _TRITON_LOW_PRECISION}
-        return KernelInfo(name, "triton", names, mutated, source, path,
-                          accumulates=_sums(getattr(value, "heuristic_type", None)),
-                          launcher_narrowed=frozenset(value.triton_meta.get("downcast_args") or ()),
-                          pointers=pointers, uses=uses, low_precision_atomics=atomics)
+        atomics = {
+            p: _TRITON_LOW_PRECISION[str(signature.get(p))]
+            for p in sorted(uses.atomic_added if uses else ())
+            if str(signature.get(p)) in _TRITON_LOW_PRECISION
+        }
+        return KernelInfo(
+            name,
+            "triton",
+            names,
+            mutated,
+            source,
+            path,
+            accumulates=_sums(getattr(value, "heuristic_type", None)),
+            launcher_narrowed=frozenset(value.triton_meta.get("downcast_args") or ()),
+            pointers=pointers,
+            uses=uses,
+            low_precision_atomics=atomics,
+        )
     return None
 
 
@@ -374,14 +404,20 @@ _TRITON_LOW_PRECISION = {"*fp16": "float16", "*bf16": "bfloat16"}
 # C++ kernels add atomically through cpp_prefix.h's `atomic_add(&out_ptr0[i], v)` or `atomic_add_vec<T, ...>(out_ptr0,
 # ...)`; the parameter's declared type says the dtype the sum rounds to.
 _CPP_ATOMIC_ADD = re.compile(r"\batomic_add(?:_vec\s*<[^>]*>)?\s*\(\s*&?\s*(\w+)")
-_CPP_LOW_PRECISION = {"at::BFloat16": "bfloat16", "bfloat16": "bfloat16", "c10::BFloat16": "bfloat16",
-                      "at::Half": "float16", "half": "float16", "c10::Half": "float16"}
+_CPP_LOW_PRECISION = {
+    "at::BFloat16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "c10::BFloat16": "bfloat16",
+    "at::Half": "float16",
+    "half": "float16",
+    "c10::Half": "float16",
+}
 
 
 def _cpp_low_precision_atomics(source: str) -> dict[str, str]:
     signature = _CPP_SIGNATURE.search(source)
     declared = {}
-    for param in (signature.group(1).split(",") if signature else []):
+    for param in signature.group(1).split(",") if signature else []:
         words = param.replace("*", " ").replace("&", " ").split()
         if len(words) >= 2:
             declared[words[-1]] = next((_CPP_LOW_PRECISION[w] for w in words[:-1] if w in _CPP_LOW_PRECISION), None)
@@ -433,15 +469,25 @@ def _dispatch_fallback(info: KernelInfo, args: tuple, kwargs: dict) -> Any:
 
     def invoke(*given: Any) -> Any:
         # A replay hands fresh tensors for the results too (after the arguments): they receive what it returns.
-        call_args, call_kwargs = rebuild(given[:len(leaves)])
+        call_args, call_kwargs = rebuild(given[: len(leaves)])
         result = info.op(*call_args, **call_kwargs)
-        for target, (_, value) in zip(given[len(leaves):], fresh_results(result, given[:len(leaves)])):
+        for target, (_, value) in zip(given[len(leaves) :], fresh_results(result, given[: len(leaves)])):
             target.copy_(value)
         return result
 
     # Two frames up is the wrapper's `call` (an op proxy's __call__ -> _dispatch_fallback).
-    launch = Launch(info, _state.launches, leaves, {}, invoke, sys._getframe(2).f_locals, first=info.launched == 1,
-                    fallback=_state.fallbacks, labels=labels, roles=roles)
+    launch = Launch(
+        info,
+        _state.launches,
+        leaves,
+        {},
+        invoke,
+        sys._getframe(2).f_locals,
+        first=info.launched == 1,
+        fallback=_state.fallbacks,
+        labels=labels,
+        roles=roles,
+    )
     _state.fallbacks += 1
     try:
         return handler(launch)
@@ -494,7 +540,7 @@ def _flatten_call(op: Any, args: tuple, kwargs: dict) -> tuple[list, list[str], 
             if length is None:
                 value, at = given[at], at + 1
             else:
-                value, at = kind(given[at:at + length]), at + length
+                value, at = kind(given[at : at + length]), at + length
             if isinstance(key, int):
                 call_args.append(value)
             else:
@@ -515,8 +561,11 @@ def returned_tensors(result: Any, path: tuple[int, ...] = ()) -> list[tuple[tupl
 
 def fresh_results(result: Any, args: Any) -> list[tuple[tuple[int, ...], Any]]:
     """The tensors an op returned that share no storage with its arguments (an in-place op's `self` does)."""
-    return [(path, tensor) for path, tensor in returned_tensors(result)
-            if not any(tensor is a or _shares_storage(tensor, a) for a in args)]
+    return [
+        (path, tensor)
+        for path, tensor in returned_tensors(result)
+        if not any(tensor is a or _shares_storage(tensor, a) for a in args)
+    ]
 
 
 def _shares_storage(tensor: Any, other: Any) -> bool:
@@ -543,8 +592,15 @@ def is_fallback_launch(op: Any) -> bool:
 
 
 # The wrapper's memory-planning ops: they allocate or resize storage, never compute.
-_GLUE_OPS = ("inductor._alloc_from_pool", "inductor.resize_storage_bytes_", "aten.set_.", "aten._assert",
-             "aten.sym_", "aten.empty", "aten.resize_")
+_GLUE_OPS = (
+    "inductor._alloc_from_pool",
+    "inductor.resize_storage_bytes_",
+    "aten.set_.",
+    "aten._assert",
+    "aten.sym_",
+    "aten.empty",
+    "aten.resize_",
+)
 
 
 class _FallbackOps:
@@ -567,8 +623,9 @@ class _FallbackOps:
         name = f"torch.ops.{op}"  # as the wrapper writes it, and as codegen names it to provenance tracing
         found = self._infos.get(name)
         if found is None:
-            found = self._infos[name] = KernelInfo(name, KIND_FALLBACK, [], module_path=self.path, accumulates=True,
-                                                   op=op)
+            found = self._infos[name] = KernelInfo(
+                name, KIND_FALLBACK, [], module_path=self.path, accumulates=True, op=op
+            )
         return found
 
 
@@ -644,15 +701,22 @@ class _OpProxy:
         return _dispatch_fallback(self._info, args, kwargs)
 
 
-def _dispatch(info: KernelInfo, invoke: Callable[..., Any], args: tuple, kwargs: dict,
-              autotunes: bool = False) -> Any:
+def _dispatch(info: KernelInfo, invoke: Callable[..., Any], args: tuple, kwargs: dict, autotunes: bool = False) -> Any:
     handler = _state.handler
     info.launched += 1  # handled or not: a first launch is first whoever watches it
     if handler is None:
         return invoke(*args, **kwargs)
     # Two frames up is the wrapper's `call` (proxy method -> _dispatch).
-    launch = Launch(info, _state.launches, list(args), kwargs, invoke, sys._getframe(2).f_locals,
-                    first=info.launched == 1, autotunes=autotunes)
+    launch = Launch(
+        info,
+        _state.launches,
+        list(args),
+        kwargs,
+        invoke,
+        sys._getframe(2).f_locals,
+        first=info.launched == 1,
+        autotunes=autotunes,
+    )
     _state.launches += 1
     rounds = info.benchmark_rounds
     try:
@@ -688,8 +752,9 @@ class _ExternKernelsProxy:
             return target
         info = self._infos.get(name)
         if info is None:
-            info = self._infos[name] = KernelInfo(f"extern_kernels.{name}", "extern", [], module_path=self._path,
-                                                  accumulates=True)
+            info = self._infos[name] = KernelInfo(
+                f"extern_kernels.{name}", "extern", [], module_path=self._path, accumulates=True
+            )
 
         def launch(*args: Any, **kwargs: Any) -> Any:
             return _dispatch(info, target, args, kwargs)
@@ -715,10 +780,12 @@ class _UnseenKernel:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if _state.handler is None:
             return self.kernel(*args, **kwargs)
-        raise UnseenLaunch(f"CATLASS kernel {self.name} (torch_npu's async_compile.catlass) is called as a plain "
-                           "function, whose arguments the launch hooks cannot read: localizing or injecting through "
-                           "it is refused; run without it (CATLASS runs only with max_autotune and CATLASS among "
-                           "max_autotune_gemm_backends)")
+        raise UnseenLaunch(
+            f"CATLASS kernel {self.name} (torch_npu's async_compile.catlass) is called as a plain "
+            "function, whose arguments the launch hooks cannot read: localizing or injecting through "
+            "it is refused; run without it (CATLASS runs only with max_autotune and CATLASS among "
+            "max_autotune_gemm_backends)"
+        )
 
 
 class _CppProxy:

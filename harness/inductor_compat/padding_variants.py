@@ -1,6 +1,6 @@
 """Kernel variants for two triton-ascend reduction classes: what the lanes past a tile's edge hold, and which
 lanes a narrow tile reduces. Registered with `kernel_variants.REWRITERS`, compiled and launched as the
-seed-002 variants are (`rewritten_kernels.py`).
+seed-002 variants are (`harness/inject/rewritten.py`).
 
 `masked-load-garbage` (triton-ascend PR #714, #953): a masked `tl.load` without
 `other` leaves its masked lanes uninitialised on Ascend. torch_npu's
@@ -50,7 +50,7 @@ from __future__ import annotations
 import ast
 import re
 
-from .kernel_source import cpp_declaration, indent_of, triton_loop_accumulators
+from harness.inductor_compat.kernel_source import cpp_declaration, indent_of, triton_loop_accumulators
 
 MASKED_LOAD_GARBAGE = "masked-load-garbage"
 REDUCTION_SMALL_INNER = "reduction-small-inner"
@@ -135,8 +135,9 @@ class _PaddingGarbage(ast.NodeTransformer):
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
         if _call(node, "tl.load") and len(node.args) > 1 and _reduction_range_mask(node.args[1]):
-            pointer = next((n.id for n in ast.walk(node.args[0]) if isinstance(n, ast.Name)
-                            and n.id in self.pointer_types), None)
+            pointer = next(
+                (n.id for n in ast.walk(node.args[0]) if isinstance(n, ast.Name) and n.id in self.pointer_types), None
+            )
             garbage = _garbage_for(self.pointer_types.get(pointer))
             node.keywords = [k for k in node.keywords if k.arg != "other"] + [ast.keyword("other", garbage)]
             self.changed = True
@@ -167,8 +168,9 @@ def triton_masked_load_garbage(source: str) -> str | None:
 
 # Inductor's `x0 = xindex` (extent `xnumel`) or `x0 = (xindex % K)`; torch_npu's `x0 = x0index` (extent
 # `x0numel : tl.constexpr = K`).
-_X_DEFINITION = re.compile(r"^\s*(?P<var>x\d+) = (?:xindex|(?P<node>x\d+)index|\(xindex % (?P<modulus>\d+)\))\s*$",
-                           re.M)
+_X_DEFINITION = re.compile(
+    r"^\s*(?P<var>x\d+) = (?:xindex|(?P<node>x\d+)index|\(xindex % (?P<modulus>\d+)\))\s*$", re.M
+)
 _LOAD_INDEX = re.compile(r"tl\.load\(\w+ \+ \((?P<index>[^,]*)\),")
 _STRIDED_REDUCTION_TERM = re.compile(r"\d+\*r\d*_?(?:\d+|index)")  # `4*r0_1`, `4*r0_index`: the reduced axis strided
 
@@ -236,8 +238,12 @@ def _narrow_unguarded_updates(source: str, kept: str) -> str | None:
     for body, accumulators in triton_loop_accumulators(lines):
         for number in body:
             statement = _statement(lines[number])
-            if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
-                    and isinstance(statement.targets[0], ast.Name) and statement.targets[0].id in accumulators):
+            if not (
+                isinstance(statement, ast.Assign)
+                and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)
+                and statement.targets[0].id in accumulators
+            ):
                 continue
             if _call(statement.value, "tl.where"):
                 continue  # guarded (and narrowed above, when the guard is a range mask)
@@ -314,7 +320,7 @@ def _rewrite_masked_reduces(source: str, rewrite) -> str | None:
         args, close = parsed
         new = rewrite(match["op"], args, number, lines)
         if new is not None:
-            lines[number] = line[: match.start()] + new + line[close + 1:]
+            lines[number] = line[: match.start()] + new + line[close + 1 :]
             changed = True
     return "\n".join(lines) if changed else None
 
@@ -329,8 +335,9 @@ def _with_helpers(source: str) -> str:
 def cpp_masked_load_garbage(source: str) -> str | None:
     def rewrite(op: str, args: list[str], number: int, lines: list[str]) -> str:
         acc, value, count = args
-        return (f"{op}_masked_reduce({acc}, harness_padding_garbage({value}, {count}), "
-                f"harness_all_lanes({value}, {count}))")
+        return (
+            f"{op}_masked_reduce({acc}, harness_padding_garbage({value}, {count}), harness_all_lanes({value}, {count}))"
+        )
 
     rewritten = _rewrite_masked_reduces(source, rewrite)
     return _with_helpers(rewritten) if rewritten is not None else None
@@ -347,8 +354,10 @@ def cpp_reduction_small_inner(source: str) -> str | None:
         declared = cpp_declaration(lines, acc, number)
         if guard is None or declared is None:
             return None
-        header = next((n for n in range(number - 1, -1, -1)
-                       if re.match(r"^\s*for\(int64_t " + guard["var"] + "=", lines[n])), None)
+        header = next(
+            (n for n in range(number - 1, -1, -1) if re.match(r"^\s*for\(int64_t " + guard["var"] + "=", lines[n])),
+            None,
+        )
         if header is None or header > declared[0]:
             return None  # the lanes run along the reduced axis: an inner reduction's tail
         keep = max(1, int(width["n"]) // 2)
@@ -364,12 +373,12 @@ REWRITERS = {
 
 RECOGNISED = {
     MASKED_LOAD_GARBAGE: "Triton reductions whose loads or `tl.where` guards use a reduction range mask "
-                         "(`r0_mask & xmask`, torch_npu's `r0_mask & x0mask` and `(r0_2mask & r0_1mask) & x0mask`: "
-                         "a reduced extent that is not a multiple of its block), and C++ reductions with a vector "
-                         "tail (`sum_masked_reduce(acc, v, n)` and its max/min/prod/xor_sum/any kin)",
+    "(`r0_mask & xmask`, torch_npu's `r0_mask & x0mask` and `(r0_2mask & r0_1mask) & x0mask`: "
+    "a reduced extent that is not a multiple of its block), and C++ reductions with a vector "
+    "tail (`sum_masked_reduce(acc, v, n)` and its max/min/prod/xor_sum/any kin)",
     REDUCTION_SMALL_INNER: "outer reductions whose kept, contiguous axis is 2 to 7 wide: Triton reductions "
-                           "loading `x0 + K*r0_1` with `x0` of extent below 8 (`x0 = xindex`, torch_npu's "
-                           "`x0 = x0index`) and a range-mask guard or an unguarded accumulator update in a "
-                           "reduction loop, and C++ reductions vectorized along that axis "
-                           "(`sum_masked_reduce(acc, v, K)`, K < 8)",
+    "loading `x0 + K*r0_1` with `x0` of extent below 8 (`x0 = xindex`, torch_npu's "
+    "`x0 = x0index`) and a range-mask guard or an unguarded accumulator update in a "
+    "reduction loop, and C++ reductions vectorized along that axis "
+    "(`sum_masked_reduce(acc, v, K)`, K < 8)",
 }

@@ -95,8 +95,11 @@ def _install() -> None:
         for method in ("apply_graph_pass", "apply_gm_pass"):
             if hasattr(GraphTransformObserver, method):
                 setattr(GraphTransformObserver, method, _named_pass(getattr(GraphTransformObserver, method)))
-        for entry_class in (pattern_matcher.LoweringPatternEntry, pattern_matcher.GraphPatternEntry,
-                            pattern_matcher.ReplacementPatternEntry):
+        for entry_class in (
+            pattern_matcher.LoweringPatternEntry,
+            pattern_matcher.GraphPatternEntry,
+            pattern_matcher.ReplacementPatternEntry,
+        ):
             if "apply" in vars(entry_class):
                 entry_class.apply = _pattern_entry(entry_class.apply)
         pattern_matcher.PatternMatcherPass.apply = _pattern_pass(pattern_matcher.PatternMatcherPass.apply)
@@ -125,9 +128,17 @@ def _named_pass(original: Any) -> Any:
             state.depth -= 1
             after = _node_facts(self.gm.graph)
             if after != before:
-                _note(state, GraphPass(NAMED, self.passname, getattr(self, "subsystem", None), key,
-                                       contains_others=len(state.fired) > fired_before,
-                                       touched=_touched(before, after)))
+                _note(
+                    state,
+                    GraphPass(
+                        NAMED,
+                        self.passname,
+                        getattr(self, "subsystem", None),
+                        key,
+                        contains_others=len(state.fired) > fired_before,
+                        touched=_touched(before, after),
+                    ),
+                )
 
     apply.__wrapped__ = original
     return apply
@@ -171,8 +182,10 @@ def _note(state: _State, graph_pass: GraphPass) -> None:
     for i, seen in enumerate(state.fired):
         if seen.key == graph_pass.key:
             state.fired[i] = dataclasses.replace(
-                seen, contains_others=seen.contains_others or graph_pass.contains_others,
-                touched=seen.touched | graph_pass.touched)
+                seen,
+                contains_others=seen.contains_others or graph_pass.contains_others,
+                touched=seen.touched | graph_pass.touched,
+            )
             return
     state.fired.append(graph_pass)
 
@@ -193,8 +206,10 @@ def _pattern_name(entry: Any, node: Any) -> str:
 def _node_facts(graph: Any) -> dict[str, tuple[int, str]]:
     """What a pass can change, by node: its place in the order, and its op, target and arguments (reinplacing
     retargets a node in place, creating none)."""
-    return {node.name: (position, repr((node.op, str(node.target), node.args, node.kwargs)))
-            for position, node in enumerate(graph.nodes)}
+    return {
+        node.name: (position, repr((node.op, str(node.target), node.args, node.kwargs)))
+        for position, node in enumerate(graph.nodes)
+    }
 
 
 def _touched(before: dict[str, tuple[int, str]], after: dict[str, tuple[int, str]]) -> frozenset[str]:

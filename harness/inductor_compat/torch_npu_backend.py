@@ -166,11 +166,18 @@ def codegen_import_problem(backend: str, missing: list[str], versions: dict[str,
     if not missing:
         return None
     triton = versions.get("triton-ascend") or versions.get("triton")
-    triton_named = f"triton-ascend {versions['triton-ascend']}" if "triton-ascend" in versions else \
-        f"triton {triton}" if triton else "no Triton"
-    return (f"torch_npu {versions.get('torch_npu', '(version unknown)')}'s {backend} codegen imports "
-            f"{', '.join(missing)} in every kernel module, which cannot be imported with {triton_named} installed: "
-            f"install the triton-ascend release made for this torch_npu, or run another --npu-backend")
+    triton_named = (
+        f"triton-ascend {versions['triton-ascend']}"
+        if "triton-ascend" in versions
+        else f"triton {triton}"
+        if triton
+        else "no Triton"
+    )
+    return (
+        f"torch_npu {versions.get('torch_npu', '(version unknown)')}'s {backend} codegen imports "
+        f"{', '.join(missing)} in every kernel module, which cannot be imported with {triton_named} installed: "
+        f"install the triton-ascend release made for this torch_npu, or run another --npu-backend"
+    )
 
 
 FAST_LAUNCH_VARIABLE = "TORCHINDUCTOR_NPU_FAST_LAUNCH"
@@ -187,5 +194,7 @@ def fast_launch() -> str | None:
         on = os.environ.get(FAST_LAUNCH_VARIABLE, "0").strip().lower() in ("1", "true", "yes", "on", "y")
     if not on:
         return None
-    return (f"{FAST_LAUNCH_VARIABLE}={os.environ.get(FAST_LAUNCH_VARIABLE, '1')}: torch_npu's fast launch calls "
-            "each kernel's launcher directly, past the kernel.run(...) the harness sees launches through; unset it")
+    return (
+        f"{FAST_LAUNCH_VARIABLE}={os.environ.get(FAST_LAUNCH_VARIABLE, '1')}: torch_npu's fast launch calls "
+        "each kernel's launcher directly, past the kernel.run(...) the harness sees launches through; unset it"
+    )

@@ -30,8 +30,11 @@ def _config_modules() -> dict[str, Any]:
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
-    found = {"torch._dynamo.config": dynamo_config, "torch._inductor.config": inductor_config,
-             "torch._functorch.config": functorch_config}
+    found = {
+        "torch._dynamo.config": dynamo_config,
+        "torch._inductor.config": inductor_config,
+        "torch._functorch.config": functorch_config,
+    }
     for name in BACKEND_CONFIG_MODULES:
         module = sys.modules.get(name)
         if module is not None and hasattr(module, "get_config_copy"):
@@ -51,6 +54,7 @@ def _set_mkldnn(enabled: bool) -> None:
 
 def _autocast(device_type: str) -> tuple[Callable[[], Any], Callable[[Any], None]]:
     """Read and write autocast's state of one device type (torch 2.4 on: `is_autocast_enabled(device_type)`)."""
+
     def read() -> tuple[bool, torch.dtype]:
         return torch.is_autocast_enabled(device_type), torch.get_autocast_dtype(device_type)
 
@@ -65,30 +69,43 @@ def _autocast(device_type: str) -> tuple[Callable[[], Any], Callable[[Any], None
 _FLAGS: dict[str, tuple[Callable[[], Any], Callable[[Any], None]]] = {
     "torch.get_default_dtype()": (torch.get_default_dtype, torch.set_default_dtype),
     "torch.get_default_device()": (torch.get_default_device, _set_default_device),
-    "torch.is_anomaly_enabled()": (lambda: (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
-                                   lambda v: torch.set_anomaly_enabled(v[0], v[1])),
+    "torch.is_anomaly_enabled()": (
+        lambda: (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
+        lambda v: torch.set_anomaly_enabled(v[0], v[1]),
+    ),
     "torch.is_autocast_enabled('cpu')": _autocast("cpu"),
     "torch.is_autocast_enabled('cuda')": _autocast("cuda"),
     "torch.backends.mkldnn.enabled": (lambda: torch.backends.mkldnn.enabled, _set_mkldnn),
     "torch.is_grad_enabled()": (torch.is_grad_enabled, torch.set_grad_enabled),
     "torch.are_deterministic_algorithms_enabled()": (
         lambda: (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()),
-        lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1])),
+        lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1]),
+    ),
     "torch.get_float32_matmul_precision()": (torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
-    "torch.backends.cudnn.allow_tf32": (lambda: torch.backends.cudnn.allow_tf32,
-                                        lambda v: setattr(torch.backends.cudnn, "allow_tf32", v)),
-    "torch.backends.cudnn.deterministic": (lambda: torch.backends.cudnn.deterministic,
-                                           lambda v: setattr(torch.backends.cudnn, "deterministic", v)),
-    "torch.backends.cudnn.benchmark": (lambda: torch.backends.cudnn.benchmark,
-                                       lambda v: setattr(torch.backends.cudnn, "benchmark", v)),
-    "torch.backends.cuda.matmul.allow_tf32": (lambda: torch.backends.cuda.matmul.allow_tf32,
-                                              lambda v: setattr(torch.backends.cuda.matmul, "allow_tf32", v)),
+    "torch.backends.cudnn.allow_tf32": (
+        lambda: torch.backends.cudnn.allow_tf32,
+        lambda v: setattr(torch.backends.cudnn, "allow_tf32", v),
+    ),
+    "torch.backends.cudnn.deterministic": (
+        lambda: torch.backends.cudnn.deterministic,
+        lambda v: setattr(torch.backends.cudnn, "deterministic", v),
+    ),
+    "torch.backends.cudnn.benchmark": (
+        lambda: torch.backends.cudnn.benchmark,
+        lambda v: setattr(torch.backends.cudnn, "benchmark", v),
+    ),
+    "torch.backends.cuda.matmul.allow_tf32": (
+        lambda: torch.backends.cuda.matmul.allow_tf32,
+        lambda v: setattr(torch.backends.cuda.matmul, "allow_tf32", v),
+    ),
     "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": (
         lambda: torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
-        lambda v: setattr(torch.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction", v)),
+        lambda v: setattr(torch.backends.cuda.matmul, "allow_fp16_reduced_precision_reduction", v),
+    ),
     "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": (
         lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
-        lambda v: setattr(torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction", v)),
+        lambda v: setattr(torch.backends.cuda.matmul, "allow_bf16_reduced_precision_reduction", v),
+    ),
 }
 
 

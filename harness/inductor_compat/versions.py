@@ -27,6 +27,8 @@ def torch_version_problem(version: str | None = None) -> tuple[bool, str] | None
     if release < OLDEST_TORCH:
         return True, f"torch {version} is older than {oldest}, the oldest release the harness supports"
     if release > NEWEST_TESTED_TORCH:
-        return False, (f"torch {version} is newer than {newest}, the newest release the harness was tested with: "
-                       "kernel localization may miss what changed in Inductor's internals")
+        return False, (
+            f"torch {version} is newer than {newest}, the newest release the harness was tested with: "
+            "kernel localization may miss what changed in Inductor's internals"
+        )
     return None

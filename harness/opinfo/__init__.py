@@ -6,13 +6,13 @@ layout (`catalog` names them), built on the CPU from seeded samples and laid
 out with the harness's layout constructors (`layouts`). Cases of the `ci`
 sample (about 200 runs, one case per op) have size `ci` and tag `ci`; the rest
 of the sweep has size `full`. The dynamic axis: a case named `...-dynamic`,
-tagged `dynamic`, runs its sample dynamically (`harness/dynamic_shapes.py`) when
+tagged `dynamic`, runs its sample dynamically (`harness/run/dynamic.py`) when
 the sample allows a second size (an input of rank 2 or more whose leading dim
 is 2 or more): every contiguous case of the sweep, and one ci case in
 `DYNAMIC_CI_EVERY`.
 
 Importing this package does not import op_db: that happens when the registry
-loads the source (`harness/source_selection.py` says when) and the catalogue
+loads the source (`harness/registry/selection.py` says when) and the catalogue
 is not on disk yet (`remembered`), or when a case is built.
 """
 
@@ -27,11 +27,11 @@ from typing import Iterable, Sequence
 
 import torch
 
-from ..registry import CASE_SOURCE_ORIGIN, Case, CaseSource, KnownFailure, Program
-from ..tolerances import Tolerance
-from . import catalog as C
-from . import remembered
-from .layouts import LAYOUTS, REGISTRY as LAYOUT_REGISTRY
+from harness.registry import CASE_SOURCE_ORIGIN, Case, CaseSource, KnownFailure, Program
+from harness.judge.tolerances import Tolerance
+from harness.opinfo import catalog as C
+from harness.opinfo import remembered
+from harness.opinfo.layouts import LAYOUTS, REGISTRY as LAYOUT_REGISTRY
 
 SOURCE = "opinfo"
 DYNAMIC = "-dynamic"  # the name suffix of a case of the dynamic axis
@@ -73,9 +73,14 @@ class OpTolerance:
 def opinfo_source(known_failures: Sequence[OpFailure] = (), tolerances: Sequence[OpTolerance] = ()) -> CaseSource:
     failures = (tuple(known_failures), tuple(tolerances))
     return CaseSource(
-        name=SOURCE, prefix=C.PREFIX, tags=TAGS,
-        generate=functools.partial(_generate, failures), lookup=functools.partial(_lookup, failures),
-        unavailable=unavailable, skipped=_skipped, prepare=C.ops_by_piece,
+        name=SOURCE,
+        prefix=C.PREFIX,
+        tags=TAGS,
+        generate=functools.partial(_generate, failures),
+        lookup=functools.partial(_lookup, failures),
+        unavailable=unavailable,
+        skipped=_skipped,
+        prepare=C.ops_by_piece,
         description="torch's OpInfo samples (op_db), each op x dtype x sample x layout a case",
     )
 
@@ -90,8 +95,11 @@ def _generate(failures: tuple, include_full: bool) -> Iterable[Case]:
         for facts in remembered.full_catalogue():
             if facts.entry.name not in remembered.ci_names():
                 yield make_case(facts, failures, ci=False)
-            if facts.entry.layout == "contiguous" and allows_second_size(facts) and \
-                    facts.entry.name not in _dynamic_ci_names():
+            if (
+                facts.entry.layout == "contiguous"
+                and allows_second_size(facts)
+                and facts.entry.name not in _dynamic_ci_names()
+            ):
                 yield make_case(facts, failures, ci=False, dynamic=True)
 
 
@@ -107,8 +115,11 @@ def allows_second_size(facts: remembered.Facts) -> bool:
 @functools.cache
 def _dynamic_ci_names() -> frozenset[str]:
     """The ci cases that also run dynamically: one in DYNAMIC_CI_EVERY, of those whose sample allows it."""
-    return frozenset(f.entry.name for i, f in enumerate(remembered.ci_sample())
-                     if i % DYNAMIC_CI_EVERY == 0 and allows_second_size(f))
+    return frozenset(
+        f.entry.name
+        for i, f in enumerate(remembered.ci_sample())
+        if i % DYNAMIC_CI_EVERY == 0 and allows_second_size(f)
+    )
 
 
 def _lookup(failures: tuple, name: str) -> Case | None:
@@ -138,8 +149,13 @@ def make_case(facts: remembered.Facts, declared: tuple, ci: bool, dynamic: bool 
     tolerances) as the case module gave them."""
     failures, tolerances = declared
     entry, key = facts.entry, facts.op_key
-    mine = [f for f in failures if f.op == key and (f.layouts is None or entry.layout in f.layouts)
-            and (f.samples is None or entry.index in f.samples)]
+    mine = [
+        f
+        for f in failures
+        if f.op == key
+        and (f.layouts is None or entry.layout in f.layouts)
+        and (f.samples is None or entry.index in f.samples)
+    ]
     rounding = [t for t in tolerances if t.op == key and t.dtype == entry.dtype]
     tags = ["opinfo", facts.op_name] + ([key] if key != facts.op_name else []) + [entry.layout] + (["ci"] if ci else [])
     known = tuple(f.failure for f in mine)
@@ -159,10 +175,12 @@ def make_case(facts: remembered.Facts, declared: tuple, ci: bool, dynamic: bool 
         known_failures=known,
         tolerances={t.dtype: t.tolerance for t in rounding},
         generated=True,
-        description=(f"OpInfo {key} sample {entry.index} ({C.dtype_name(entry.dtype)}; inputs {facts.shapes}), "
-                     f"{entry.layout}: {LAYOUT_REGISTRY[entry.layout].summary}"
-                     + ("; dynamic: run at its size and at one more" if dynamic else "")
-                     + "".join(f"; tolerance {t.tolerance.rtol:g}/{t.tolerance.atol:g}: {t.reason}" for t in rounding)),
+        description=(
+            f"OpInfo {key} sample {entry.index} ({C.dtype_name(entry.dtype)}; inputs {facts.shapes}), "
+            f"{entry.layout}: {LAYOUT_REGISTRY[entry.layout].summary}"
+            + ("; dynamic: run at its size and at one more" if dynamic else "")
+            + "".join(f"; tolerance {t.tolerance.rtol:g}/{t.tolerance.atol:g}: {t.reason}" for t in rounding)
+        ),
         source=CASE_SOURCE_ORIGIN + SOURCE,
     )
 
@@ -171,7 +189,7 @@ def build(entry: C.Entry, dtype: torch.dtype) -> Program:
     if dtype != entry.dtype:
         raise ValueError(f"{entry.name} is a {C.dtype_name(entry.dtype)} case, not {C.dtype_name(dtype)}")
     op = C.ops_by_piece()[entry.op_piece]
-    from ..inputs import seed_for
+    from harness.inputs import seed_for
 
     tensors, structure = C.laid_out(entry.op_piece, entry.dtype, entry.index, entry.layout, seed_for(entry.name))
     return Program(C.OpCall(op, structure), tensors)

@@ -29,11 +29,11 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from ..inputs import seed_for
-from ..layout import clone_exact
-from ..records import exception_line
-from . import layouts as L
-from .skips import TIES, discontinuous, dtype_skip, op_key, op_skip
+from harness.inputs import seed_for
+from harness.layout import clone_exact
+from harness.records import exception_line
+from harness.opinfo import layouts as L
+from harness.opinfo.skips import TIES, discontinuous, dtype_skip, op_key, op_skip
 
 PREFIX = "opinfo-"
 # The dtypes the issue names, wherever OpInfo declares them (on the CPU or CUDA).
@@ -47,7 +47,9 @@ DRAWN = max(16, 4 * SAMPLES)
 # The ci sample: about this many runs (case x mode), one case per op, drawn with this seed.
 CI_RUNS = 200
 CI_SEED = 2026
-_NAME = re.compile(r"^opinfo-(?P<op>[A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)?)-(?P<dtype>[a-z0-9]+)-s(?P<index>\d+)-(?P<layout>[a-z_]+)$")
+_NAME = re.compile(
+    r"^opinfo-(?P<op>[A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)?)-(?P<dtype>[a-z0-9]+)-s(?P<index>\d+)-(?P<layout>[a-z_]+)$"
+)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -90,7 +92,9 @@ def ops_by_piece() -> dict[str, Any]:
     for op in op_db():
         piece = name_piece(op)
         if piece in found:
-            raise ValueError(f"OpInfo names {op_key(found[piece])!r} and {op_key(op)!r} make the same case name {piece!r}")
+            raise ValueError(
+                f"OpInfo names {op_key(found[piece])!r} and {op_key(op)!r} make the same case name {piece!r}"
+            )
         found[piece] = op
     return found
 
@@ -112,6 +116,7 @@ def parse_name(name: str) -> tuple[Any, torch.dtype, int, str] | None:
 
 
 # Dtypes.
+
 
 def declared(op: Any, device: str) -> frozenset[torch.dtype]:
     try:
@@ -139,12 +144,14 @@ def grad_wanted(op: Any, dtype: torch.dtype) -> bool:
 
 # Samples.
 
+
 @contextlib.contextmanager
 def _seeded(seed: int) -> Iterator[None]:
     """Every CPU generator OpInfo's sample functions draw from, seeded, and restored afterwards."""
     state, torch_state = random.getstate(), torch.get_rng_state()
     try:
         import numpy
+
         numpy_state = numpy.random.get_state()
     except Exception:  # numpy is optional for torch
         numpy, numpy_state = None, None
@@ -251,8 +258,9 @@ def _float_as_float64(value: Any) -> Any:
 # Probes: what the op does with a sample, learned from one eager run on the CPU.
 
 # ATen ops whose output is memory allocated and never written: a sample running only these has no values.
-UNINITIALIZING_OPS = frozenset({"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty",
-                                "new_empty_strided"})
+UNINITIALIZING_OPS = frozenset(
+    {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"}
+)
 
 
 @dataclass(frozen=True)
@@ -324,16 +332,23 @@ def probe(op_piece: str, dtype: torch.dtype, index: int) -> Probe:
         return Probe(skip=skip, eager_error=text, writes=bool(recorder.writes))
     writes = bool(recorder.writes) or any(t._version != v for t, v in zip(copies, versions))
     if recorder.random:
-        return Probe(skip=f"random: {recorder.random[0]} draws random numbers (nondeterministic_seeded), "
-                          "so eager and compiled draw different ones", writes=writes)
+        return Probe(
+            skip=f"random: {recorder.random[0]} draws random numbers (nondeterministic_seeded), "
+            "so eager and compiled draw different ones",
+            writes=writes,
+        )
     if recorder.dynamic:
-        return Probe(skip=f"data-dependent output ({recorder.dynamic[0]}: its shape or a Python scalar depends on "
-                          "values): Dynamo graph-breaks there, so the op would run eagerly", writes=writes)
+        return Probe(
+            skip=f"data-dependent output ({recorder.dynamic[0]}: its shape or a Python scalar depends on "
+            "values): Dynamo graph-breaks there, so the op would run eagerly",
+            writes=writes,
+        )
     if recorder.calls and not recorder.initialized:
         # The version-proof form of OpInfo's has_nondeterministic_output, which older torch lacks for these.
         allocations = ", ".join(recorder.allocations)
-        return Probe(skip=f"output values are undefined: the op returns uninitialized memory ({allocations})",
-                     writes=writes)
+        return Probe(
+            skip=f"output values are undefined: the op returns uninitialized memory ({allocations})", writes=writes
+        )
     leaves = torch.utils._pytree.tree_leaves(output)
     outputs = [t for t in leaves if isinstance(t, torch.Tensor)]
     if not outputs:
@@ -364,6 +379,7 @@ def does_something(op_piece: str, dtype: torch.dtype, index: int, layout: str) -
 
 
 # Layouts a sample can take.
+
 
 def layouts_of(op_piece: str, dtype: torch.dtype, index: int, found: Probe) -> list[str]:
     """The layouts of `layouts.LAYOUTS` this sample can be given: each must really change something."""
@@ -431,6 +447,7 @@ def laid_out(op_piece: str, dtype: torch.dtype, index: int, layout: str, seed: i
 
 # What the catalogue holds.
 
+
 @dataclass(frozen=True)
 class Entry:
     """One case of the catalogue: op variant, dtype, sample, layout, and the modes it runs in."""
@@ -458,7 +475,8 @@ def modes_for(op: Any, dtype: torch.dtype, found: Probe) -> tuple[str, ...]:
 
 
 def entries_of(op: Any, dtype: torch.dtype, skips: list[Skip] | None = None) -> list[Entry]:
-    """The catalogue's cases for one op and dtype: per layout, its first SAMPLES fitting samples (skips into `skips`)."""
+    """The catalogue's cases for one op and dtype: per layout, its first SAMPLES fitting samples (skips into
+    `skips`)."""
     key, piece = op_key(op), name_piece(op)
     reason = op_skip(op) or dtype_skip(op, dtype) or (TIES if discontinuous(op) and dtype == torch.bool else None)
     if reason:
@@ -469,8 +487,12 @@ def entries_of(op: Any, dtype: torch.dtype, skips: list[Skip] | None = None) -> 
         drawn = samples(piece, dtype)
     except Exception as exc:
         if skips is not None:
-            skips.append(Skip(f"{key} {dtype_name(dtype)}",
-                              f"OpInfo cannot draw samples ({type(exc).__name__}: {exception_line(exc, 200)})"))
+            skips.append(
+                Skip(
+                    f"{key} {dtype_name(dtype)}",
+                    f"OpInfo cannot draw samples ({type(exc).__name__}: {exception_line(exc, 200)})",
+                )
+            )
         return []
     usable, reasons = [], []
     for index in range(len(drawn)):
@@ -504,8 +526,12 @@ def full_catalogue(skips: list[Skip] | None = None) -> list[Entry]:
             continue
         dtypes = dtypes_of(op)
         if not dtypes and skips is not None:
-            skips.append(Skip(op_key(op), "declares none of float32, bfloat16, float16, int64, int32, bool "
-                                          "(complex-only or exotic dtypes)"))
+            skips.append(
+                Skip(
+                    op_key(op),
+                    "declares none of float32, bfloat16, float16, int64, int32, bool (complex-only or exotic dtypes)",
+                )
+            )
         for dtype in dtypes:
             found.extend(entries_of(op, dtype, skips))
     return found

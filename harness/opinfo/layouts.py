@@ -21,8 +21,8 @@ from typing import Callable
 
 import torch
 
-from ..inputs import TensorSpec, broadcast, contiguous, gapped, materialize, permuted, strided
-from ..layout import contiguous_stride, is_non_overlapping, is_non_overlapping_and_dense
+from harness.inputs import TensorSpec, broadcast, contiguous, gapped, materialize, permuted, strided
+from harness.layout import contiguous_stride, is_non_overlapping, is_non_overlapping_and_dense
 
 # The order they are listed and generated in.
 LAYOUTS = ("contiguous", "permuted", "gapped", "broadcast", "storage_offset", "overlapping")
@@ -113,9 +113,16 @@ def spec_for(layout: str, t: torch.Tensor) -> TensorSpec | None:
     spec = REGISTRY[layout].spec(tuple(t.shape))
     if spec is None:
         return None
-    return TensorSpec(spec.size, dtype=t.dtype, stride=spec.stride, storage_offset=spec.storage_offset,
-                      storage_numel=spec.storage_numel, fill="randint" if not t.dtype.is_floating_point else "randn",
-                      low=0, high=2 if t.dtype == torch.bool else 10)
+    return TensorSpec(
+        spec.size,
+        dtype=t.dtype,
+        stride=spec.stride,
+        storage_offset=spec.storage_offset,
+        storage_numel=spec.storage_numel,
+        fill="randint" if not t.dtype.is_floating_point else "randn",
+        low=0,
+        high=2 if t.dtype == torch.bool else 10,
+    )
 
 
 def applies(layout: str, t: torch.Tensor) -> bool:

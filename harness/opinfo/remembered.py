@@ -26,12 +26,13 @@ from typing import Callable, Iterable
 
 import torch
 
-from . import catalog as C
+from harness.opinfo import catalog as C
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 # The code a case's entry and facts come from: this package, and the seeds and layout checks it uses.
 _SOURCES = [os.path.join(_PACKAGE, name) for name in sorted(os.listdir(_PACKAGE)) if name.endswith(".py")] + [
-    os.path.join(os.path.dirname(_PACKAGE), name) for name in ("inputs.py", "layout.py")]
+    os.path.join(os.path.dirname(_PACKAGE), name) for name in ("inputs.py", "layout.py")
+]
 
 
 @dataclass(frozen=True)
@@ -45,13 +46,22 @@ class Facts:
 
     def to_dict(self) -> dict:
         e = self.entry
-        return {"op_piece": e.op_piece, "dtype": C.dtype_name(e.dtype), "index": e.index, "layout": e.layout,
-                "modes": list(e.modes), "op_key": self.op_key, "op_name": self.op_name, "shapes": self.shapes}
+        return {
+            "op_piece": e.op_piece,
+            "dtype": C.dtype_name(e.dtype),
+            "index": e.index,
+            "layout": e.layout,
+            "modes": list(e.modes),
+            "op_key": self.op_key,
+            "op_name": self.op_name,
+            "shapes": self.shapes,
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> "Facts":
-        entry = C.Entry(data["op_piece"], getattr(torch, data["dtype"]), int(data["index"]), data["layout"],
-                        tuple(data["modes"]))
+        entry = C.Entry(
+            data["op_piece"], getattr(torch, data["dtype"]), int(data["index"]), data["layout"], tuple(data["modes"])
+        )
         return cls(entry, data["op_key"], data["op_name"], data["shapes"])
 
 
@@ -67,8 +77,12 @@ def facts_of(entry: C.Entry) -> Facts:
 def _key() -> str:
     import numpy
 
-    parts = [torch.__version__, platform.python_version(), numpy.__version__,
-             f"samples={C.SAMPLES} drawn={C.DRAWN} ci={C.CI_RUNS}/{C.CI_SEED}"]
+    parts = [
+        torch.__version__,
+        platform.python_version(),
+        numpy.__version__,
+        f"samples={C.SAMPLES} drawn={C.DRAWN} ci={C.CI_RUNS}/{C.CI_SEED}",
+    ]
     digest = hashlib.sha256("\0".join(parts).encode())
     for path in _SOURCES:
         with open(path, "rb") as handle:
@@ -77,7 +91,7 @@ def _key() -> str:
 
 
 def path() -> str:
-    from ..inductor_compat import inductor_cache_dir
+    from harness.inductor_compat import inductor_cache_dir
 
     return os.path.join(inductor_cache_dir(), f"harness-opinfo-catalogue-{_key()}.json")
 

@@ -27,6 +27,7 @@ SPARSE = "sparse tensors: not compiled by Inductor"
 FLAKY = "flaky under Inductor on CPU (PyTorch's Inductor OpInfo test: inductor_skips['cpu'])"
 RANDOM_BY_NAME = "random: draws random numbers, so eager and compiled draw different ones"
 
+
 def op_key(op: Any) -> str:
     """PyTorch's name for an op variant, `max.reduction_with_dim`: what the skip tables are keyed by."""
     return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
@@ -57,15 +58,44 @@ DTYPE_SKIPS: dict[str, tuple[frozenset, str]] = {
 # maximum's gradient goes to. Between equal values eager picks one by its own algorithm, and any other pick is as
 # right, so their samples get inputs without ties (`tie_free`); where an input cannot have them (bool, a layout
 # that repeats elements) the sample is left out with this reason.
-DISCONTINUOUS = frozenset({
-    "sort", "msort", "argsort", "topk", "kthvalue", "median", "nanmedian", "mode", "argmax", "argmin",
-    "max.reduction_with_dim", "min.reduction_with_dim", "max.reduction_no_dim", "min.reduction_no_dim",
-    "amax", "amin", "aminmax", "cummax", "cummin", "masked.argmax", "masked.argmin", "masked.median",
-    "masked.amax", "masked.amin", "nn.functional.max_pool1d", "nn.functional.max_pool2d", "nn.functional.max_pool3d",
-    "nn.functional.adaptive_max_pool1d", "nn.functional.adaptive_max_pool2d", "nn.functional.adaptive_max_pool3d",
-})
-TIES = ("ties: the op's result (an order, an index, where a maximum's gradient goes) is decided between equal "
-        "input values by eager's own algorithm, and any other choice is as right")
+DISCONTINUOUS = frozenset(
+    {
+        "sort",
+        "msort",
+        "argsort",
+        "topk",
+        "kthvalue",
+        "median",
+        "nanmedian",
+        "mode",
+        "argmax",
+        "argmin",
+        "max.reduction_with_dim",
+        "min.reduction_with_dim",
+        "max.reduction_no_dim",
+        "min.reduction_no_dim",
+        "amax",
+        "amin",
+        "aminmax",
+        "cummax",
+        "cummin",
+        "masked.argmax",
+        "masked.argmin",
+        "masked.median",
+        "masked.amax",
+        "masked.amin",
+        "nn.functional.max_pool1d",
+        "nn.functional.max_pool2d",
+        "nn.functional.max_pool3d",
+        "nn.functional.adaptive_max_pool1d",
+        "nn.functional.adaptive_max_pool2d",
+        "nn.functional.adaptive_max_pool3d",
+    }
+)
+TIES = (
+    "ties: the op's result (an order, an index, where a maximum's gradient goes) is decided between equal "
+    "input values by eager's own algorithm, and any other choice is as right"
+)
 
 
 def discontinuous(op) -> bool:

@@ -7,7 +7,7 @@
 - `localize`: the answer (kernel, stage, drift, unlocalized) for a run.
 """
 
-from .localize import COARSE_STAGES, STAGE_BACKENDS, CompiledProgram, NotReproduced, localize
-from .probe import KernelProbe
+from harness.probe.localize import COARSE_STAGES, STAGE_BACKENDS, LocalizationHooks, NotReproduced, localize
+from harness.probe.probe import KernelProbe
 
-__all__ = ["COARSE_STAGES", "STAGE_BACKENDS", "CompiledProgram", "KernelProbe", "NotReproduced", "localize"]
+__all__ = ["COARSE_STAGES", "STAGE_BACKENDS", "LocalizationHooks", "KernelProbe", "NotReproduced", "localize"]

@@ -1,4 +1,5 @@
-"""The wrapper's glue before a fallback call: each view it hands the op, against eager's value of the node it stands for.
+"""The wrapper's glue before a fallback call: each view it hands the op, against eager's value of the node it
+stands for.
 
 A fallback call (an ATen fallback, a custom op) receives the wrapper's views of its buffers (`reinterpret_tensor`,
 `as_strided`), built from the layouts lowering computed. The op's post-grad FX node names, argument by argument, the
@@ -14,10 +15,10 @@ from typing import Any
 
 import torch
 
-from ..compare import Verdict
-from ..inductor_compat import GraphInfo, Launch
-from .regions import RegionMap
-from .values import GraphValues
+from harness.judge.compare import VerdictPolicy
+from harness.inductor_compat import GraphInfo, Launch
+from harness.probe.regions import RegionMap
+from harness.probe.values import GraphValues
 
 
 @dataclass
@@ -29,8 +30,14 @@ class GlueProblem:
     text: str
 
 
-def check_glue(launch: Launch, buffers: list[str] | None, info: GraphInfo, regions: RegionMap, values: GraphValues,
-               verdict: Verdict) -> GlueProblem | None:
+def check_glue(
+    launch: Launch,
+    buffers: list[str] | None,
+    info: GraphInfo,
+    regions: RegionMap,
+    values: GraphValues,
+    verdict: VerdictPolicy,
+) -> GlueProblem | None:
     """The first argument of a fallback call that holds the wrong memory, when the buffer it views is right."""
     op_node = _op_node(buffers, info)
     schema = getattr(launch.kernel.op, "_schema", None)
@@ -57,9 +64,11 @@ def check_glue(launch: Launch, buffers: list[str] | None, info: GraphInfo, regio
         if owner_value is None or not _matches(verdict, owner_name, owner_tensor, owner_value):
             continue  # the buffer itself differs: a drift from upstream, not the view
         bad = "its size differs" if layout_wrong else _bad(verdict, label, tensor, expected)
-        text = (f"the wrapper's glue is wrong: it hands {label} to {launch.kernel.name.removeprefix('torch.ops.')} as a "
-                f"view of {owner_name} with {_layout(tensor)}, where eager's value of {node.name} has "
-                f"{_layout(expected)}; {bad} while {owner_name} holds eager's values")
+        text = (
+            f"the wrapper's glue is wrong: it hands {label} to {launch.kernel.name.removeprefix('torch.ops.')} as a "
+            f"view of {owner_name} with {_layout(tensor)}, where eager's value of {node.name} has "
+            f"{_layout(expected)}; {bad} while {owner_name} holds eager's values"
+        )
         return GlueProblem(key, label, node.name, expected, text)
     return None
 
@@ -88,16 +97,16 @@ def _argument_node(bound: dict[str, Any], label: str) -> Any:
     return value if isinstance(value, torch.fx.Node) else None
 
 
-def _matches(verdict: Verdict, name: str, actual: torch.Tensor, expected: torch.Tensor) -> bool:
+def _matches(verdict: VerdictPolicy, name: str, actual: torch.Tensor, expected: torch.Tensor) -> bool:
     if actual.shape != expected.shape:
         return False
     return verdict.quick_match(actual, expected) or verdict.tensors(name, actual, expected, pictures=False).passed
 
 
 def _layout(tensor: torch.Tensor) -> str:
-    return (f"size {tuple(tensor.shape)} stride {tuple(tensor.stride())} storage offset {tensor.storage_offset()}")
+    return f"size {tuple(tensor.shape)} stride {tuple(tensor.stride())} storage offset {tensor.storage_offset()}"
 
 
-def _bad(verdict: Verdict, label: str, tensor: torch.Tensor, expected: torch.Tensor) -> str:
+def _bad(verdict: VerdictPolicy, label: str, tensor: torch.Tensor, expected: torch.Tensor) -> str:
     comparison = verdict.tensors(label, tensor, expected, pictures=False)
     return f"{comparison.bad}/{comparison.numel} of its elements differ"

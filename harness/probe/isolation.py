@@ -29,13 +29,13 @@ from typing import Any, Callable
 
 import torch
 
-from ..compare import Verdict
-from ..run_results import same_values
-from ..inductor_compat import Launch
-from ..inductor_compat.launches import ROLE_INOUT
-from ..layout import clone_exact, is_non_overlapping_and_dense, overlap
-from .regions import Region, RegionMap
-from .values import GraphValues
+from harness.judge.compare import VerdictPolicy
+from harness.judge.results import same_values
+from harness.inductor_compat import Launch
+from harness.inductor_compat.launches import ROLE_INOUT
+from harness.layout import clone_exact, is_non_overlapping_and_dense, overlap
+from harness.probe.regions import Region, RegionMap
+from harness.probe.values import GraphValues
 
 WRONG, ALIASING, DRIFT, NOT_ISOLATED = "wrong", "aliasing", "drift", "not-isolated"
 # The buffer's layout cannot hold its node's value: elements that eager keeps apart share memory (probe.py).
@@ -78,8 +78,14 @@ class Replay:
 Recomputed = Callable[[torch.Tensor], "tuple[int, torch.Tensor] | None"]
 
 
-def replay(launch: Launch, regions: RegionMap, values: GraphValues, run: Callable[[Launch], Any],
-           recomputed: Recomputed | None = None, zero: frozenset[str] = frozenset()) -> Replay:
+def replay(
+    launch: Launch,
+    regions: RegionMap,
+    values: GraphValues,
+    run: Callable[[Launch], Any],
+    recomputed: Recomputed | None = None,
+    zero: frozenset[str] = frozenset(),
+) -> Replay:
     """Run `launch` again on eager values of its inputs (call before `regions` records this launch's writes).
 
     An argument updated in place whose prior state has no eager twin starts from what the launch left
@@ -129,9 +135,15 @@ def replay(launch: Launch, regions: RegionMap, values: GraphValues, run: Callabl
     return Replay(outputs, kept, group, unknown_priors=unknown_priors)
 
 
-def isolate(launch: Launch, regions: RegionMap, values: GraphValues, verdict: Verdict,
-            run: Callable[[Launch], Any], recomputed: Recomputed | None = None,
-            exact: ExactInputs | None = None) -> Isolation:
+def isolate(
+    launch: Launch,
+    regions: RegionMap,
+    values: GraphValues,
+    verdict: VerdictPolicy,
+    run: Callable[[Launch], Any],
+    recomputed: Recomputed | None = None,
+    exact: ExactInputs | None = None,
+) -> Isolation:
     """Is the kernel wrong on exact inputs, does it read what it writes, or did it amplify upstream drift?
 
     `exact`: for a kernel's first launch, what the probe saw before it ran: everything it read held exactly
@@ -155,44 +167,79 @@ def isolate(launch: Launch, regions: RegionMap, values: GraphValues, verdict: Ve
     if still_wrong and _reads_state_of(again.unknown_priors, launch, regions, values, run, recomputed, again):
         # In-place kernels often write a buffer before reading it back (a fresh buffer, or one Inductor reused);
         # this one reads what was there, and that state is gone: the replay read its own output instead.
-        kept = kept + [f"{name} (updated in place; the kernel reads its state before the launch, which has no "
-                       "eager twin)" for name in again.unknown_priors]
+        kept = kept + [
+            f"{name} (updated in place; the kernel reads its state before the launch, which has no eager twin)"
+            for name in again.unknown_priors
+        ]
     on = "eager values of its inputs" + (f" (kept as computed: {', '.join(kept)})" if kept else "")
     if group:
-        on += f" (with the outputs of launch {', '.join(map(str, group))} recomputed on eager inputs: they have no eager twin)"
+        launches = ", ".join(map(str, group))
+        on += f" (with the outputs of launch {launches} recomputed on eager inputs: they have no eager twin)"
     if still_wrong and kept:
         # An input without an eager twin may carry the difference: the kernel cannot be called wrong.
-        return Isolation(NOT_ISOLATED, f"not isolated: on {on} it still diverges ({', '.join(still_wrong)}); "
-                                       f"the inputs kept as computed may carry the difference", group)
+        return Isolation(
+            NOT_ISOLATED,
+            f"not isolated: on {on} it still diverges ({', '.join(still_wrong)}); "
+            f"the inputs kept as computed may carry the difference",
+            group,
+        )
     if still_wrong and reads_what_it_writes(launch, regions):
-        return Isolation(ALIASING, f"reads what it writes (aliasing inside the kernel): it updates "
-                                   f"{', '.join(reads_what_it_writes(launch, regions))} in place and reads it through "
-                                   f"another view; on {on} it still diverges ({', '.join(still_wrong)})", group)
+        return Isolation(
+            ALIASING,
+            f"reads what it writes (aliasing inside the kernel): it updates "
+            f"{', '.join(reads_what_it_writes(launch, regions))} in place and reads it through "
+            f"another view; on {on} it still diverges ({', '.join(still_wrong)})",
+            group,
+        )
     if still_wrong:
         return Isolation(WRONG, f"kernel is wrong: on {on} it still diverges ({', '.join(still_wrong)})", group)
-    aliased = sorted({regions.local_of(launch, r) or launch.param_name(k) for k, r in launch.read()
-                      for _, w in launch.written_args() if overlap(r, w)})
+    aliased = sorted(
+        {
+            regions.local_of(launch, r) or launch.param_name(k)
+            for k, r in launch.read()
+            for _, w in launch.written_args()
+            if overlap(r, w)
+        }
+    )
     if aliased and _diverges_when_aliased(launch, regions, values, verdict, run, again.outputs):
-        return Isolation(ALIASING, f"reads what it writes (aliasing inside the kernel): {', '.join(aliased)} is read "
-                                   f"and written by the same launch; on {on} it diverges when they share memory "
-                                   "as in the compiled call, and matches eager when they are apart", group)
-    if exact is not None and not group and not _reads_state_of(exact.unchecked, launch, regions, values, run,
-                                                               recomputed, again):
+        return Isolation(
+            ALIASING,
+            f"reads what it writes (aliasing inside the kernel): {', '.join(aliased)} is read "
+            f"and written by the same launch; on {on} it diverges when they share memory "
+            "as in the compiled call, and matches eager when they are apart",
+            group,
+        )
+    if (
+        exact is not None
+        and not group
+        and not _reads_state_of(exact.unchecked, launch, regions, values, run, recomputed, again)
+    ):
         # Given exactly eager's values it diverged, and launched again on them it does not: not its inputs.
-        return Isolation(WRONG, "kernel is wrong on its first launch: launched for the first time on inputs equal "
-                                "to eager's it diverged; launched again on them it matches eager")
+        return Isolation(
+            WRONG,
+            "kernel is wrong on its first launch: launched for the first time on inputs equal "
+            "to eager's it diverged; launched again on them it matches eager",
+        )
     return Isolation(DRIFT, f"upstream drift amplified here: on {on} this kernel matches eager", group)
 
 
-def _reads_state_of(names: list[str], launch: Launch, regions: RegionMap, values: GraphValues,
-                    run: Callable[[Launch], Any], recomputed: Recomputed | None, first: Replay) -> bool:
+def _reads_state_of(
+    names: list[str],
+    launch: Launch,
+    regions: RegionMap,
+    values: GraphValues,
+    run: Callable[[Launch], Any],
+    recomputed: Recomputed | None,
+    first: Replay,
+) -> bool:
     """Whether the replay's outputs change when the named in-place arguments start as zeros (a kernel that
     writes them before reading them back gives the same outputs)."""
     if not names:
         return False
     again = replay(launch, regions, values, run, recomputed, zero=frozenset(names))
-    return again.error is not None or not all(same_values(a, b) for (_, _, a), (_, _, b)
-                                              in zip(first.outputs, again.outputs))
+    return again.error is not None or not all(
+        same_values(a, b) for (_, _, a), (_, _, b) in zip(first.outputs, again.outputs)
+    )
 
 
 def reads_what_it_writes(launch: Launch, regions: RegionMap) -> list[str]:
@@ -206,8 +253,11 @@ def reads_what_it_writes(launch: Launch, regions: RegionMap) -> list[str]:
     info = regions.info
     computed = info.computed_by(launch.kernel.name)
     if computed is None:  # codegen named no buffers for it (the NPU's schedulings trace no provenance)
-        computed = [region.buffer for region in (regions.written(launch, t, check=False)
-                                                 for _, t in launch.written_args()) if region.buffer in info.buffers]
+        computed = [
+            region.buffer
+            for region in (regions.written(launch, t, check=False) for _, t in launch.written_args())
+            if region.buffer in info.buffers
+        ]
     mutated: dict[str, str] = {}  # storage -> its own node or graph input
     for buffer in computed:
         fact = info.buffers.get(buffer)
@@ -238,21 +288,44 @@ def _read_as_data(view: Any) -> bool:
             continue
         destination = user.args[0] is view if user.args else False
         schema = getattr(user.target, "_schema", None)
-        writes_it = destination and schema is not None and schema.arguments and \
-            schema.arguments[0].alias_info is not None and schema.arguments[0].alias_info.is_write
+        writes_it = (
+            destination
+            and schema is not None
+            and schema.arguments
+            and schema.arguments[0].alias_info is not None
+            and schema.arguments[0].alias_info.is_write
+        )
         if not (writes_it or (destination and name == "copy")):
             return True
     return False
 
 
-_VIEW_OPS = ("permute", "transpose", "t", "as_strided", "slice", "select", "expand", "diagonal", "unfold", "view",
-             "reshape", "_reshape_alias", "alias", "squeeze", "unsqueeze")
+_VIEW_OPS = (
+    "permute",
+    "transpose",
+    "t",
+    "as_strided",
+    "slice",
+    "select",
+    "expand",
+    "diagonal",
+    "unfold",
+    "view",
+    "reshape",
+    "_reshape_alias",
+    "alias",
+    "squeeze",
+    "unsqueeze",
+)
 
 
 def _is_view(node: Any) -> bool:
     name = str(getattr(node.target, "__name__", node.target)).split(".")[0]
-    return node.op == "call_function" and name in _VIEW_OPS and name not in ("view", "reshape", "alias", "squeeze",
-                                                                               "unsqueeze", "_reshape_alias")
+    return (
+        node.op == "call_function"
+        and name in _VIEW_OPS
+        and name not in ("view", "reshape", "alias", "squeeze", "unsqueeze", "_reshape_alias")
+    )
 
 
 def _base_of(node: Any) -> str | None:
@@ -265,20 +338,30 @@ def _base_of(node: Any) -> str | None:
     return getattr(node, "name", None)
 
 
-def _diverges_when_aliased(launch: Launch, regions: RegionMap, values: GraphValues, verdict: Verdict,
-                           run: Callable[[Launch], Any], outputs: list[tuple[str, Region, torch.Tensor]]) -> bool:
+def _diverges_when_aliased(
+    launch: Launch,
+    regions: RegionMap,
+    values: GraphValues,
+    verdict: VerdictPolicy,
+    run: Callable[[Launch], Any],
+    outputs: list[tuple[str, Region, torch.Tensor]],
+) -> bool:
     """Replay with read and written arguments sharing one storage again, as in the compiled call."""
     storages: dict[int, torch.Tensor] = {}
     for _, tensor in launch.tensor_args():
         pointer = tensor.untyped_storage().data_ptr()
         if pointer not in storages:
             # The whole storage, copied; the regions the launch touches get eager values below.
-            storages[pointer] = clone_exact(tensor).as_strided((tensor.untyped_storage().nbytes() // tensor.element_size(),), (1,), 0)
+            storages[pointer] = clone_exact(tensor).as_strided(
+                (tensor.untyped_storage().nbytes() // tensor.element_size(),), (1,), 0
+            )
     args, kwargs = list(launch.args), dict(launch.kwargs)
     fills = [(k, t, regions.read(launch, t)) for k, t in launch.read()]
     fills += [(k, t, regions.read(launch, t)) for k, t in launch.written_args()]
     for key, tensor, region in fills:
-        view = storages[tensor.untyped_storage().data_ptr()].as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+        view = storages[tensor.untyped_storage().data_ptr()].as_strided(
+            tensor.shape, tensor.stride(), tensor.storage_offset()
+        )
         value = region.eager(values) if region.mapped else None
         if value is not None and value.shape == view.shape:
             try:

@@ -39,16 +39,19 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .. import records as R
-from ..compare import Verdict
-from .isolation import ALIASING, DRIFT, GLUE, NOT_ISOLATED, WRONG
-from ..run_results import Results
-from .passes import find_pass
-from .probe import Divergence, KernelProbe
+from harness import records as R
+from harness.judge.compare import VerdictPolicy
+from harness.probe.isolation import ALIASING, DRIFT, GLUE, NOT_ISOLATED, WRONG
+from harness.judge.results import Results
+from harness.probe.passes import find_pass
+from harness.probe.probe import Divergence, KernelProbe
 
 # CompilerBisector's backends before Inductor, in pipeline order, with the stage each one's divergence names.
-STAGE_BACKENDS = (("eager", "dynamo"), ("aot_eager", "aot_eager"),
-                  ("aot_eager_decomp_partition", "aot_eager_decomp_partition"))
+STAGE_BACKENDS = (
+    ("eager", "dynamo"),
+    ("aot_eager", "aot_eager"),
+    ("aot_eager_decomp_partition", "aot_eager_decomp_partition"),
+)
 COARSE_STAGES = tuple(backend for backend, _ in STAGE_BACKENDS)
 # Kernels wrong on exact inputs tried one by one before a drift search, at most.
 MAX_CANDIDATES = 4
@@ -61,23 +64,29 @@ GRAPH_PASSES = "inductor_graph_passes"
 WRAPPER_GLUE = "wrapper_glue"
 STAGE_MEANING = {
     "dynamo": "Dynamo's bytecode, guards or graph capture (backend=\"eager\" runs Dynamo's graph eagerly), not "
-              "AOT autograd or Inductor",
+    "AOT autograd or Inductor",
     "aot_eager": "functionalization/AOT autograd (backend=\"eager\" passes), not an Inductor kernel",
     "aot_eager_decomp_partition": "Inductor's decompositions or the joint-graph partition, not an Inductor kernel",
-    GRAPH_PASSES: ("with every kernel output made eager the outputs still diverge: the post-grad graph Inductor "
-                   "lowers is already wrong (Inductor's FX graph passes or the wrapper's glue), not a kernel"),
-    WRAPPER_GLUE: ("the post-grad graphs Inductor lowers, each run eagerly in place of its wrapper, pass, and with "
-                   "every kernel output made eager the wrapper still diverges: the wrapper's glue is wrong (the "
-                   "views, reinterpret_tensor, and the arguments it builds for extern kernels, custom ops and ATen "
-                   "fallbacks), not a kernel and not a graph pass"),
+    GRAPH_PASSES: (
+        "with every kernel output made eager the outputs still diverge: the post-grad graph Inductor "
+        "lowers is already wrong (Inductor's FX graph passes or the wrapper's glue), not a kernel"
+    ),
+    WRAPPER_GLUE: (
+        "the post-grad graphs Inductor lowers, each run eagerly in place of its wrapper, pass, and with "
+        "every kernel output made eager the wrapper still diverges: the wrapper's glue is wrong (the "
+        "views, reinterpret_tensor, and the arguments it builds for extern kernels, custom ops and ATen "
+        "fallbacks), not a kernel and not a graph pass"
+    ),
 }
 # Said of a GRAPH_PASSES answer whose graphs were run eagerly: they diverge already, so the glue is not to blame.
-GRAPHS_DIVERGE_EAGERLY = ("the post-grad graphs, each run eagerly in place of its wrapper, diverge already: "
-                          "Inductor's FX graph passes made them wrong, not the wrapper's glue")
+GRAPHS_DIVERGE_EAGERLY = (
+    "the post-grad graphs, each run eagerly in place of its wrapper, diverge already: "
+    "Inductor's FX graph passes made them wrong, not the wrapper's glue"
+)
 
 
 @dataclass
-class CompiledProgram:
+class LocalizationHooks:
     """What localization needs from the runner: the compiled program run again, and the stage check."""
 
     # Runs the compiled program once with `probe` installed; its results.
@@ -112,7 +121,7 @@ class NotReproduced(Exception):
     """A failing run's first probe run passed: the compiled program is not deterministic."""
 
 
-def localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Localization:
+def localize(program: LocalizationHooks, verdict: VerdictPolicy, failing: bool) -> R.Localization:
     """The answer for a run (failing, or passing under `--bisect always`), with what it cost.
 
     The first probe run changes no value: for a failing run it is also the
@@ -130,18 +139,23 @@ def localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Loc
             cost["compiles"] += 1
             cost["stages_checked"] = cost["stages_checked"] or stage
             return check(*args)
+
         return counted
 
-    counted = dataclasses.replace(program, rerun=rerun, diverges_under=compiling(program.diverges_under, stage=True),
-                                  graph_passes=compiling(program.graph_passes),
-                                  passes_without=compiling(program.passes_without),
-                                  graphs_pass_eagerly=program.graphs_pass_eagerly)
+    counted = dataclasses.replace(
+        program,
+        rerun=rerun,
+        diverges_under=compiling(program.diverges_under, stage=True),
+        graph_passes=compiling(program.graph_passes),
+        passes_without=compiling(program.passes_without),
+        graphs_pass_eagerly=program.graphs_pass_eagerly,
+    )
     found = _localize(counted, verdict, failing)
     found.reruns, found.stages_checked, found.compiles = cost["reruns"], cost["stages_checked"], cost["compiles"]
     return found
 
 
-def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Localization:
+def _localize(program: LocalizationHooks, verdict: VerdictPolicy, failing: bool) -> R.Localization:
     probe = _probe(program, verdict, stop_at_wrong=failing, check_layouts=failing and program.wrong_layout_or_dtype)
     outputs_pass = program.run(probe)
     if failing and outputs_pass:
@@ -152,8 +166,10 @@ def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Lo
         # The failing result cannot hold eager's values: the first buffer laid out so is where that starts, and
         # no substitution could show it (eager's value does not fit the memory it would be copied into).
         _name(found, probe.layouts[0], R.Answer.KERNEL, stage="inductor")
-        found.reason = ("a failing result is laid out with elements sharing memory, or typed, unlike eager's; this "
-                        "kernel wrote the first buffer whose layout or dtype cannot hold its node's value")
+        found.reason = (
+            "a failing result is laid out with elements sharing memory, or typed, unlike eager's; this "
+            "kernel wrote the first buffer whose layout or dtype cannot hold its node's value"
+        )
         return found
     if not failing:
         found.answer, found.diverged = R.Answer.NONE, False
@@ -176,14 +192,19 @@ def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Lo
         results = program.rerun(_probe(program, verdict, substitute=frozenset({wrong.key})))
         if program.moved(results):
             _name(found, wrong, R.Answer.KERNEL, stage="inductor")
-            found.reason = ("making its outputs eager makes every output pass" if program.passes(results) else
-                            "making its outputs eager changes a failing output beyond tolerance; later kernels "
-                            "add more differences")
+            found.reason = (
+                "making its outputs eager makes every output pass"
+                if program.passes(results)
+                else "making its outputs eager changes a failing output beyond tolerance; later kernels "
+                "add more differences"
+            )
             return found
-        found.problems.append(f"{wrong.graph} {_launch_words(wrong)} {wrong.kernel['name']} differs on exact "
-                              "inputs, but making its outputs eager changes no failing output beyond tolerance "
-                              "(the outputs absorb its difference, or later kernels spoil the same elements; its "
-                              "other launches are not tried)")
+        found.problems.append(
+            f"{wrong.graph} {_launch_words(wrong)} {wrong.kernel['name']} differs on exact "
+            "inputs, but making its outputs eager changes no failing output beyond tolerance "
+            "(the outputs absorb its difference, or later kernels spoil the same elements; its "
+            "other launches are not tried)"
+        )
         # The same kernel launched again (the next layer) differs the same way: not a candidate either.
         immaterial.add(wrong.kernel["name"])
         # (A fallback's index is the next kernel's: compared again from there, itself too, as immaterial.)
@@ -193,13 +214,18 @@ def _localize(program: CompiledProgram, verdict: Verdict, failing: bool) -> R.Lo
         # The search starts at the next difference, preferably from another kernel (the immaterial one's next
         # launches differ the same way). Starting at the immaterial launch instead would cost a whole search
         # where the difference that matters starts at the next one: about ten runs on a model step, not two.
-        hint = next((d for d in probe.divergences if d.kernel["name"] not in immaterial),
-                    probe.divergences[0] if probe.divergences else hint)
+        hint = next(
+            (d for d in probe.divergences if d.kernel["name"] not in immaterial),
+            probe.divergences[0] if probe.divergences else hint,
+        )
     search = _Substitution(program, verdict, last)
     culprit = _first_that_matters(search, hint.launch_index if hint is not None else None)
     if culprit is None:
-        return (_before_inductor(program, found, first) or _in_graph_pass(program, found, first)
-                or _after_aot(found, first, superseded, program.graphs_pass_eagerly))
+        return (
+            _before_inductor(program, found, first)
+            or _in_graph_pass(program, found, first)
+            or _after_aot(found, first, superseded, program.graphs_pass_eagerly)
+        )
     # No stage check from here on: the outputs passed with launches 0..culprit made eager values of the
     # post-grad graph, so that graph (what AOT autograd and the decompositions made) is right where it
     # matters. A stage answer now would contradict that run.
@@ -216,15 +242,20 @@ class _Substitution:
     """Runs with the outputs of launches 0..m made eager; asked to, one also compares and isolates launch
     m+1 on those values (the answer's description, when that run decides the answer is m+1)."""
 
-    program: CompiledProgram
-    verdict: Verdict
+    program: LocalizationHooks
+    verdict: VerdictPolicy
     last: int
     _described: dict[int, Divergence | None] = field(default_factory=dict)
 
     def passes(self, m: int, describe_next: bool = False) -> bool:
         following = frozenset({m + 1}) if describe_next and m + 1 <= self.last else frozenset()
-        probe = _probe(self.program, self.verdict, substitute=frozenset(range(m + 1)), substitute_fallbacks_before=m,
-                       describe=following)
+        probe = _probe(
+            self.program,
+            self.verdict,
+            substitute=frozenset(range(m + 1)),
+            substitute_fallbacks_before=m,
+            describe=following,
+        )
         passed = self.program.run(probe)
         for index in following:
             self._described[index] = probe.described.get(index)
@@ -280,7 +311,9 @@ def first_diverging_stage(diverges_under: Callable[[str], bool]) -> str:
     return decomp if diverges_under(decomp_backend) else "inductor"
 
 
-def _before_inductor(program: CompiledProgram, found: R.Localization, first: Divergence | None) -> R.Localization | None:
+def _before_inductor(
+    program: LocalizationHooks, found: R.Localization, first: Divergence | None
+) -> R.Localization | None:
     stage = first_diverging_stage(program.diverges_under)
     if stage == "inductor":
         return None
@@ -291,7 +324,9 @@ def _before_inductor(program: CompiledProgram, found: R.Localization, first: Div
     return found
 
 
-def _in_graph_pass(program: CompiledProgram, found: R.Localization, first: Divergence | None) -> R.Localization | None:
+def _in_graph_pass(
+    program: LocalizationHooks, found: R.Localization, first: Divergence | None
+) -> R.Localization | None:
     """The Inductor graph pass that, turned off alone, makes the run pass (the stages before Inductor pass)."""
     diverging = frozenset(first.kernel.get("nodes") or ()) if first is not None else frozenset()
     finding = find_pass(program.graph_passes, program.passes_without, diverging)
@@ -307,8 +342,12 @@ def _in_graph_pass(program: CompiledProgram, found: R.Localization, first: Diver
     return found
 
 
-def _after_aot(found: R.Localization, first: Divergence | None, superseded: int = 0,
-               graphs_pass_eagerly: Callable[[], bool | None] = lambda: None) -> R.Localization:
+def _after_aot(
+    found: R.Localization,
+    first: Divergence | None,
+    superseded: int = 0,
+    graphs_pass_eagerly: Callable[[], bool | None] = lambda: None,
+) -> R.Localization:
     """Every compared kernel output made eager still fails, and the stages before Inductor pass.
 
     Then the difference lies outside the kernels, unless an unmapped buffer carries it. Those that held only
@@ -328,15 +367,19 @@ def _after_aot(found: R.Localization, first: Divergence | None, superseded: int 
         if no_single := next((p for p in found.problems if p.startswith("no ")), None):
             found.reason += f"; {no_single}"
         if superseded:
-            found.reason += (f" (its {superseded} unmapped buffers held only states inside one node's lowering, "
-                             "each written over whole by that node's compared value)")
+            found.reason += (
+                f" (its {superseded} unmapped buffers held only states inside one node's lowering, "
+                "each written over whole by that node's compared value)"
+            )
         found.visible_at = _seen_at(first)
         return found
     found.answer, found.diverged, found.stage = R.Answer.UNLOCALIZED, True, "inductor"
     reasons = "; ".join(f"{len(names)}x {reason}" for reason, names in list(found.unmapped.items())[:3])
-    found.reason = ("the outputs still diverge with every compared kernel output made eager: the difference "
-                    f"comes from work the probe does not compare ({found.unmapped_buffers} unmapped buffers"
-                    f"{': ' + reasons if reasons else ''}; ATen fallback ops and graph glue are not probed)")
+    found.reason = (
+        "the outputs still diverge with every compared kernel output made eager: the difference "
+        f"comes from work the probe does not compare ({found.unmapped_buffers} unmapped buffers"
+        f"{': ' + reasons if reasons else ''}; ATen fallback ops and graph glue are not probed)"
+    )
     return found
 
 
@@ -347,12 +390,16 @@ def _seen_at(first: Divergence | None) -> R.BufferDivergence | None:
         return None
     seen = first.as_buffer_divergence()
     seen.kind = DRIFT
-    seen.isolated = ("first differs from eager here; the graph the kernels compute already differs from the "
-                     "program, so this kernel is not what is wrong")
+    seen.isolated = (
+        "first differs from eager here; the graph the kernels compute already differs from the "
+        "program, so this kernel is not what is wrong"
+    )
     return seen
 
 
-def _drift(found: R.Localization, culprit: int, described: Divergence | None, first: Divergence | None) -> R.Localization:
+def _drift(
+    found: R.Localization, culprit: int, described: Divergence | None, first: Divergence | None
+) -> R.Localization:
     found.answer, found.diverged, found.stage = R.Answer.DRIFT, True, "inductor"
     found.visible_at = first.as_buffer_divergence() if first is not None else None
     why = "no single kernel is wrong beyond tolerance on exact inputs"
@@ -363,8 +410,10 @@ def _drift(found: R.Localization, culprit: int, described: Divergence | None, fi
             found.isolated = described.isolation.text
             why = "it reads inputs the probe cannot compare, which may carry the difference"
         else:
-            found.isolated = ("on eager values of its inputs its output stays within the verdict policy "
-                              f"(bad={metrics.bad}/{metrics.numel}, max_abs={metrics.max_abs:.3g})")
+            found.isolated = (
+                "on eager values of its inputs its output stays within the verdict policy "
+                f"(bad={metrics.bad}/{metrics.numel}, max_abs={metrics.max_abs:.3g})"
+            )
     else:  # its outputs could not be compared (unmapped): named from the launch log
         entry = next((e for e in found.kernels if e.index == culprit and e.fallback is None), None)
         found.launch_index, found.name = culprit, entry.name if entry else None
@@ -387,8 +436,12 @@ def _causal(culprit: int) -> str:
     return f"making the outputs of launches 0..{culprit} eager makes every output pass, 0..{culprit - 1} does not"
 
 
-def _mark_immaterial(program: CompiledProgram, verdict: Verdict, divergences: list[Divergence],
-                     absorbed: list[R.BufferDivergence]) -> None:
+def _mark_immaterial(
+    program: LocalizationHooks,
+    verdict: VerdictPolicy,
+    divergences: list[Divergence],
+    absorbed: list[R.BufferDivergence],
+) -> None:
     """A kernel that differs on exact inputs yet moves no output when made eager: say so (one run per kernel)."""
     judged: dict[str, bool] = {}
     for divergence, entry in zip(divergences, absorbed):
@@ -400,8 +453,10 @@ def _mark_immaterial(program: CompiledProgram, verdict: Verdict, divergences: li
             judged[name] = not program.moved(results)
         if judged.get(name):
             entry.kind = IMMATERIAL
-            entry.isolated = ("differs from eager on exact inputs, but making its outputs eager moves no output "
-                              "beyond tolerance: a difference the outputs do not depend on")
+            entry.isolated = (
+                "differs from eager on exact inputs, but making its outputs eager moves no output "
+                "beyond tolerance: a difference the outputs do not depend on"
+            )
 
 
 def _absorbed(divergence: Divergence) -> R.BufferDivergence:
@@ -414,15 +469,22 @@ def _absorbed(divergence: Divergence) -> R.BufferDivergence:
     return entry
 
 
-def _probe(program: CompiledProgram, verdict: Verdict, **mode) -> KernelProbe:
+def _probe(program: LocalizationHooks, verdict: VerdictPolicy, **mode) -> KernelProbe:
     return KernelProbe(verdict, inner=program.injection(), first_launches=program.first_launches, **mode)
 
 
 def _evidence(probe: KernelProbe) -> R.Localization:
     return R.Localization(
-        answer=R.Answer.UNLOCALIZED, diverged=True, launches=probe.launches, graphs=probe.graphs,
-        graph_launches=probe.graph_launches, compared_buffers=probe.compared, unmapped_buffers=probe.unmapped_count,
-        unmapped=probe.unmapped, kernels=probe.log, problems=probe.problems,
+        answer=R.Answer.UNLOCALIZED,
+        diverged=True,
+        launches=probe.launches,
+        graphs=probe.graphs,
+        graph_launches=probe.graph_launches,
+        compared_buffers=probe.compared,
+        unmapped_buffers=probe.unmapped_count,
+        unmapped=probe.unmapped,
+        kernels=probe.log,
+        problems=probe.problems,
     )
 
 
@@ -446,5 +508,7 @@ def _name(found: R.Localization, divergence: Divergence, answer: R.Answer, stage
         found.source, found.args, found.module_path = producer["source"], producer["args"], producer["module_path"]
         found.nodes = list(dict.fromkeys(producer["nodes"] + kernel["nodes"]))
         found.aten_ops = sorted(set(producer["aten_ops"]) | set(kernel["aten_ops"]))
-        found.isolated = (f"{divergence.isolation.text}; judged together with launch {divergence.launch_index} "
-                          f"{kernel['name']}, which reads its output")
+        found.isolated = (
+            f"{divergence.isolation.text}; judged together with launch {divergence.launch_index} "
+            f"{kernel['name']}, which reads its output"
+        )

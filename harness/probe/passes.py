@@ -44,8 +44,11 @@ class PassFinding:
     enabling: list = field(default_factory=list)
 
 
-def find_pass(graph_passes: Callable[[], list], passes_without: Callable[[frozenset], bool],
-              diverging: frozenset[str] = frozenset()) -> PassFinding:
+def find_pass(
+    graph_passes: Callable[[], list],
+    passes_without: Callable[[frozenset], bool],
+    diverging: frozenset[str] = frozenset(),
+) -> PassFinding:
     """`graph_passes()`: the passes that changed the graphs (one compile); `passes_without(keys)`: whether the
     program compiled with those passes off passes; `diverging`: the graph nodes whose values first diverge."""
     changed = graph_passes()
@@ -66,13 +69,17 @@ def find_pass(graph_passes: Callable[[], list], passes_without: Callable[[frozen
     for candidates in (inner, outer):
         if candidates and (named := _single(candidates, without, spent)) is not None:
             finding.named = named
-            finding.text = (f"the run passes with that pass alone turned off ({spent[0]} compile"
-                            f"{'' if spent[0] == 1 else 's'} with passes turned off, of {len(changed)} that changed "
-                            "the graphs)")
+            finding.text = (
+                f"the run passes with that pass alone turned off ({spent[0]} compile"
+                f"{'' if spent[0] == 1 else 's'} with passes turned off, of {len(changed)} that changed "
+                "the graphs)"
+            )
             return finding
     shown = ", ".join(p.label for p in changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
-    finding.text = (f"no single Inductor graph pass is to blame: of the {len(changed)} that changed the graphs "
-                    f"({shown}), turning off one or a half of them left the run failing ({spent[0]} compiles)")
+    finding.text = (
+        f"no single Inductor graph pass is to blame: of the {len(changed)} that changed the graphs "
+        f"({shown}), turning off one or a half of them left the run failing ({spent[0]} compiles)"
+    )
     return finding
 
 
@@ -94,8 +101,13 @@ def _single(candidates: list, without: Callable[[list], bool], spent: list[int])
     return candidates[0] if len(candidates) == 1 else None
 
 
-def _each_alone(finding: PassFinding, groups: tuple[list, list], without: Callable[[list], bool],
-                diverging: frozenset[str], spent: list[int]) -> PassFinding:
+def _each_alone(
+    finding: PassFinding,
+    groups: tuple[list, list],
+    without: Callable[[list], bool],
+    diverging: frozenset[str],
+    spent: list[int],
+) -> PassFinding:
     """Each pass turned off alone (the passes inside others first). Among those whose absence alone makes the
     run pass, the culprit is the last to change the graph of those whose change touches the diverging nodes,
     else of those whose changed nodes are left in the lowered graph (a cleanup's were rewritten by the rewrite it
@@ -110,25 +122,34 @@ def _each_alone(finding: PassFinding, groups: tuple[list, list], without: Callab
         culprit = (touching or kept or alone)[-1]
         finding.named = culprit
         finding.enabling = [p for p in alone if p is not culprit]
-        finding.text = (f"the run passes with that pass alone turned off ({spent[0]} compile"
-                        f"{'' if spent[0] == 1 else 's'}, each with one of the {len(changed)} passes that changed "
-                        "the graphs off)")
+        finding.text = (
+            f"the run passes with that pass alone turned off ({spent[0]} compile"
+            f"{'' if spent[0] == 1 else 's'}, each with one of the {len(changed)} passes that changed "
+            "the graphs off)"
+        )
         if touching:
             shown = sorted(culprit.touched & diverging)
             finding.text += f"; its change touches the diverging nodes ({', '.join(shown[:4])})"
         elif kept:
             shown = sorted(culprit.touched)
-            finding.text += (f"; the nodes it made or changed are in the graph Inductor lowered "
-                             f"({', '.join(shown[:4])})")
+            finding.text += f"; the nodes it made or changed are in the graph Inductor lowered ({', '.join(shown[:4])})"
         if finding.enabling:
             one = len(finding.enabling) == 1
-            why = ("its change touches none of the diverging nodes" if touching else
-                   "none of the nodes it changed is left in the graph Inductor lowered (the named pass rewrote them)"
-                   if kept else "no change could be told apart: the last pass to change the graph is named")
-            finding.text += (f"; {', '.join(p.label for p in finding.enabling)} enable{'s' if one else ''} it: the "
-                             f"run passes with {'that' if one else 'each'} alone off too, and {why}")
+            why = (
+                "its change touches none of the diverging nodes"
+                if touching
+                else "none of the nodes it changed is left in the graph Inductor lowered (the named pass rewrote them)"
+                if kept
+                else "no change could be told apart: the last pass to change the graph is named"
+            )
+            finding.text += (
+                f"; {', '.join(p.label for p in finding.enabling)} enable{'s' if one else ''} it: the "
+                f"run passes with {'that' if one else 'each'} alone off too, and {why}"
+            )
         return finding
     shown = ", ".join(p.label for p in changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
-    finding.text = (f"no single Inductor graph pass is to blame: of the {len(changed)} that changed the graphs "
-                    f"({shown}), turning off each alone left the run failing ({spent[0]} compiles)")
+    finding.text = (
+        f"no single Inductor graph pass is to blame: of the {len(changed)} that changed the graphs "
+        f"({shown}), turning off each alone left the run failing ({spent[0]} compiles)"
+    )
     return finding

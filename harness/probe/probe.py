@@ -19,17 +19,17 @@ from typing import Any, Callable
 
 import torch
 
-from .. import records as R
-from ..compare import Verdict
-from ..run_results import same_values
-from ..inductor_compat import ROLE_IN, ROLE_INOUT, STATE_BEFORE_IN_PLACE, GraphInfo, Launch
-from ..inductor_compat.graphs import ancestors
-from ..inductor_compat.launches import handles_fallbacks
-from ..layout import clone_exact, is_non_overlapping, is_non_overlapping_and_dense, span
-from .glue import check_glue
-from .isolation import ALIASING, DRIFT, GLUE, LAYOUT, WRONG, ExactInputs, Isolation, isolate, replay
-from .regions import Region, RegionMap, describe_reason, region_key
-from .values import GraphValues, storage_pointer
+from harness import records as R
+from harness.judge.compare import VerdictPolicy
+from harness.judge.results import same_values
+from harness.inductor_compat import ROLE_IN, ROLE_INOUT, STATE_BEFORE_IN_PLACE, GraphInfo, Launch
+from harness.inductor_compat.graphs import ancestors
+from harness.inductor_compat.launches import handles_fallbacks
+from harness.layout import clone_exact, is_non_overlapping, is_non_overlapping_and_dense, span
+from harness.probe.glue import check_glue
+from harness.probe.isolation import ALIASING, DRIFT, GLUE, LAYOUT, WRONG, ExactInputs, Isolation, isolate, replay
+from harness.probe.regions import Region, RegionMap, describe_reason, region_key
+from harness.probe.values import GraphValues, storage_pointer
 
 MAX_SOURCE_CHARS = 20_000
 # A failing run's probe stops comparing after this many differences from upstream (a kernel right on eager
@@ -48,7 +48,9 @@ class Divergence:
 
     launch_index: int
     graph: str
-    kernel: dict[str, Any]  # Localization fields: name, kind, source, buffers, buffer, nodes, aten_ops, args, metrics, module_path
+    kernel: dict[
+        str, Any
+    ]  # Localization fields: name, kind, source, buffers, buffer, nodes, aten_ops, args, metrics, module_path
     isolation: Isolation
     # Launches in `isolation.group` (producers of intermediates with no eager twin), described like `kernel`.
     producers: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -62,9 +64,19 @@ class Divergence:
 
     def as_buffer_divergence(self) -> R.BufferDivergence:
         metrics: R.OutputComparison = self.kernel["metrics"]
-        return R.BufferDivergence(self.graph, self.launch_index, self.kernel["name"], self.kernel["buffer"],
-                                  self.kernel["nodes"], metrics.bad, metrics.numel, metrics.max_abs, self.isolation.text,
-                                  self.isolation.kind, fallback_index=self.fallback)
+        return R.BufferDivergence(
+            self.graph,
+            self.launch_index,
+            self.kernel["name"],
+            self.kernel["buffer"],
+            self.kernel["nodes"],
+            metrics.bad,
+            metrics.numel,
+            metrics.max_abs,
+            self.isolation.text,
+            self.isolation.kind,
+            fallback_index=self.fallback,
+        )
 
 
 @dataclass
@@ -88,7 +100,7 @@ class _GraphCall:
 class KernelProbe:
     """Graph observer (`observe_graph`) and launch handler (`on_launch`) for one compiled run."""
 
-    verdict: Verdict
+    verdict: VerdictPolicy
     # The injection's launch handler, if any: the probe sees the program the user runs.
     inner: Callable[[Launch], Any] | None = None
     # Stop comparing after the first divergence whose kernel is wrong on exact inputs (a failing run),
@@ -162,20 +174,24 @@ class KernelProbe:
                 self.problems.append(
                     f"launches after {divergence.launch_index} not compared: {self._upstream_seen} differences "
                     "from upstream seen by then (kernels right on eager inputs, or not isolated); the search "
-                    "decides from there")
+                    "decides from there"
+                )
 
     def _needs_values(self) -> bool:
         if self.substitute is None:
             return self.comparing
         # A fallback's key names no kernel count to be past: its values may be needed until the end.
-        return (self.substitute_fallbacks_before >= self.launches
-                or any(isinstance(i, str) or i >= self.launches for i in self.substitute | self.describe))
+        return self.substitute_fallbacks_before >= self.launches or any(
+            isinstance(i, str) or i >= self.launches for i in self.substitute | self.describe
+        )
 
     # Graph observer: capture_graphs(probe.observe_graph)
     def observe_graph(self, info: GraphInfo, args: list, call: Callable[[list], Any]) -> Any:
         label = self._labels.get(info.module_path)
         if label is None:  # one label per compiled graph, "forward 0", "backward 0", "forward 1", ...
-            label = self._labels[info.module_path] = f"{info.kind} {sum(l.startswith(info.kind + ' ') for l in self.graphs)}"
+            label = self._labels[info.module_path] = (
+                f"{info.kind} {sum(l.startswith(info.kind + ' ') for l in self.graphs)}"
+            )
             self.graphs.append(label)
         first = self.launches
         try:
@@ -204,8 +220,7 @@ class KernelProbe:
     # Launch handler: intercept_launches(probe.on_launch)
     def on_launch(self, launch: Launch) -> Any:
         call = self._current
-        if launch.fallback is not None and not launch.replay and self.inner is not None \
-                and hasattr(self.inner, "glue"):
+        if launch.fallback is not None and not launch.replay and self.inner is not None and hasattr(self.inner, "glue"):
             self.inner.glue(launch)  # an emulation of the wrapper's glue builds the views the call is handed
         if call is not None and not launch.replay:
             if launch.fallback is not None and self.comparing and self._judges(launch):
@@ -230,24 +245,28 @@ class KernelProbe:
 
     def _check_glue(self, launch: Launch, call: _GraphCall) -> None:
         """Before a fallback call: a view the wrapper built for it that holds the wrong memory (see glue.py)."""
-        problem = check_glue(launch, call.regions.made_by(launch), call.info, call.regions, call.values,
-                             self.verdict)
+        problem = check_glue(launch, call.regions.made_by(launch), call.info, call.regions, call.values, self.verdict)
         if problem is None:
             return
         tensor = launch.args[problem.key]
-        comparison = self.verdict.tensors(problem.label, tensor, problem.expected) \
-            if tensor.shape == problem.expected.shape else None
+        comparison = (
+            self.verdict.tensors(problem.label, tensor, problem.expected)
+            if tensor.shape == problem.expected.shape
+            else None
+        )
         region = Region(None, node=problem.node)
         described = _describe(launch, call.info, problem.key, problem.label, region, comparison)
         self.compared += 1
-        self._diverged(Divergence(launch.index, call.label, described, Isolation(GLUE, problem.text),
-                                  fallback=launch.fallback))
+        self._diverged(
+            Divergence(launch.index, call.label, described, Isolation(GLUE, problem.text), fallback=launch.fallback)
+        )
 
     def _substitutes(self, launch: Launch) -> bool:
         if self.substitute is None:
             return False
-        return launch.key in self.substitute or (launch.fallback is not None
-                                                 and launch.index <= self.substitute_fallbacks_before)
+        return launch.key in self.substitute or (
+            launch.fallback is not None and launch.index <= self.substitute_fallbacks_before
+        )
 
     def _run(self, launch: Launch) -> Any:
         if self.inner is None or (launch.fallback is not None and not handles_fallbacks(self.inner)):
@@ -305,16 +324,40 @@ class KernelProbe:
                 call.values.used(node)
         call.values.offload_released()
 
-    def _judge(self, launch: Launch, call: _GraphCall, key: int | str, tensor: torch.Tensor,
-               region: Region, always: bool = False) -> Divergence | None:
+    def _judge(
+        self,
+        launch: Launch,
+        call: _GraphCall,
+        key: int | str,
+        tensor: torch.Tensor,
+        region: Region,
+        always: bool = False,
+    ) -> Divergence | None:
         """The launch described, when this buffer misses the verdict policy (or `always`)."""
         expected = region.eager(call.values)
-        if expected is not None and not always and self.comparing and self.check_layouts and \
-                (layout := self._layout(call, tensor, region.node)) is not None:
-            self.layouts.append(Divergence(launch.index, call.label, _describe(
-                launch, call.info, key, launch.local_name(tensor) or region.buffer or launch.param_name(key), region,
-                self.verdict.tensors(region.buffer or "", tensor, expected)), Isolation(LAYOUT, layout),
-                fallback=launch.fallback))
+        if (
+            expected is not None
+            and not always
+            and self.comparing
+            and self.check_layouts
+            and (layout := self._layout(call, tensor, region.node)) is not None
+        ):
+            self.layouts.append(
+                Divergence(
+                    launch.index,
+                    call.label,
+                    _describe(
+                        launch,
+                        call.info,
+                        key,
+                        launch.local_name(tensor) or region.buffer or launch.param_name(key),
+                        region,
+                        self.verdict.tensors(region.buffer or "", tensor, expected),
+                    ),
+                    Isolation(LAYOUT, layout),
+                    fallback=launch.fallback,
+                )
+            )
         if expected is None or (not always and self.verdict.quick_match(tensor, expected)):
             return None
         # Summation noise is allowed where this buffer's own kernel sums, not where it only reads a sum.
@@ -326,16 +369,24 @@ class KernelProbe:
         if comparison.passed and not always:
             return None
         if launch.kernel.name in self.immaterial and not always:
-            isolation = Isolation(DRIFT, "not isolated again: the same kernel's difference, at an earlier launch, "
-                                         "moved no output")
+            isolation = Isolation(
+                DRIFT, "not isolated again: the same kernel's difference, at an earlier launch, moved no output"
+            )
         else:
-            isolation = isolate(launch, call.regions, call.values, verdict, self._run, call.lookup,
-                                self._inputs_before.get(launch.key))
+            isolation = isolate(
+                launch, call.regions, call.values, verdict, self._run, call.lookup, self._inputs_before.get(launch.key)
+            )
             if launch.fallback is not None:
                 isolation = _as_fallback(isolation, launch)
         producers = {i: call.producers[i] for i in isolation.group if i in call.producers}
-        return Divergence(launch.index, call.label, _describe(launch, call.info, key, name, region, comparison),
-                          isolation, producers, fallback=launch.fallback)
+        return Divergence(
+            launch.index,
+            call.label,
+            _describe(launch, call.info, key, name, region, comparison),
+            isolation,
+            producers,
+            fallback=launch.fallback,
+        )
 
     def _layout(self, call: _GraphCall, tensor: torch.Tensor, node: str | None) -> str | None:
         """What is wrong with a compiled buffer's layout, if its elements share memory where its node's eager value
@@ -346,9 +397,11 @@ class KernelProbe:
         value = call.values.value(node)
         if value is None or value.shape != tensor.shape or not is_non_overlapping(value):
             return None
-        return (f"its output layout cannot hold the value of {node}: strides {tuple(tensor.stride())} make elements "
-                f"share memory where eager's value has strides {tuple(value.stride())} (size {tuple(tensor.shape)}): "
-                "the layout is wrong before any value is")
+        return (
+            f"its output layout cannot hold the value of {node}: strides {tuple(tensor.stride())} make elements "
+            f"share memory where eager's value has strides {tuple(value.stride())} (size {tuple(tensor.shape)}): "
+            "the layout is wrong before any value is"
+        )
 
     def _output_layouts(self, call: _GraphCall, result: Any) -> None:
         """A graph output laid out so that its elements share memory where eager's is not, or of another dtype
@@ -369,12 +422,23 @@ class KernelProbe:
             index, kernel = writer
             # No metrics: eager's value of the node is kept as it was made, not after the graph's later in-place
             # writes into it, so a comparison here would not be the output's (the record's outputs have that).
-            described = {"name": kernel.name, "kind": kernel.kind, "source": kernel.source[:MAX_SOURCE_CHARS],
-                         "buffers": [node.name], "buffer": node.name, "nodes": [node.name],
-                         "aten_ops": [str(node.target)], "args": [], "metrics": None,
-                         "module_path": call.info.module_path}
-            self.layouts.append(Divergence(index, call.label, described,
-                                           Isolation(LAYOUT, f"the graph returns {node.name}, and {layout}")))
+            described = {
+                "name": kernel.name,
+                "kind": kernel.kind,
+                "source": kernel.source[:MAX_SOURCE_CHARS],
+                "buffers": [node.name],
+                "buffer": node.name,
+                "nodes": [node.name],
+                "aten_ops": [str(node.target)],
+                "args": [],
+                "metrics": None,
+                "module_path": call.info.module_path,
+            }
+            self.layouts.append(
+                Divergence(
+                    index, call.label, described, Isolation(LAYOUT, f"the graph returns {node.name}, and {layout}")
+                )
+            )
 
     def _recompute(self, launch: Launch, call: _GraphCall, unmapped: list[torch.Tensor]) -> None:
         """Run a launch whose outputs have no eager twin again on eager inputs, keeping those outputs: a
@@ -420,10 +484,21 @@ class KernelProbe:
     def restart(self, copy_inputs: bool | None = None) -> None:
         """Forget everything seen (a run that has to be made again), keeping the mode and the problems."""
         problems, copy = self.problems, self.copy_inputs if copy_inputs is None else copy_inputs
-        fresh = KernelProbe(self.verdict, self.inner, self.stop_at_wrong, self.compare_after, self.substitute,
-                            self.substitute_fallbacks_before, self.immaterial, self.describe, self.upstream_limit,
-                            self.first_launches, capture=self.capture, capture_at=self.capture_at,
-                            check_layouts=self.check_layouts)
+        fresh = KernelProbe(
+            self.verdict,
+            self.inner,
+            self.stop_at_wrong,
+            self.compare_after,
+            self.substitute,
+            self.substitute_fallbacks_before,
+            self.immaterial,
+            self.describe,
+            self.upstream_limit,
+            self.first_launches,
+            capture=self.capture,
+            capture_at=self.capture_at,
+            check_layouts=self.check_layouts,
+        )
         self.__dict__.update(fresh.__dict__)
         self.problems, self.copy_inputs = problems, copy
 
@@ -459,8 +534,10 @@ def _retyped(tensor: torch.Tensor, node: torch.fx.Node, values: GraphValues) -> 
         value = values.value(node.name)
     if not isinstance(value, torch.Tensor) or value.dtype == tensor.dtype:
         return None
-    return (f"its kernel wrote it as {str(tensor.dtype).removeprefix('torch.')} where the graph computes "
-            f"{node.name} as {str(value.dtype).removeprefix('torch.')}: the output's dtype is wrong before any value is")
+    return (
+        f"its kernel wrote it as {str(tensor.dtype).removeprefix('torch.')} where the graph computes "
+        f"{node.name} as {str(value.dtype).removeprefix('torch.')}: the output's dtype is wrong before any value is"
+    )
 
 
 def _exact_inputs(launch: Launch, call: _GraphCall) -> ExactInputs | None:
@@ -531,8 +608,9 @@ def _severity(divergence: Divergence) -> tuple[bool, int, float]:
     return (not metrics.passed, metrics.bad, metrics.max_abs)
 
 
-def _describe(launch: Launch, info: GraphInfo, key: int | str, name: str, region: Region,
-              comparison: R.OutputComparison) -> dict[str, Any]:
+def _describe(
+    launch: Launch, info: GraphInfo, key: int | str, name: str, region: Region, comparison: R.OutputComparison
+) -> dict[str, Any]:
     buffer = region.buffer
     fact = info.buffers.get(buffer or "")
     own = fact.origins if fact is not None and fact.origins else ([region.node] if region.node else [])
@@ -569,15 +647,27 @@ def _describe_launch(launch: Launch, info: GraphInfo) -> dict[str, Any]:
     computed = info.computed_by(launch.kernel.name) or []
     nodes = [o for b in computed if b in info.buffers for o in info.buffers[b].origins]
     targets = {n.name: n.target for n in info.gm.graph.nodes}
-    return {"name": launch.kernel.name, "kind": launch.kernel.kind, "source": launch.kernel.source[:MAX_SOURCE_CHARS],
-            "nodes": list(dict.fromkeys(nodes)), "aten_ops": sorted({str(targets[n]) for n in nodes if n in targets}),
-            "args": describe_args(launch), "module_path": info.module_path}
+    return {
+        "name": launch.kernel.name,
+        "kind": launch.kernel.kind,
+        "source": launch.kernel.source[:MAX_SOURCE_CHARS],
+        "nodes": list(dict.fromkeys(nodes)),
+        "aten_ops": sorted({str(targets[n]) for n in nodes if n in targets}),
+        "args": describe_args(launch),
+        "module_path": info.module_path,
+    }
 
 
 def describe_args(launch: Launch) -> list[R.KernelArgument]:
-    return [R.KernelArgument(
-        name=launch.param_name(key), buffer=launch.local_name(value) or (launch.owning_buffer(value) or (None,))[0],
-        role=launch.role(key), dtype=str(value.dtype).removeprefix("torch."), size=list(value.shape),
-        stride=list(value.stride()), storage_offset=value.storage_offset(),
-    ) for key, value in launch.tensor_args()]
-
+    return [
+        R.KernelArgument(
+            name=launch.param_name(key),
+            buffer=launch.local_name(value) or (launch.owning_buffer(value) or (None,))[0],
+            role=launch.role(key),
+            dtype=str(value.dtype).removeprefix("torch."),
+            size=list(value.shape),
+            stride=list(value.stride()),
+            storage_offset=value.storage_offset(),
+        )
+        for key, value in launch.tensor_args()
+    ]

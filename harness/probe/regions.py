@@ -29,9 +29,9 @@ from typing import Callable
 
 import torch
 
-from ..inductor_compat import GraphInfo, Launch
-from ..layout import clone_exact, is_non_overlapping, is_non_overlapping_and_dense, span
-from .values import GraphValues
+from harness.inductor_compat import GraphInfo, Launch
+from harness.layout import clone_exact, is_non_overlapping, is_non_overlapping_and_dense, span
+from harness.probe.values import GraphValues
 
 Layout = Callable[[torch.Tensor], "torch.Tensor | None"]
 
@@ -111,8 +111,11 @@ class RegionMap:
     def local_of(self, launch: Launch, tensor: torch.Tensor) -> str | None:
         """The wrapper local this tensor is; of several (`buf1 = buf0`), one whose value is known."""
         names = launch.local_names(tensor)
-        known = [n for n in names if n in self.info.input_names
-                 or (n in self.info.buffers and self.info.buffers[n].value_node is not None)]
+        known = [
+            n
+            for n in names
+            if n in self.info.input_names or (n in self.info.buffers and self.info.buffers[n].value_node is not None)
+        ]
         return (known or names or [None])[0]
 
     def written(self, launch: Launch, tensor: torch.Tensor, check: bool = True) -> Region:
@@ -139,8 +142,12 @@ class RegionMap:
         owner_name, owner_tensor = owner
         for name in self._computed(launch) or ():
             fact = self.info.buffers.get(name)
-            if fact is not None and fact.view is not None and fact.storage == owner_name and \
-                    fact.view == _view_of(tensor, owner_tensor):
+            if (
+                fact is not None
+                and fact.view is not None
+                and fact.storage == owner_name
+                and fact.view == _view_of(tensor, owner_tensor)
+            ):
                 return self._region_of(name)
         region = self._written_local(launch, owner_name, owner_tensor)
         return _viewed(region, owner_tensor, tensor)
@@ -188,8 +195,7 @@ class RegionMap:
         """
         pointer, (start, end) = tensor.untyped_storage().data_ptr(), span(tensor)
         for (other, offset, shape, stride, (first, last)), region in self._writes.items():
-            if other != pointer or not first <= start < end <= last or region.before is not None \
-                    or not region.mapped:
+            if other != pointer or not first <= start < end <= last or region.before is not None or not region.mapped:
                 continue
             if not is_non_overlapping_and_dense(torch.empty_strided(shape, stride, device="meta")):
                 continue
@@ -224,8 +230,13 @@ class RegionMap:
         if fact is not None and fact.view is not None and (computed is None or local in computed):
             return self._region_of(local)  # an alias local: the slice of a larger buffer this kernel computes
         if computed is not None:
-            writers = [b for b in computed if b in self.info.buffers and self.info.buffers[b].storage == storage
-                       and self.info.buffers[b].view is None]
+            writers = [
+                b
+                for b in computed
+                if b in self.info.buffers
+                and self.info.buffers[b].storage == storage
+                and self.info.buffers[b].view is None
+            ]
             writers.sort(key=lambda b: self.info.order_of(self.info.buffers[b].value_node))
         else:
             # No kernel map: the k-th write to a storage in this call is its k-th writer in graph order.
@@ -264,8 +275,11 @@ class RegionMap:
         returned = _return_name(launch, path)
         if any(word in returned for word in _GENERATOR_STATE):
             # (SDPA kernels return their philox seed and offset whatever the dropout: never equal to eager's.)
-            return Region(None, reason=f"{launch.kernel.name} returns the random generator's state ({returned}), "
-                                       "not a value it computes")
+            return Region(
+                None,
+                reason=f"{launch.kernel.name} returns the random generator's state ({returned}), "
+                "not a value it computes",
+            )
         made = self._computed(launch)
         if made is None:
             return Region(None, reason=f"codegen named no buffers for this call of {launch.kernel.name}")
@@ -301,8 +315,11 @@ class RegionMap:
         if value is None:
             return Region(region.buffer, reason=f"no eager value for {region.node or region.input}")
         if value.shape != tensor.shape:
-            return Region(region.buffer, reason=f"{region.buffer}: eager value of {region.node or region.input} "
-                          f"has shape {tuple(value.shape)}, the argument {tuple(tensor.shape)}")
+            return Region(
+                region.buffer,
+                reason=f"{region.buffer}: eager value of {region.node or region.input} "
+                f"has shape {tuple(value.shape)}, the argument {tuple(tensor.shape)}",
+            )
         return region
 
 
@@ -319,8 +336,13 @@ def _return_name(launch: Launch, path: tuple[int, ...]) -> str:
 
 def region_key(tensor: torch.Tensor) -> tuple:
     """Where a tensor lies: storage, offset, shape, stride (and its span, for overlap tests)."""
-    return (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()),
-            span(tensor))
+    return (
+        tensor.untyped_storage().data_ptr(),
+        tensor.storage_offset(),
+        tuple(tensor.shape),
+        tuple(tensor.stride()),
+        span(tensor),
+    )
 
 
 def _view_of(tensor: torch.Tensor, owner: torch.Tensor) -> tuple[list[int], list[int], int]:
@@ -358,4 +380,3 @@ def describe_reason(reason: str | None) -> str:
     if first.rstrip(":").startswith(("buf", "arg")) and rest:
         reason = rest
     return reason.split(" (")[0] if reason.endswith(")") else reason
-

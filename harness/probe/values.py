@@ -45,9 +45,9 @@ from typing import Any, Iterable, Iterator
 import torch
 import torch.fx
 
-from ..inductor_compat.graphs import AFTER, GraphInfo, ancestors, written_nodes
-from ..layout import clone_exact, is_non_overlapping
-from ..records import exception_line
+from harness.inductor_compat.graphs import AFTER, GraphInfo, ancestors, written_nodes
+from harness.layout import clone_exact, is_non_overlapping
+from harness.records import exception_line
 
 # Tests set this to move released inputs and values kept ahead on CPU runs too (to host memory again): the
 # same code path.
@@ -74,16 +74,38 @@ AHEAD_KEPT_ON_DEVICE = 16
 _HELD_BY_ONE_LIST = _references([object()], 0)
 
 # Ops whose results an eager rerun cannot reproduce.
-RANDOM_OPS = ("rand", "randn", "randint", "randperm", "bernoulli", "dropout", "native_dropout", "normal",
-              "uniform", "exponential", "multinomial", "inductor_random", "inductor_seeds", "rand_like",
-              "randn_like", "randint_like", "poisson")
+RANDOM_OPS = (
+    "rand",
+    "randn",
+    "randint",
+    "randperm",
+    "bernoulli",
+    "dropout",
+    "native_dropout",
+    "normal",
+    "uniform",
+    "exponential",
+    "multinomial",
+    "inductor_random",
+    "inductor_seeds",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+    "poisson",
+)
 
 
 class _Stepper(torch.fx.Interpreter):
     """Runs a post-grad graph eagerly node by node, keeping wanted values as they were when produced."""
 
-    def __init__(self, gm: torch.fx.GraphModule, inputs: Iterable[Any], keep: set[str],
-                 only: set[str] | None = None, offload_ahead: bool = False):
+    def __init__(
+        self,
+        gm: torch.fx.GraphModule,
+        inputs: Iterable[Any],
+        keep: set[str],
+        only: set[str] | None = None,
+        offload_ahead: bool = False,
+    ):
         super().__init__(gm, garbage_collect_values=True)
         # Move values kept ahead of their request to host memory, past AHEAD_KEPT_ON_DEVICE (a device's run).
         self.offload_ahead = offload_ahead
@@ -255,8 +277,15 @@ class _Stepper(torch.fx.Interpreter):
 class GraphValues:
     """Eager (and on demand float64) values of the nodes a compiled graph's buffers hold, for one call."""
 
-    def __init__(self, info: GraphInfo, inputs: list[Any], wanted: Iterable[str], uses: Counter | None = None,
-                 shared: Iterable[int] = (), float64_ahead: bool = True):
+    def __init__(
+        self,
+        info: GraphInfo,
+        inputs: list[Any],
+        wanted: Iterable[str],
+        uses: Counter | None = None,
+        shared: Iterable[int] = (),
+        float64_ahead: bool = True,
+    ):
         self.info = info
         # Whether the float64 run keeps the wanted values it passes on its way to a request (a probe comparing
         # every launch asks for many, not in graph order), or only those asked for (a probe that describes
@@ -364,8 +393,9 @@ class GraphValues:
                 self._stepper.advance_to(node)
             except Exception as exc:
                 self._broken = True
-                self.problems.append(f"eager run of the post-grad graph failed ({type(exc).__name__}: "
-                                     f"{exception_line(exc, 300)})")
+                self.problems.append(
+                    f"eager run of the post-grad graph failed ({type(exc).__name__}: {exception_line(exc, 300)})"
+                )
                 return None
             if node in self._stepper.kept:
                 return self._stepper.take(node)
@@ -384,8 +414,14 @@ class GraphValues:
 
     def prefetch(self, nodes: Iterable[str]) -> None:
         """Make released values available again in one pass (an isolation replay needs several)."""
-        missing = {n for n in nodes if n and n not in self._stepper.kept and n not in self._again
-                   and n.rpartition(AFTER)[2] in self._stepper.done}
+        missing = {
+            n
+            for n in nodes
+            if n
+            and n not in self._stepper.kept
+            and n not in self._again
+            and n.rpartition(AFTER)[2] in self._stepper.done
+        }
         if missing and not self._broken:
             found = self._interpret(self.info.gm, self._pass_inputs(), missing)
             if found is not None:
@@ -429,8 +465,9 @@ class GraphValues:
         if self._stepper64 is None:
             # It keeps what the eager run keeps, until compared: launches need not come in graph order.
             wanted = {name for name in self.wanted if self.uses[name] > 0} if self.float64_ahead else set()
-            self._stepper64 = _Stepper(self.info.float64_gm(), self._pass_inputs(torch.float64), wanted,
-                                       offload_ahead=True)
+            self._stepper64 = _Stepper(
+                self.info.float64_gm(), self._pass_inputs(torch.float64), wanted, offload_ahead=True
+            )
         stepper, runs_at = self._stepper64, node.rpartition(AFTER)[2]
         if runs_at not in stepper.node_names:  # asked for nothing: do not run to the end
             return None
@@ -452,11 +489,14 @@ class GraphValues:
     def _float64_failed(self, exc: Exception) -> None:
         self._float64_broken = True
         self._stepper64 = None
-        self.problems.append(f"float64 run of the post-grad graph failed ({type(exc).__name__}: "
-                             f"{exception_line(exc, 300)}); buffers were judged by tolerance alone")
+        self.problems.append(
+            f"float64 run of the post-grad graph failed ({type(exc).__name__}: "
+            f"{exception_line(exc, 300)}); buffers were judged by tolerance alone"
+        )
 
-    def _interpret(self, gm: torch.fx.GraphModule, inputs: Iterable[Any], keep: set[str],
-                   float64: bool = False) -> dict[str, torch.Tensor] | None:
+    def _interpret(
+        self, gm: torch.fx.GraphModule, inputs: Iterable[Any], keep: set[str], float64: bool = False
+    ) -> dict[str, torch.Tensor] | None:
         only = ancestors(gm, {name.rpartition(AFTER)[2] for name in keep}) if self.info.functional() else None
         stepper = _Stepper(gm, inputs, keep, only)
         try:
@@ -467,8 +507,9 @@ class GraphValues:
                 self._float64_failed(exc)
             else:
                 self._broken = True
-                self.problems.append(f"eager run of the post-grad graph failed ({type(exc).__name__}: "
-                                     f"{exception_line(exc, 300)})")
+                self.problems.append(
+                    f"eager run of the post-grad graph failed ({type(exc).__name__}: {exception_line(exc, 300)})"
+                )
             return None
         return stepper.kept
 
@@ -507,7 +548,8 @@ class _OnHost:
         """The input on its device again (a new copy, laid out as it was)."""
         on_device = _host_copy(self.storage, self.device)
         return torch.empty((0,), dtype=self.dtype, device=self.device).set_(
-            on_device, self.offset, self.size, self.stride)
+            on_device, self.offset, self.size, self.stride
+        )
 
 
 def _offloadable_storages(inputs: list[Any], inputs_on: dict[int, list[int]], shared: set[int]) -> dict[int, list[int]]:
@@ -517,8 +559,11 @@ def _offloadable_storages(inputs: list[Any], inputs_on: dict[int, list[int]], sh
     for key, indices in inputs_on.items():
         if key not in shared:
             continue
-        on_device = [i for i in indices if isinstance(inputs[i], torch.Tensor)
-                     and (OFFLOAD_ON_CPU or inputs[i].device.type != "cpu")]
+        on_device = [
+            i
+            for i in indices
+            if isinstance(inputs[i], torch.Tensor) and (OFFLOAD_ON_CPU or inputs[i].device.type != "cpu")
+        ]
         if on_device:
             groups[key] = on_device
     return groups
@@ -593,13 +638,16 @@ def _storage_keys(value: Any) -> Iterator[int]:
 
 def _mover(key: int, copy: Any) -> Any:
     """value -> the same value (tensors in lists and tuples too) with views of storage `key` made views of `copy`."""
+
     def moved(value: Any) -> Any:
         if isinstance(value, torch.Tensor) and _storage_key(value) == key:
             return torch.empty((0,), dtype=value.dtype, device=value.device).set_(
-                copy, value.storage_offset(), value.size(), value.stride())
+                copy, value.storage_offset(), value.size(), value.stride()
+            )
         if isinstance(value, (list, tuple)):
             return type(value)(moved(item) for item in value)
         return value
+
     return moved
 
 

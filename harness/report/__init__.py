@@ -17,9 +17,9 @@ from markupsafe import Markup
 
 from harness.records import CaseResult, read_results, write_atomically
 
-from .formatting import FILTERS
-from .merge import merge_run_meta
-from .view import build_context, headline, rule_of, status_class
+from harness.report.formatting import FILTERS
+from harness.report.merge import merge_run_meta
+from harness.report.view import build_context, headline, rule_of, status_class
 
 TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 
@@ -77,7 +77,7 @@ def merge_results(result_paths: list[str]) -> tuple[dict[str, Any], list[CaseRes
     metas, records = [], []
     for path in result_paths:
         if path.endswith(".jsonl"):  # a run's journal: its records, without the run's metadata
-            from harness.journal import read_records
+            from harness.records.journal import read_records
 
             records.extend(read_records(path))
             continue
@@ -101,8 +101,16 @@ def _once_each(records: list[CaseResult]) -> tuple[list[CaseResult], int]:
 
     from harness.records import worst_of_each
 
-    return worst_of_each(records, lambda record: (record.run_id, record.device, record.backend, record.emulation,
-                                                  json.dumps(record.run_identity, sort_keys=True, default=str)))
+    return worst_of_each(
+        records,
+        lambda record: (
+            record.run_id,
+            record.device,
+            record.backend,
+            record.emulation,
+            json.dumps(record.run_identity, sort_keys=True, default=str),
+        ),
+    )
 
 
 def write_report(result_paths: list[str], output: str, baseline_path: str | None = None) -> str:

@@ -67,8 +67,7 @@ class SetupDifference:
 
     @property
     def text(self) -> str:
-        return (f"{self.what}: baseline {_listed(self.baseline, self.what)}, "
-                f"this run {_listed(self.current, self.what)}")
+        return f"{self.what}: baseline {_listed(self.baseline, self.what)}, this run {_listed(self.current, self.what)}"
 
 
 @dataclass
@@ -91,9 +90,12 @@ def run_key(record: CaseResult) -> tuple[str, ...]:
     return (record.case, record.dtype, record.mode, record.device.split(":")[0], record.backend)
 
 
-def diff_against_baseline(current: list[CaseResult], baseline: list[CaseResult],
-                          current_meta: dict[str, Any] | None = None,
-                          baseline_meta: dict[str, Any] | None = None) -> BaselineDiff:
+def diff_against_baseline(
+    current: list[CaseResult],
+    baseline: list[CaseResult],
+    current_meta: dict[str, Any] | None = None,
+    baseline_meta: dict[str, Any] | None = None,
+) -> BaselineDiff:
     before = {run_key(r): r for r in baseline}
     diff = BaselineDiff(setup_differences=setup_differences(current, baseline, current_meta, baseline_meta))
     seen = set()
@@ -113,9 +115,12 @@ def diff_against_baseline(current: list[CaseResult], baseline: list[CaseResult],
     return diff
 
 
-def setup_differences(current: list[CaseResult], baseline: list[CaseResult],
-                      current_meta: dict[str, Any] | None = None,
-                      baseline_meta: dict[str, Any] | None = None) -> list[SetupDifference]:
+def setup_differences(
+    current: list[CaseResult],
+    baseline: list[CaseResult],
+    current_meta: dict[str, Any] | None = None,
+    baseline_meta: dict[str, Any] | None = None,
+) -> list[SetupDifference]:
     """Emulation, device type and backend of each side, from its run metadata and its records.
 
     Records carry their own `emulation`, `device` and `backend`, so a baseline whose run

@@ -83,5 +83,12 @@ def sort_key(value: Any) -> str:
     return str(value)
 
 
-FILTERS = {"num": number, "cos": cosine, "pct": percent, "dur": duration, "shape": shape, "sortkey": sort_key,
-           "injection": injection_label}
+FILTERS = {
+    "num": number,
+    "cos": cosine,
+    "pct": percent,
+    "dur": duration,
+    "shape": shape,
+    "sortkey": sort_key,
+    "injection": injection_label,
+}

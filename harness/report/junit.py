@@ -14,11 +14,14 @@ def _failure(record: CaseResult) -> bool:
     return is_failing(record.status) and record.status != ERROR
 
 
-def junit_xml(records: Sequence[CaseResult], name: str = "torch.compile accuracy",
-              known_in_baseline: Collection[tuple[str, ...]] = ()) -> str:
+def junit_xml(
+    records: Sequence[CaseResult],
+    name: str = "torch.compile accuracy",
+    known_in_baseline: Collection[tuple[str, ...]] = (),
+) -> str:
     """JUnit that agrees with the run's exit code: a failure the baseline already had (`known_in_baseline`, run
     keys of `report.baseline.run_key`) is a skip "known in baseline", as it fails nothing."""
-    from .baseline import run_key
+    from harness.report.baseline import run_key
 
     known = set(known_in_baseline)
 
@@ -31,15 +34,21 @@ def junit_xml(records: Sequence[CaseResult], name: str = "torch.compile accuracy
 
     outcomes = [outcome(r) for r in records]
     total_time = sum(_seconds(r) for r in records)
-    lines = ['<?xml version="1.0" encoding="utf-8"?>',
-             f'<testsuites><testsuite name={quoteattr(_clean(name))} tests="{len(records)}" '
-             f'failures="{outcomes.count("failure")}" errors="{outcomes.count("error")}" '
-             f'skipped="{outcomes.count("skipped") + outcomes.count("known")}" time="{total_time:.3f}">']
+    lines = [
+        '<?xml version="1.0" encoding="utf-8"?>',
+        f'<testsuites><testsuite name={quoteattr(_clean(name))} tests="{len(records)}" '
+        f'failures="{outcomes.count("failure")}" errors="{outcomes.count("error")}" '
+        f'skipped="{outcomes.count("skipped") + outcomes.count("known")}" time="{total_time:.3f}">',
+    ]
     for record, result in zip(records, outcomes):
-        lines.append(f'<testcase classname={quoteattr(_clean(_group(record)))} name={quoteattr(_clean(record.run_id))} '
-                     f'time="{_seconds(record):.3f}">')
+        lines.append(
+            f'<testcase classname={quoteattr(_clean(_group(record)))} name={quoteattr(_clean(record.run_id))} '
+            f'time="{_seconds(record):.3f}">'
+        )
         # The same text every night for the same failure: no duration, no path in the compile cache.
-        body = escape(_clean(record.summary(stable=True) + (f"\nreproduce: {record.command}" if record.command else "")))
+        body = escape(
+            _clean(record.summary(stable=True) + (f"\nreproduce: {record.command}" if record.command else ""))
+        )
         if result in ("error", "failure"):
             lines.append(f"<{result} message={quoteattr(_clean(_message(record)))}>{body}</{result}>")
         elif result == "known":
@@ -62,16 +71,23 @@ def _message(record: CaseResult) -> str:
     if record.error is not None:
         return f"{head}: {record.stage or ''} {record.error.type}".rstrip()
     failed = [o.name for o in record.outputs if not o.passed]
-    return head + (f": {', '.join(failed[:5])}" + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
-                   + " diverged" if failed else "")
+    return head + (
+        f": {', '.join(failed[:5])}" + (f" and {len(failed) - 5} more" if len(failed) > 5 else "") + " diverged"
+        if failed
+        else ""
+    )
 
 
 def _clean(text: str) -> str:
     """XML 1.0 allows no control characters, no lone surrogates and not U+FFFE or U+FFFF: each is written as its
     escape (`\\x00`), so a name that holds one stays readable and distinct."""
     text = text.encode("utf-8", errors="backslashreplace").decode("utf-8")
-    return "".join(c if c in "\t\n\r" or (0x20 <= ord(c) and c not in "\ufffe\uffff") else c.encode("unicode_escape")
-                   .decode("ascii") for c in text)
+    return "".join(
+        c
+        if c in "\t\n\r" or (0x20 <= ord(c) and c not in "\ufffe\uffff")
+        else c.encode("unicode_escape").decode("ascii")
+        for c in text
+    )
 
 
 def write_junit(records: Sequence[CaseResult], path: str, known_in_baseline: Collection[tuple[str, ...]] = ()) -> str:

@@ -99,7 +99,9 @@ class FailureGroup:
             found = record.first_divergent_kernel
             if found is not None and found.diverged:
                 if found.name:
-                    return f"{found.answer}: {found.name}" + (f" ({', '.join(found.aten_ops[:3])})" if found.aten_ops else "")
+                    return f"{found.answer}: {found.name}" + (
+                        f" ({', '.join(found.aten_ops[:3])})" if found.aten_ops else ""
+                    )
                 return str(found.answer)
         return None
 
@@ -165,6 +167,7 @@ def _ordered(values: Iterable[str]) -> list[str]:
 
 # The console.
 
+
 def console_lines(records: Sequence[CaseResult], all_ops: bool = False) -> list[str]:
     """The summary as console lines (empty when no generated op case ran).
 
@@ -174,8 +177,11 @@ def console_lines(records: Sequence[CaseResult], all_ops: bool = False) -> list[
     summary = summarize(records)
     if summary is None:
         return []
-    lines = [f"== OpInfo summary: {summary.total} runs of {len(summary.ops)} ops, "
-             + ", ".join(f"{summary.statuses[s]} {s}" for s in COLUMNS if summary.statuses[s]) + " =="]
+    lines = [
+        f"== OpInfo summary: {summary.total} runs of {len(summary.ops)} ops, "
+        + ", ".join(f"{summary.statuses[s]} {s}" for s in COLUMNS if summary.statuses[s])
+        + " =="
+    ]
     lines += _table("LAYOUT", summary.layouts)
     shown = [c for c in summary.ops if all_ops or c.failing or c.counts["xfail"]]
     if shown:
@@ -199,11 +205,18 @@ def _table(title: str, rows: Sequence[Counts]) -> list[str]:
 def failure_line(group: FailureGroup) -> str:
     """One failing op in one line: count, statuses, dtypes, layouts, modes, symptom, kernel."""
     statuses = ", ".join(f"{n} {s}" for s, n in group.statuses)
-    parts = [f"{group.op}: {statuses}", f"dtypes {','.join(group.dtypes)}", f"layouts {','.join(group.layouts)}",
-             f"modes {','.join(group.modes)}"]
+    parts = [
+        f"{group.op}: {statuses}",
+        f"dtypes {','.join(group.dtypes)}",
+        f"layouts {','.join(group.layouts)}",
+        f"modes {','.join(group.modes)}",
+    ]
     if group.non_dense_64bit is not None:
-        parts.append("non-dense 64-bit arg reached a kernel" if group.non_dense_64bit
-                     else "no non-dense 64-bit arg reached a kernel")
+        parts.append(
+            "non-dense 64-bit arg reached a kernel"
+            if group.non_dense_64bit
+            else "no non-dense 64-bit arg reached a kernel"
+        )
     text = "; ".join(parts) + f" | first: {group.first.run_id}: {group.symptom}"
     if group.kernel:
         text += f" | {group.kernel}"

@@ -129,7 +129,8 @@ def mismatch_map_svg(mismatch: MismatchMap | None, label: str = "") -> Markup:
         *_map_legend(x0, y0 + plot_h + 10),
     ]
     bad = sum(sum(row) for row in mismatch.counts)
-    title = f"{label}: {bad} bad elements over {mismatch.rows}x{mismatch.cols}, cells of {mismatch.cell_rows}x{mismatch.cell_cols}"
+    cells = f"{mismatch.cell_rows}x{mismatch.cell_cols}"
+    title = f"{label}: {bad} bad elements over {mismatch.rows}x{mismatch.cols}, cells of {cells}"
     return _svg(x0 + MAP_WIDTH + 8, y0 + plot_h + 36, title.strip(": "), body, "mismatch-map")
 
 
@@ -199,7 +200,10 @@ def error_histogram_svg(histogram: ErrorHistogram | None, atol: float = 0.0, lab
     body.extend(_edge_labels(edges, first_bin_x, slot_w, base))
     if atol_at is not None:
         x = first_bin_x + atol_at * slot_w
-        body.append(f'<line x1="{_num(x)}" y1="{_num(y0)}" x2="{_num(x)}" y2="{_num(base)}" stroke="#1f2933" stroke-dasharray="3 2"/>')
+        body.append(
+            f'<line x1="{_num(x)}" y1="{_num(y0)}" x2="{_num(x)}" y2="{_num(base)}" '
+            'stroke="#1f2933" stroke-dasharray="3 2"/>'
+        )
         body.append(_text(x + 3, y0 + 9, "atol"))
     body.append(_text(first_bin_x + len(counts) * slot_w / 2, base + 26, "|actual − expected| (log scale)", "middle"))
     title = f"{label}: error distribution, {sum(counts)} differing elements, {histogram.zero} exact"
@@ -215,14 +219,18 @@ def _bar(x: float, y: float, w: float, h: float, color: str, tip: str) -> str:
 
 def _histogram_axis(x0: float, y0: float, plot_h: float, top: int) -> list[str]:
     base = y0 + plot_h
-    parts = [f'<line x1="{_num(x0)}" y1="{_num(base)}" x2="{_num(HIST_WIDTH - 8)}" y2="{_num(base)}" stroke="#8a96a3"/>']
+    parts = [
+        f'<line x1="{_num(x0)}" y1="{_num(base)}" x2="{_num(HIST_WIDTH - 8)}" y2="{_num(base)}" stroke="#8a96a3"/>'
+    ]
     decades = int(math.log10(max(top, 1))) + 1
     # At most five gridlines: a label per decade would overlap once counts reach millions.
     step = 10 ** math.ceil(decades / 5)
     tick = 1
     while tick <= top:
         y = base - _log_height(tick, top, plot_h)
-        parts.append(f'<line x1="{_num(x0 - 3)}" y1="{_num(y)}" x2="{_num(HIST_WIDTH - 8)}" y2="{_num(y)}" stroke="#e3e8ee"/>')
+        parts.append(
+            f'<line x1="{_num(x0 - 3)}" y1="{_num(y)}" x2="{_num(HIST_WIDTH - 8)}" y2="{_num(y)}" stroke="#e3e8ee"/>'
+        )
         parts.append(_text(x0 - 5, y + 3, _count_label(tick), "end"))
         tick *= step
     return parts
@@ -238,8 +246,15 @@ def _edge_labels(edges: Sequence[float], first_bin_x: float, slot_w: float, base
 
 
 # The summary's charts: where a run stands at a glance.
-STATUS_FILL = {"fail": "#c62828", "error": "#8e24aa", "xpass": "#b26a00", "nondeterministic": "#ad1457",
-               "xfail": "#6b6f9e", "skip": "#b0b8c1", "pass": "#2e7d32"}
+STATUS_FILL = {
+    "fail": "#c62828",
+    "error": "#8e24aa",
+    "xpass": "#b26a00",
+    "nondeterministic": "#ad1457",
+    "xfail": "#6b6f9e",
+    "skip": "#b0b8c1",
+    "pass": "#2e7d32",
+}
 BARS_WIDTH = 560.0
 BARS_ROW = 16.0
 BARS_LABEL = 150.0
@@ -261,9 +276,11 @@ def status_by_family_svg(rows: Sequence[tuple[str, Sequence[tuple[str, int]]]]) 
             if not count:
                 continue
             width = plot * count / largest
-            body.append(f'<rect x="{_num(x)}" y="{_num(y)}" width="{_num(max(width, 1))}" height="{_num(BARS_ROW)}" '
-                        f'fill="{STATUS_FILL.get(status, "#9aa7b4")}"><title>{escape(f"{family}: {count} {status}")}'
-                        "</title></rect>")
+            body.append(
+                f'<rect x="{_num(x)}" y="{_num(y)}" width="{_num(max(width, 1))}" height="{_num(BARS_ROW)}" '
+                f'fill="{STATUS_FILL.get(status, "#9aa7b4")}"><title>{escape(f"{family}: {count} {status}")}'
+                "</title></rect>"
+            )
             x += width
         body.append(_text(x + 4, y + BARS_ROW - 4, str(sum(n for _, n in counts))))
     height = 8 + len(rows) * (BARS_ROW + 4)
@@ -287,13 +304,16 @@ def tolerance_ratio_svg(buckets: Sequence[tuple[str, int, int]], limit_at: int |
                 continue
             height = max(plot * count / largest, 1)
             y -= height
-            body.append(f'<rect x="{_num(x + 2)}" y="{_num(y)}" width="{_num(column - 4)}" height="{_num(height)}" '
-                        f'fill="{fill}"><title>{escape(f"{label}: {count} outputs {what}")}</title></rect>')
+            body.append(
+                f'<rect x="{_num(x + 2)}" y="{_num(y)}" width="{_num(column - 4)}" height="{_num(height)}" '
+                f'fill="{fill}"><title>{escape(f"{label}: {count} outputs {what}")}</title></rect>'
+            )
         body.append(_text(x + column / 2, HIST_HEIGHT - 12, label, anchor="middle"))
     if limit_at is not None:
         x = 10 + limit_at * column
-        body.append(f'<line x1="{_num(x)}" y1="4" x2="{_num(x)}" y2="{_num(8 + plot)}" stroke="#4a5563" '
-                    'stroke-dasharray="3,3"/>')
+        body.append(
+            f'<line x1="{_num(x)}" y1="4" x2="{_num(x)}" y2="{_num(8 + plot)}" stroke="#4a5563" '
+            'stroke-dasharray="3,3"/>'
+        )
         body.append(_text(x + 3, 12, "tolerance"))
-    return _svg(HIST_WIDTH, HIST_HEIGHT, "outputs by largest difference over tolerance", body,
-                "chart tolerance-ratio")
+    return _svg(HIST_WIDTH, HIST_HEIGHT, "outputs by largest difference over tolerance", body, "chart tolerance-ratio")

@@ -11,15 +11,29 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.records import (ERROR, PASSED_BY_COSINE, PASSED_BY_EAGER_NONFINITE, PASSED_BY_LOW_PRECISION_ATOMICS,
-                             PASSED_BY_RMSE, PASSED_BY_SUMMATION_NOISE, SKIP, STATUSES, Answer, CaseResult, KernelArgument,
-                             Localization, OutputComparison, Status, is_failing)
+from harness.records import (
+    ERROR,
+    PASSED_BY_COSINE,
+    PASSED_BY_EAGER_NONFINITE,
+    PASSED_BY_LOW_PRECISION_ATOMICS,
+    PASSED_BY_RMSE,
+    PASSED_BY_SUMMATION_NOISE,
+    SKIP,
+    STATUSES,
+    Answer,
+    CaseResult,
+    KernelArgument,
+    Localization,
+    OutputComparison,
+    Status,
+    is_failing,
+)
 
-from . import svg
-from .baseline import MOVE_FACTOR, BaselineDiff, diff_against_baseline
-from .formatting import cosine as format_cosine
-from .formatting import number as format_number
-from .summary import COLUMNS as OPINFO_COLUMNS, summarize as summarize_ops
+from harness.report import svg
+from harness.report.baseline import MOVE_FACTOR, BaselineDiff, diff_against_baseline
+from harness.report.formatting import cosine as format_cosine
+from harness.report.formatting import number as format_number
+from harness.report.summary import COLUMNS as OPINFO_COLUMNS, summarize as summarize_ops
 
 # Failures first: what needs a human comes before what only needs a glance (the order `Status` declares).
 STATUS_ORDER = tuple(Status)
@@ -143,8 +157,12 @@ class CaseView:
         return None
 
 
-def build_context(records: list[CaseResult], run_meta: dict[str, Any], baseline: list[CaseResult] | None,
-                  baseline_meta: dict[str, Any] | None = None) -> dict[str, Any]:
+def build_context(
+    records: list[CaseResult],
+    run_meta: dict[str, Any],
+    baseline: list[CaseResult] | None,
+    baseline_meta: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     cases = [_case_view(i, r) for i, r in enumerate(records)]
     cases.sort(key=case_order)
     diff: BaselineDiff | None = None
@@ -203,35 +221,46 @@ def rule_explanation(output: OutputComparison) -> str:
     """One line on what the rule that decided `output` means, with this output's own numbers."""
     rule, num = rule_of(output), format_number
     if rule == PASSED_BY_RMSE:
-        return (f"its RMS error against a float64 run of the program ({num(output.rmse_actual)}) is within "
-                f"×{num(output.rmse_multiplier)} of eager's own ({num(output.rmse_expected)}) plus atol/10: compiled "
-                "is as close to the true values as eager, and its elements beyond tolerance are rounding, not a "
-                "compiled error (torchbench's RMSE rule)")
+        return (
+            f"its RMS error against a float64 run of the program ({num(output.rmse_actual)}) is within "
+            f"×{num(output.rmse_multiplier)} of eager's own ({num(output.rmse_expected)}) plus atol/10: compiled "
+            "is as close to the true values as eager, and its elements beyond tolerance are rounding, not a "
+            "compiled error (torchbench's RMSE rule)"
+        )
     if rule == PASSED_BY_SUMMATION_NOISE:
-        return (f"its RMS error against float64 ({num(output.rmse_actual)}) is within the noise a correct float32 "
-                f"sum of many terms has (floor {num(output.rmse_floor)}); eager's own reduction is more accurate "
-                f"than a plain float32 sum ({num(output.rmse_expected)}), which is why elements sit beyond "
-                "tolerance of eager")
+        return (
+            f"its RMS error against float64 ({num(output.rmse_actual)}) is within the noise a correct float32 "
+            f"sum of many terms has (floor {num(output.rmse_floor)}); eager's own reduction is more accurate "
+            f"than a plain float32 sum ({num(output.rmse_expected)}), which is why elements sit beyond "
+            "tolerance of eager"
+        )
     if rule == PASSED_BY_EAGER_NONFINITE:
-        return (f"eager is NaN or inf in {output.eager_nonfinite} element(s) where a float64 run of the program, "
-                f"rounded to {output.dtype}, is finite and compiled matches it: eager's own arithmetic overflowed "
-                "there (compiled code keeps intermediates in float32); every other element met its tolerance")
+        return (
+            f"eager is NaN or inf in {output.eager_nonfinite} element(s) where a float64 run of the program, "
+            f"rounded to {output.dtype}, is finite and compiled matches it: eager's own arithmetic overflowed "
+            "there (compiled code keeps intermediates in float32); every other element met its tolerance"
+        )
     if rule == PASSED_BY_LOW_PRECISION_ATOMICS:
-        return (f"its RMS error against float64 ({num(output.rmse_actual)}) is within ×{num(output.rmse_multiplier)} "
-                f"of eager's with each float16/bfloat16 scatter sum made one add at a time in that dtype "
-                f"({num(output.rmse_low_precision_sums)}): the rounding the program's atomic adds make, in any order "
-                "(the run's diagnosis names those kernels; docs/verdict.md)")
+        return (
+            f"its RMS error against float64 ({num(output.rmse_actual)}) is within ×{num(output.rmse_multiplier)} "
+            f"of eager's with each float16/bfloat16 scatter sum made one add at a time in that dtype "
+            f"({num(output.rmse_low_precision_sums)}): the rounding the program's atomic adds make, in any order "
+            "(the run's diagnosis names those kernels; docs/verdict.md)"
+        )
     if rule == PASSED_BY_COSINE:
-        return (f"its cosine similarity with eager ({format_cosine(output.cosine)}) passed torchbench's last-resort "
-                "check, which this case asks for; it missed both its tolerance and the RMSE rule")
+        return (
+            f"its cosine similarity with eager ({format_cosine(output.cosine)}) passed torchbench's last-resort "
+            "check, which this case asks for; it missed both its tolerance and the RMSE rule"
+        )
     return RULE_MEANINGS.get(rule, "")
 
 
 # What the other deciding rules mean; their numbers are already in the outputs table.
 RULE_MEANINGS = {
     "exact": "integers and bool must match exactly",
-    "tolerance": ("every element within atol + rtol·|eager| of eager (torch.testing.assert_close's table, "
-                  "or the case's override)"),
+    "tolerance": (
+        "every element within atol + rtol·|eager| of eager (torch.testing.assert_close's table, or the case's override)"
+    ),
     "rmse_vs_fp64": "judged against a float64 run of the program (torchbench's RMSE rule)",
     "equal": "a non-tensor result: must equal eager's",
     "shape": "shapes differ: nothing to compare element by element",
@@ -274,8 +303,14 @@ def _kernel_view(data: Localization | None) -> KernelView | None:
     buffers = [str(b) for b in data.buffers]
     marked = marked_arguments(data)
     lines = highlight_source(data.source or "", list(marked))
-    return KernelView(data=data, diverged=data.diverged, buffers=buffers, source_lines=lines,
-                      hit_lines=sum(line.hit for line in lines), marked=marked)
+    return KernelView(
+        data=data,
+        diverged=data.diverged,
+        buffers=buffers,
+        source_lines=lines,
+        hit_lines=sum(line.hit for line in lines),
+        marked=marked,
+    )
 
 
 def marked_arguments(data: Localization) -> dict[str, str]:
@@ -388,13 +423,15 @@ def _status_by_family(records: list[CaseResult]) -> list[tuple[str, list[tuple[s
     counts: dict[str, Counter] = {}
     for record in records:
         counts.setdefault(record.tags[0] if record.tags else "untagged", Counter())[str(record.status)] += 1
-    ranked = sorted(counts.items(), key=lambda item: (-sum(n for s, n in item[1].items() if is_failing(s)),
-                                                       -sum(item[1].values()), item[0]))
+    ranked = sorted(
+        counts.items(),
+        key=lambda item: (-sum(n for s, n in item[1].items() if is_failing(s)), -sum(item[1].values()), item[0]),
+    )
     if len(ranked) > FAMILY_ROWS:
         rest = Counter()
-        for _, family in ranked[FAMILY_ROWS - 1:]:
+        for _, family in ranked[FAMILY_ROWS - 1 :]:
             rest.update(family)
-        ranked = ranked[:FAMILY_ROWS - 1] + [(f"{len(ranked) - FAMILY_ROWS + 1} more", rest)]
+        ranked = ranked[: FAMILY_ROWS - 1] + [(f"{len(ranked) - FAMILY_ROWS + 1} more", rest)]
     return [(name, [(str(s), family.get(str(s), 0)) for s in STATUS_ORDER]) for name, family in ranked]
 
 
@@ -443,12 +480,25 @@ def _versions(meta_versions: Any, records: list[CaseResult]) -> list[tuple[str, 
     return [(name, " | ".join(values)) for name, values in sorted(merged.items())]
 
 
-SHOWN_META = {"started_at", "duration_s", "device", "backend", "command", "versions", "emulation", "surrogate",
-              "baseline"}
+SHOWN_META = {
+    "started_at",
+    "duration_s",
+    "device",
+    "backend",
+    "command",
+    "versions",
+    "emulation",
+    "surrogate",
+    "baseline",
+}
 
 
 def _other_meta(run_meta: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(str(k), _meta_text(v)) for k, v in sorted(run_meta.items()) if k not in SHOWN_META and v not in (None, "", [], {})]
+    return [
+        (str(k), _meta_text(v))
+        for k, v in sorted(run_meta.items())
+        if k not in SHOWN_META and v not in (None, "", [], {})
+    ]
 
 
 def _meta_text(value: Any) -> str:
@@ -476,4 +526,3 @@ def headline(record: CaseResult) -> str:
 
 def status_class(status: str) -> str:
     return status if status in STATUSES else "unknown"
-

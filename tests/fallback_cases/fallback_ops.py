@@ -22,6 +22,7 @@ def _defined(name: str) -> bool:
 
 
 if not _defined("double_it"):
+
     @torch.library.custom_op(f"{NAMESPACE}::double_it", mutates_args=(), tags=(torch.Tag.flexible_layout,))
     def double_it(x: torch.Tensor) -> torch.Tensor:
         out = x * 2
@@ -32,6 +33,7 @@ if not _defined("double_it"):
     double_it.register_fake(lambda x: torch.empty_like(x))
 
 if not _defined("bump_"):
+
     @torch.library.custom_op(f"{NAMESPACE}::bump_", mutates_args=("x",))
     def bump_(x: torch.Tensor) -> None:
         x.add_(1)
@@ -39,6 +41,7 @@ if not _defined("bump_"):
     bump_.register_fake(lambda x: None)
 
 if not _defined("fill_rows_"):
+
     @torch.library.custom_op(f"{NAMESPACE}::fill_rows_", mutates_args=("out",))
     def fill_rows_(out: torch.Tensor, src: torch.Tensor) -> None:
         out.copy_(src * 3)

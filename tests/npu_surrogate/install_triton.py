@@ -24,8 +24,12 @@ FOLDER_VARIABLE = "NPU_SURROGATE_TRITON_DIR"
 
 
 def triton_folder() -> str:
-    default = os.path.join(os.path.expanduser("~"), ".cache", "npu-surrogate",
-                           f"triton-ascend-3.2.0-py{sys.version_info.major}{sys.version_info.minor}")
+    default = os.path.join(
+        os.path.expanduser("~"),
+        ".cache",
+        "npu-surrogate",
+        f"triton-ascend-3.2.0-py{sys.version_info.major}{sys.version_info.minor}",
+    )
     return os.environ.get(FOLDER_VARIABLE) or default
 
 
@@ -41,8 +45,11 @@ def install() -> str:
         if os.path.exists(done):
             return folder
         staging = tempfile.mkdtemp(dir=os.path.dirname(folder), prefix=".triton-ascend-")
-        result = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", staging,
-                                 *REQUIREMENTS], capture_output=True, text=True)
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", staging, *REQUIREMENTS],
+            capture_output=True,
+            text=True,
+        )
         if result.returncode != 0:
             shutil.rmtree(staging, ignore_errors=True)
             lines = (result.stderr or result.stdout).strip().splitlines()

@@ -23,12 +23,17 @@ import os
 from . import _triton_codegen
 
 # What every record, console line and report of a run on this device says.
-SURROGATE = ("surrogate NPU (CPU-backed, Triton kernels run by triton-ascend's interpreter), not an NPU result"
-             if _triton_codegen.wanted() else "surrogate NPU (CPU-backed), not an NPU result")
+SURROGATE = (
+    "surrogate NPU (CPU-backed, Triton kernels run by triton-ascend's interpreter), not an NPU result"
+    if _triton_codegen.wanted()
+    else "surrogate NPU (CPU-backed), not an NPU result"
+)
 # The variables that chose this surrogate's mode: the command that reproduces a run sets them again.
-ENVIRONMENT = {name: os.environ[name]
-               for name in (_triton_codegen.MODE_VARIABLE, "NPU_SURROGATE_BACKENDS", "NPU_SURROGATE_NO_FLOAT64")
-               if os.environ.get(name)}
+ENVIRONMENT = {
+    name: os.environ[name]
+    for name in (_triton_codegen.MODE_VARIABLE, "NPU_SURROGATE_BACKENDS", "NPU_SURROGATE_NO_FLOAT64")
+    if os.environ.get(name)
+}
 # The torch_npu release whose compiler registry this follows (the wheel read: torch-npu 2.14.0 on PyPI).
 __version__ = "2.14.0+surrogate"
 

@@ -37,8 +37,14 @@ def _load_extension() -> None:
     from torch.utils import cpp_extension
 
     # cpp_extension locks the directory: processes starting together build once and the others wait.
-    cpp_extension.load(name="npu_surrogate_device", sources=[SOURCE], build_directory=directory,
-                       extra_cflags=["-O1"], is_python_module=False, verbose=False)
+    cpp_extension.load(
+        name="npu_surrogate_device",
+        sources=[SOURCE],
+        build_directory=directory,
+        extra_cflags=["-O1"],
+        is_python_module=False,
+        verbose=False,
+    )
     library = os.path.join(directory, "npu_surrogate_device.so")
     fd, temporary = tempfile.mkstemp(dir=directory)
     with os.fdopen(fd, "w") as handle:

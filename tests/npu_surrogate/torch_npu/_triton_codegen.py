@@ -68,8 +68,10 @@ def install_shims() -> None:
         import triton.language as tl
         from triton.runtime import interpreter
     except ImportError as exc:
-        raise TritonMissing(f"{MODE_VARIABLE}=triton needs triton-ascend importable (pip install --no-deps "
-                            f"triton-ascend pybind11 'numpy<2.3'): {exc}") from exc
+        raise TritonMissing(
+            f"{MODE_VARIABLE}=triton needs triton-ascend importable (pip install --no-deps "
+            f"triton-ascend pybind11 'numpy<2.3'): {exc}"
+        ) from exc
     import torch.utils._triton as torch_triton
 
     torch_triton.triton_hash_with_backend = lambda: "interpreter"  # 1
@@ -135,8 +137,11 @@ def _interpreted_interface():
 
 
 def _register_backend() -> None:
-    from torch._inductor.codegen.common import (DeviceOpOverrides, register_backend_for_device,
-                                                register_device_op_overrides)
+    from torch._inductor.codegen.common import (
+        DeviceOpOverrides,
+        register_backend_for_device,
+        register_device_op_overrides,
+    )
     from torch._inductor.codegen.triton import TritonScheduling
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen
 
@@ -188,8 +193,10 @@ def _all_ones(interpreter):
 
 
 def _init_args_hst(self, args_dev, kwargs):
-    return ([_host_alias(a) if hasattr(a, "data_ptr") else a for a in args_dev],
-            {k: _host_alias(v) if hasattr(v, "data_ptr") else v for k, v in kwargs.items()})
+    return (
+        [_host_alias(a) if hasattr(a, "data_ptr") else a for a in args_dev],
+        {k: _host_alias(v) if hasattr(v, "data_ptr") else v for k, v in kwargs.items()},
+    )
 
 
 def _restore_args_dev(self, args_dev, args_hst, kwargs, kwargs_hst):
@@ -203,7 +210,7 @@ def _source(self) -> str:
     """The kernel's source from its `def` on, as `JITFunction.src` holds it."""
     text = textwrap.dedent(inspect.getsource(self.fn))
     found = re.search(r"^def\s+\w+\s*\(", text, re.M)
-    return text[found.start():] if found else text
+    return text[found.start() :] if found else text
 
 
 class _LibdeviceThroughMath:

@@ -51,8 +51,9 @@ _ALL_LOADERS = {
     "triton_experimental": _load_triton_experimental_backend,
 }
 _kept = os.environ.get("NPU_SURROGATE_BACKENDS")
-_BACKEND_LOADERS = ({name: loader for name, loader in _ALL_LOADERS.items() if name in _kept.split(",")}
-                    if _kept else dict(_ALL_LOADERS))
+_BACKEND_LOADERS = (
+    {name: loader for name, loader in _ALL_LOADERS.items() if name in _kept.split(",")} if _kept else dict(_ALL_LOADERS)
+)
 
 
 def _load_backend():

@@ -21,8 +21,11 @@ def register() -> None:
     if _registered:
         return
     from torch._dynamo.device_interface import CpuInterface, register_interface_for_device
-    from torch._inductor.codegen.common import (DeviceOpOverrides, register_backend_for_device,
-                                                register_device_op_overrides)
+    from torch._inductor.codegen.common import (
+        DeviceOpOverrides,
+        register_backend_for_device,
+        register_device_op_overrides,
+    )
     from torch._inductor.codegen.cpp import CppScheduling
     from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
     from torch._inductor.codegen.wrapper import PythonWrapperCodegen, SubgraphPythonWrapperCodegen
@@ -90,6 +93,7 @@ def register() -> None:
     register_device_op_overrides("npu", HostOps())
     from . import codegen_config
 
-    register_backend_for_device("npu", CppScheduling, HostWrapper, CppWrapperCpu,
-                                device_custom_config=codegen_config)  # its mode in the cache keys
+    register_backend_for_device(
+        "npu", CppScheduling, HostWrapper, CppWrapperCpu, device_custom_config=codegen_config
+    )  # its mode in the cache keys
     _registered = True

@@ -1,0 +1,373 @@
+"""One case, one clean process: the worker forks a process per task (or per case module), and one to judge it.
+
+The worker (`harness.isolation.worker`) imports torch, the compiler and the harness,
+and then runs no case code: it is a template. For each task it forks a case
+process, which imports the case's module, builds, runs and judges the case
+as `runner.run_case` does, and sends its messages on a pipe of its own to
+the worker, never to the harness. So a case meets only the state the
+template left; nothing one case changes (the tolerance table, `builtins`,
+the dispatcher, `sys.modules`, an entered mode, the residue check itself)
+reaches another case.
+
+The worker checks every message against the task in flight (its run id; a
+record must name the task's case, dtype and mode), has the values the
+case's process wrote judged in a process forked from it for that
+(`harness.judge.values`), and only then answers the harness.
+When the case's process is done, the worker kills whatever it left running
+(the worker is a subreaper: a daemon in a session of its own included).
+
+Isolation `module` keeps one case process for consecutive tasks of the same
+case module (a generated source counts as one module), retired, as pooled
+workers were, when the residue check (`harness.isolation.residue`) finds
+something left behind: cheaper where imports or compiles dominate, and only
+cases of one module (one author) share a process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Callable, IO
+
+from harness.isolation import process_tree
+from harness.isolation.channel import ChannelCorrupted, Receiver, Sender, new_token, private_copy
+
+ISOLATIONS = ("case", "module")
+POLL_S = 0.25
+# How long a case process that closed its channel may take to exit before it is killed.
+CLOSED_CHANNEL_GRACE_S = 2.0
+# The messages a case process may send, and the one that ends its task.
+CHILD_MESSAGES = ("loading", "started", "verdict", "record", "missing")
+
+
+@dataclass
+class _CaseProcess:
+    pid: int
+    tasks: IO[str]  # to the case process
+    results: int  # its messages (a descriptor)
+    receiver: Receiver
+    origin: str
+    retiring: bool = False
+
+
+class Template:
+    """The worker's side: forks case processes, relays and checks their messages, has them judged, answers the
+    harness."""
+
+    def __init__(self, setup: dict[str, Any], config: Any, answer: Sender, forget: Callable[[], None]):
+        self.setup, self.config, self.answer = setup, config, answer
+        # Closes the worker's channel to the harness: a case process never holds it.
+        self.forget = forget
+        self.isolation = setup.get("isolation") or "case"
+        self.values_root = setup.get("values_dir") or tempfile.mkdtemp(prefix="harness-values-")
+        os.makedirs(self.values_root, exist_ok=True)
+        self.child: _CaseProcess | None = None
+
+    def run(self, task: dict[str, Any]) -> None:
+        """Run one task in a case process and answer the harness; returns when the task has its answer."""
+        origin = task.get("source") or ""
+        child = self.child
+        if child is not None and (
+            self.isolation == "case" or child.origin != origin or child.retiring or not process_tree.running(child.pid)
+        ):
+            self.end_child()
+        values = tempfile.mkdtemp(prefix="run-", dir=self.values_root)
+        task = {**task, "values_dir": values}
+        try:
+            if self.child is None:
+                self.child = self._fork(origin)
+            try:
+                self.child.tasks.write(json.dumps(task) + "\n")
+                self.child.tasks.flush()
+            except OSError:
+                pass  # it died: the relay finds out and says so
+            self._relay(self.child, task)
+        finally:
+            shutil.rmtree(values, ignore_errors=True)
+            if self.isolation == "case":
+                self.end_child()
+
+    def close(self) -> None:
+        self.end_child()
+        shutil.rmtree(self.values_root, ignore_errors=True)
+
+    # -- the case process -------------------------------------------------------------------------------------
+
+    def _fork(self, origin: str) -> _CaseProcess:
+        task_read, task_write = os.pipe()
+        result_read, result_write = os.pipe()
+        token = new_token()
+        worker = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the case process: never returns
+            try:
+                os.close(task_write)
+                os.close(result_read)
+                self.forget()
+                process_tree.signal_on_parent_death(signal.SIGKILL)
+                if os.getppid() != worker:  # the worker died before the signal was asked for
+                    os._exit(1)
+                tasks = os.fdopen(private_copy(task_read), "r", encoding="utf-8")
+                results = os.fdopen(private_copy(result_write), "w", buffering=1, encoding="utf-8")
+                os.close(task_read)
+                os.close(result_write)
+                code = _case_loop(tasks, Sender(results, token), self.setup, self.config, self.isolation)
+            except BaseException:  # noqa: BLE001 - whatever happened, this process must not run the template's loop
+                import traceback
+
+                traceback.print_exc()
+                code = 70
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        os.close(task_read)
+        os.close(result_write)
+        return _CaseProcess(pid, os.fdopen(task_write, "w", encoding="utf-8"), result_read, Receiver(token), origin)
+
+    def end_child(self) -> None:
+        """Kill the case process and everything left below the worker, and reap them."""
+        child, self.child = self.child, None
+        if child is not None:
+            process_tree.kill_tree(child.pid)
+            try:
+                child.tasks.close()
+            except OSError:  # a broken pipe: it is gone already
+                pass
+            os.close(child.results)
+        process_tree.kill_descendants(os.getpid())
+        _reap()
+
+    def _relay(self, child: _CaseProcess, task: dict[str, Any]) -> None:
+        run = task["run"]
+        closed_at: float | None = None
+        while True:
+            ready, _, _ = select.select([child.results], [], [], POLL_S)
+            if ready:
+                chunk = os.read(child.results, 1 << 20)
+                if chunk:
+                    try:
+                        for message in child.receiver.feed(chunk):
+                            if self._on_message(child, task, message):
+                                return
+                    except ChannelCorrupted as exc:
+                        self.answer.send({"corrupted": str(exc), "run": run})
+                        self.end_child()
+                        return
+                    continue
+                closed_at = closed_at or _now()
+            status = _exit_status(child.pid)
+            if status is not None or (closed_at is not None and _now() - closed_at > CLOSED_CHANNEL_GRACE_S):
+                text = _exit_text(status) if status is not None else "the case's process closed its channel"
+                self.answer.send({"lost": text, "run": run})
+                self.end_child()
+                return
+
+    def _on_message(self, child: _CaseProcess, task: dict[str, Any], message: dict[str, Any]) -> bool:
+        """Check, judge and pass on one message; True when it ends the task."""
+        from harness.records import CaseResult, encode_json
+
+        run = task["run"]
+        kinds = [k for k in CHILD_MESSAGES if k in message]
+        if message.get("run") != run or len(kinds) != 1:
+            raise ChannelCorrupted(f"a message for another task or of no known kind: {json.dumps(message)[:120]}")
+        kind = kinds[0]
+        if kind in ("loading", "started"):
+            self.answer.send({kind: str(message[kind]), "run": run})
+            return False
+        if kind == "missing":
+            self.answer.send(
+                {"missing": str(message["missing"]), "reason": str(message.get("reason") or ""), "run": run}
+            )
+            return True
+        try:
+            record = CaseResult.from_dict(message[kind])
+            same_task = (record.case, record.dtype, record.mode) == (task["case"], task["dtype"], task["mode"])
+        except Exception as exc:  # noqa: BLE001 - a record the runner did not write
+            raise ChannelCorrupted(f"a {kind} that is no record ({type(exc).__name__})") from None
+        if not same_task:
+            raise ChannelCorrupted(f"a {kind} for {record.case}[{record.dtype}-{record.mode}], not this task's case")
+        record = self._judged(record, task)
+        if kind == "verdict":
+            self.answer.send({"verdict": encode_json(record.to_dict()), "run": run})
+            return False
+        child.retiring = bool(message.get("retire"))
+        self.answer.send({"record": encode_json(record.to_dict()), "retire": False, "run": run})
+        return True
+
+    def _judged(self, record: Any, task: dict[str, Any]) -> Any:
+        """The record once its values are judged (`judge.judge_record`), in a process forked for it: the worker
+        itself runs no tensor operation (an OpenMP thread pool made here would deadlock every later fork)."""
+        from harness import records as R
+        from harness.judge.values import JUDGED_STATUSES, status_before_known_failure
+
+        if status_before_known_failure(record) not in JUDGED_STATUSES:
+            return record  # an error or a skip: no value decided it
+        read_end, write_end = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the judge: never returns
+            code = 0
+            try:
+                os.close(read_end)
+                self.forget()
+                process_tree.signal_on_parent_death(signal.SIGKILL)
+                from harness.judge.values import judge_record
+
+                judged = judge_record(record, task["values_dir"], task.get("policy") or {})
+                with os.fdopen(write_end, "wb") as out:
+                    out.write(json.dumps(R.encode_json(judged.to_dict()), allow_nan=False).encode())
+            except BaseException:  # noqa: BLE001 - told to the worker by the exit code and the log
+                import traceback
+
+                traceback.print_exc()
+                code = 70
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        os.close(write_end)
+        chunks = []
+        with os.fdopen(read_end, "rb") as answer:
+            while chunk := answer.read(1 << 20):
+                chunks.append(chunk)
+        _, status = os.waitpid(pid, 0)
+        try:
+            if status != 0:
+                raise ValueError(_exit_text(-os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)))
+            return R.CaseResult.from_dict(json.loads(b"".join(chunks)))
+        except Exception as exc:  # noqa: BLE001 - the judge died or answered what is no record
+            record.conclude(R.ERROR, R.Stage.COMPARE, R.Symptom.CRASH)
+            record.verdict_source = None
+            record.error = R.ErrorInfo(
+                "JudgeFailed",
+                f"the values this run sent could not be judged apart from the "
+                f"case's code ({str(exc).replace('case process', 'judge process')})",
+            )
+            return record
+
+
+def _case_loop(tasks: IO[str], results: Sender, setup: dict[str, Any], config: Any, isolation: str) -> int:
+    """The case process: its tasks, one (isolation `case`) or those of one module until something is left
+    behind (isolation `module`)."""
+    import gc
+
+    import torch
+
+    from harness.isolation import residue as case_residue
+    from harness.isolation.pool import task_config
+    from harness.judge.values import say_unjudgeable, write_values
+    from harness.records import encode_json
+    from harness.registry import CASE_SOURCE_ORIGIN, DEFAULT_IMPORT_TIMEOUT_S, Registry, load_registry
+    from harness.run.case import run_case
+
+    broken = set(setup.get("broken_modules") or ())
+    clean = case_residue.snapshot()
+    registries: dict[str, Registry] = {}
+    frozen_origins: set[str] = set()
+
+    def registry_of(source: str, run: str) -> Registry:
+        if source not in registries:
+            # Importing the case's module has the registry's deadline; the case's timeout starts with the case.
+            results.send({"loading": source, "run": run})
+            paths = [source] if source else setup["case_paths"]
+            registries[source] = load_registry(
+                paths, include_default=not source, skip=broken, import_timeout_s=DEFAULT_IMPORT_TIMEOUT_S
+            )
+        return registries[source]
+
+    for line in tasks:
+        task = json.loads(line)
+        run = task["run"]
+        source = origin = task.get("source") or ""
+        if source.startswith(CASE_SOURCE_ORIGIN):
+            source = ""
+        registry = registry_of(source, run)
+        case = registry.lookup(task["case"])
+        if case is None and source:  # a source that is not a loadable module: look everywhere
+            registry = registry_of("", run)
+            case = registry.lookup(task["case"])
+        if case is None:
+            reasons = "; ".join(str(e) for e in registry.errors) or "no case of that name there"
+            results.send({"missing": task["case"], "reason": reasons, "run": run})
+            continue
+        if origin not in frozen_origins:
+            # What a case source loads for its first case (OpInfo's op_db) lives as long as the process: loaded
+            # now, before the case's clock starts, and out of the collector's sight.
+            frozen_origins.add(origin)
+            registry.prepare(case)
+            gc.collect()
+            gc.freeze()
+        results.send({"started": task["case"], "run": run})
+        values_dir = task["values_dir"]
+
+        def on_values(sizes: list, values_dir: str = values_dir) -> None:
+            try:
+                write_values(values_dir, sizes)
+            except Exception as exc:  # noqa: BLE001 - the judge then says the verdict is this process's own
+                say_unjudgeable(values_dir, f"{type(exc).__name__}: {exc}")
+
+        record = run_case(
+            case,
+            getattr(torch, task["dtype"]),
+            task["mode"],
+            task_config(config, task.get("localize", True)),
+            on_verdict=lambda judged, run=run: results.send({"verdict": encode_json(judged.to_dict()), "run": run}),
+            on_values=on_values,
+        )
+        residue = case_residue.left_behind(clean, ending=isolation == "case")
+        record.warnings.extend(residue)
+        retire = bool(residue) or not _device_usable(config.device)
+        results.send({"record": encode_json(record.to_dict()), "retire": retire, "run": run})
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if retire or isolation == "case":
+            return 0
+    return 0
+
+
+def _device_usable(name: str) -> bool:
+    from harness.devices import get_device
+
+    try:
+        get_device(name).synchronize()
+        return True
+    except Exception:  # noqa: BLE001 - whatever the device runtime raises, this process cannot use it
+        return False
+
+
+def _now() -> float:
+    import time
+
+    return time.monotonic()
+
+
+def _exit_status(pid: int) -> int | None:
+    """The case process's exit (a negative signal number when killed), or None while it runs."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return -signal.SIGKILL
+    if done == 0:
+        return None
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def _exit_text(code: int) -> str:
+    return process_tree.exit_text(code, "case process")
+
+
+def _reap() -> None:
+    """Reap every exited child (orphans of a case re-parented to this subreaper included)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return

@@ -1,0 +1,111 @@
+"""A worker process: runs case after case for its parent, each in a process of its own, and dies with the parent.
+
+Started by `harness.isolation.pool` as `python -m harness.isolation.worker` in a process
+session of its own, with stdout and stderr going to a log file (a case's own
+output, or a child process it starts, never holds the harness's console).
+It imports torch, the compiler and the harness, and runs no case code: each
+task runs in a case process forked from it (`harness.isolation.case_process`), whose
+values a process forked from it judges (`harness.judge.values`). Its two channels to the harness
+(`harness.isolation.channel`) are closed in every case process: tasks arrive as JSON
+lines on what was stdin, answers go out as framed lines on the pipe
+HARNESS_RESULT_FD named, each naming the task's run id: `{"loading": ...}`
+while the case process imports the case's module (under the import
+deadline), `{"started": ...}` when the case begins (the timeout counts from
+there), then `{"record": ...}`, or `{"lost": ...}` / `{"corrupted": ...}`
+when the case process died or wrote what the harness did not.
+
+It is a child subreaper (`harness.isolation.process_tree`): every process a case starts
+stays its descendant, and is killed when its case process is done. If the
+parent dies (SIGKILL, a cancelled CI job), the worker kills all of them and
+itself (a parent-death signal, and a watchdog thread in case the signal's
+handler cannot run); no case code runs here, so neither can be undone.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+
+from harness.isolation import child as child_process, process_tree
+from harness.isolation.channel import Sender, closer, take_private
+
+PARENT_POLL_S = 0.25
+
+
+def _die() -> None:
+    process_tree.kill_descendants(os.getpid())
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Kill this process and every descendant when the parent goes away."""
+    process_tree.become_subreaper()
+    signal.signal(signal.SIGUSR2, lambda signum, frame: _die())
+    process_tree.signal_on_parent_death(signal.SIGUSR2)
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent:
+                _die()
+            time.sleep(PARENT_POLL_S)
+
+    threading.Thread(target=watch, daemon=True, name="harness-parent-watchdog").start()
+    if os.getppid() != parent:  # it died before the signal was asked for
+        _die()
+
+
+def main() -> int:
+    parent = int(os.environ.pop(child_process.PARENT_PID_VARIABLE, os.getppid()))
+    _die_with_parent(parent)
+    tasks, result_stream = take_private(child_process.RESULT_FD_VARIABLE)
+    results = Sender(result_stream, tasks.readline().strip())
+    # torch.cuda.is_available() through NVML, which leaves CUDA uninitialised here: a process forked from this
+    # one can still use the device.
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+
+    import gc
+
+    import torch  # noqa: F401 - imported once here, by every case process through the fork
+
+    from harness.isolation import residue as case_residue
+    from harness.judge import values as judge
+    from harness.run import case as runner
+    from harness.isolation.case_process import Template
+    from harness.inductor_compat import pick_cpu_vec_isa, preload_compiler, warm_compiler
+
+    case_residue.track_thread_starts()
+    # What is imported now lives as long as the worker: out of the collector's sight, its collections scan
+    # only what cases create (a tenth of the objects, a tenth of the time).
+    preload_compiler()
+    gc.collect()
+    gc.freeze()
+    # The run's setup comes after the imports: a worker may be started before its run's options are known.
+    line = tasks.readline()
+    if not line:  # the harness stopped before there was a run (a usage error)
+        return 0
+    setup = json.loads(line)
+    config = pickle.loads(base64.b64decode(setup["config"]))
+    if getattr(config, "device", "") == "cpu":  # Inductor's CPU ISA probe, before the first case's clock starts
+        pick_cpu_vec_isa()
+    if setup.get("isolation") == "case" and getattr(config, "backend", "") == "inductor":
+        warm_compiler()  # every case process is forked from here: its first compile's set-up is done once
+    gc.collect()
+    gc.freeze()
+
+    template = Template(setup, config, results, closer(tasks, result_stream))
+    try:
+        for line in tasks:
+            template.run(json.loads(line))
+    finally:
+        template.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,337 @@
+"""The verdict from values: the results of both sides paired and compared, in whichever process holds them.
+
+A run's process computes its own verdict as it goes (localization and the
+follow-up checks need it), but that process ran the case's code, which can
+change anything in it: the tolerance table, `harness.judge.compare`, `builtins`,
+torch's comparisons. So the case's process also writes the values it judged
+(`write_values`: eager's results, eager's second run, the compiled results,
+the float64 reference, the elements left out as undefined), as plain tensor
+files. A process forked for it from the worker (`harness.isolation.case_process`),
+where no case code ever ran, loads them with `torch.load(weights_only=True)`
+and judges them again with the policy the harness declared for the task
+(`judge_record`). Where both agree the record keeps its analyses with the
+judge's comparisons; where they differ the judge's verdict stands and the
+record says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+import torch
+
+from harness import records as R
+from harness.judge.compare import VerdictPolicy, missing_result
+from harness.judge.results import Results
+from harness.layout import clone_exact
+from harness.judge.tolerances import Tolerance
+
+# `CaseResult.verdict_source`: who decided the status that stands.
+JUDGED = "judge"  # judged again apart from the case's code; the case's process agreed
+OVERRULED = "judge-overruled"  # judged again apart from the case's code, where the case's process said otherwise
+CASE_PROCESS = "case-process"  # no values reached the judge: the case's process decided (its reason is a warning)
+
+VALUES_GLOB = "size*.pt"
+UNJUDGEABLE = "unjudgeable.txt"
+# A leaf result that is not a tensor nor a plain Python value travels as its type and repr (torch.load with
+# weights_only=True accepts nothing else).
+_PLAIN_LEAVES = (type(None), bool, int, float, complex, str, bytes)
+_LEAF_TYPE, _LEAF_REPR = "__harness_leaf_type__", "__harness_leaf_repr__"
+
+
+# -- pairing and comparing (the runner's, and the judge's) -------------------------------------------------------
+
+MISSING = object()
+
+
+def result_pairs(actual: Results, expected: Results, references: Results | None) -> Iterator[tuple[str, Any, Any, Any]]:
+    """(name, compiled, eager, float64 reference) for every result either side has; MISSING where one has none."""
+    references = references or Results()
+    for name in list(expected.values) + [n for n in actual.values if n not in expected.values]:
+        yield (name, actual.values.get(name, MISSING), expected.values.get(name, MISSING), references.values.get(name))
+    # Judged by value: an input one side changed in place and the other did not is a divergence.
+    for name in [n for n in expected.state if n in expected.changed | actual.changed]:
+        if name in actual.state:
+            yield name, actual.state[name], expected.state[name], references.state.get(name)
+
+
+def compare_results(
+    actual: Results, expected: Results, references: Results | None, verdict: VerdictPolicy
+) -> list[R.OutputComparison]:
+    """Every result of either side, judged: outputs, gradients, parameters, and state changed by either side."""
+    comparisons = []
+    for name, a, e, reference in result_pairs(actual, expected, references):
+        if a is MISSING:
+            comparison = missing_result(name, "eager", e)
+        elif e is MISSING:
+            comparison = missing_result(name, "compiled", a)
+        else:
+            comparison = verdict.values(name, a, e, reference)
+        comparison.path = expected.paths.get(name, actual.paths.get(name))
+        comparisons.append(comparison)
+    return comparisons
+
+
+def all_pass(
+    actual: Results, expected: Results, references: Results | None, verdict: VerdictPolicy, only: set[str] | None = None
+) -> bool:
+    """Whether every result (of those named in `only`, if given) passes, stopping at the first that does not
+    (for the probe's many reruns)."""
+    for name, a, e, reference in result_pairs(actual, expected, references):
+        if only is not None and name not in only:
+            continue
+        if a is MISSING or e is MISSING:
+            return False
+        if isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor) and verdict.quick_match(a, e):
+            continue
+        if not verdict.values(name, a, e, reference).passed:
+            return False
+    return True
+
+
+# -- the values a case's process sends ---------------------------------------------------------------------------
+
+
+@dataclass
+class SizeValues:
+    """What one size of a run was judged on: both sides' results and the facts the verdict took from the run."""
+
+    actual: Results
+    expected: Results
+    references: Results | None
+    # Eager's second run: the judge decides nondeterminism from it too.
+    again: Results | None
+    undefined: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    atomic_baseline: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    accumulated: bool = True
+
+
+def write_values(directory: str, sizes: list[SizeValues]) -> None:
+    """In the case's process: each size's values as `size<N>.pt`, tensors on the CPU with their layouts."""
+    for number, size in enumerate(sizes, 1):
+        bundle = {
+            "actual": _plain_results(size.actual),
+            "expected": _plain_results(size.expected),
+            "references": _plain_results(size.references),
+            "again": _plain_results(size.again),
+            "undefined": {k: _plain_tensor(v) for k, v in size.undefined.items()},
+            "atomic_baseline": {k: _plain_tensor(v) for k, v in size.atomic_baseline.items()},
+            "accumulated": bool(size.accumulated),
+        }
+        path = os.path.join(directory, f"size{number}.pt")
+        torch.save(bundle, path + ".part")
+        os.replace(path + ".part", path)  # a size file the judge finds is whole
+
+
+def say_unjudgeable(directory: str, reason: str) -> None:
+    """In the case's process: why its values could not be written (the judge then says so on the record)."""
+    with open(os.path.join(directory, UNJUDGEABLE), "w", encoding="utf-8") as handle:
+        handle.write(reason[:2000])
+
+
+def _plain_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    tensor = tensor.detach()
+    if tensor.device.type == "cpu":
+        return tensor
+    try:
+        return clone_exact(tensor, device="cpu")  # the layout kept: overlapping and gapped views too
+    except (RuntimeError, NotImplementedError):  # no storage to copy (sparse): its values, densely
+        return tensor.cpu()
+
+
+def _plain_leaf(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return _plain_tensor(value)
+    if isinstance(value, _PLAIN_LEAVES):
+        return value
+    return {_LEAF_TYPE: type(value).__name__, _LEAF_REPR: repr(value)[:2000]}
+
+
+def _plain_results(results: Results | None) -> dict[str, Any] | None:
+    if results is None:
+        return None
+    return {
+        "values": {k: _plain_leaf(v) for k, v in results.values.items()},
+        "paths": dict(results.paths),
+        "state": {k: _plain_tensor(v) for k, v in results.state.items()},
+        "changed": sorted(results.changed),
+    }
+
+
+def _results(plain: Mapping[str, Any] | None) -> Results | None:
+    if plain is None:
+        return None
+    return Results(
+        values=dict(plain["values"]),
+        paths=dict(plain["paths"]),
+        state=dict(plain["state"]),
+        changed=set(plain["changed"]),
+    )
+
+
+# -- the judge ----------------------------------------------------------------------------------------------------
+
+
+def policy_of(case: Any, config: Any) -> dict[str, Any]:
+    """The verdict policy the harness declares for a task (from the case's declaration as the loader described
+    it, and the run's options): sent with the task, so the judge never takes it from the case's process."""
+    reference = getattr(config, "reference", None) or case.reference
+    return {
+        "tolerances": {str(dtype).removeprefix("torch."): [t.rtol, t.atol] for dtype, t in case.tolerances.items()},
+        "cosine_fallback": bool(case.cosine_fallback),
+        "strict_eager": bool(getattr(config, "strict_eager", False) or case.strict_eager),
+        "use_reference": reference != "none",
+    }
+
+
+def _verdict(policy: Mapping[str, Any]) -> VerdictPolicy:
+    tolerances = {getattr(torch, name): Tolerance(*pair) for name, pair in policy.get("tolerances", {}).items()}
+    return VerdictPolicy(
+        tolerances,
+        bool(policy.get("cosine_fallback")),
+        bool(policy.get("strict_eager")),
+        use_reference=bool(policy.get("use_reference", True)),
+    )
+
+
+@dataclass
+class Judgement:
+    outputs: list[R.OutputComparison]
+    nondeterministic: list[str]
+
+    @property
+    def failing(self) -> list[str]:
+        return [o.name for o in self.outputs if not o.passed]
+
+
+def judge_values(directory: str, policy: Mapping[str, Any]) -> Judgement | str:
+    """The comparisons of every size the case's process wrote, or why there are none (a sentence)."""
+    paths = sorted(glob.glob(os.path.join(directory, VALUES_GLOB)), key=lambda p: int(os.path.basename(p)[4:-3]))
+    if not paths:
+        try:
+            with open(os.path.join(directory, UNJUDGEABLE), encoding="utf-8", errors="replace") as handle:
+                return f"its values could not be written ({handle.read(500)})"
+        except OSError:
+            return "its process sent no values"
+    base = _verdict(policy)
+    outputs, nondeterministic = [], []
+    for number, path in enumerate(paths, 1):
+        try:
+            bundle = torch.load(path, weights_only=True, map_location="cpu")
+        except Exception as exc:  # noqa: BLE001 - a file the judge cannot read: no verdict from it
+            return f"its values could not be read ({type(exc).__name__}: {R.exception_line(exc)})"
+        suffix = "" if number == 1 else f"@size{number}"
+        verdict = dataclasses.replace(
+            base,
+            undefined=bundle["undefined"],
+            accumulated=bundle["accumulated"],
+            atomic_baseline=bundle["atomic_baseline"],
+        )
+        expected = _results(bundle["expected"])
+        for comparison in compare_results(
+            _results(bundle["actual"]), expected, _results(bundle["references"]), verdict
+        ):
+            outputs.append(_named_leaf(dataclasses.replace(comparison, name=comparison.name + suffix), expected))
+        if bundle["again"] is not None:
+            repeat = dataclasses.replace(base, undefined=bundle["undefined"], eager_repeat=True)
+            nondeterministic += [
+                c.name + suffix
+                for c in compare_results(_results(bundle["again"]), expected, None, repeat)
+                if not c.passed
+            ]
+    return Judgement(outputs, nondeterministic)
+
+
+def _named_leaf(comparison: R.OutputComparison, expected: Results) -> R.OutputComparison:
+    """A leaf that travelled as its type and repr is named by that type, as the case's process named it."""
+    value = expected.values.get(comparison.name.split("@size")[0])
+    if isinstance(value, dict) and _LEAF_TYPE in value:
+        comparison.dtype = value[_LEAF_TYPE]
+    return comparison
+
+
+# The statuses a run's values decide (the judge leaves every other as it is).
+JUDGED_STATUSES = (R.PASS, R.FAIL, R.NONDETERMINISTIC)
+
+
+def status_before_known_failure(record: R.CaseResult) -> str:
+    if record.status == R.XPASS:
+        return R.PASS
+    if record.status == R.XFAIL:
+        if record.error is not None:
+            return R.ERROR
+        return R.NONDETERMINISTIC if record.symptom == R.Symptom.NONDETERMINISM else R.FAIL
+    return record.status
+
+
+def judge_record(record: R.CaseResult, directory: str, policy: Mapping[str, Any]) -> R.CaseResult:
+    """The record as it stands once its values are judged apart from the case's code. A status that no value
+    decided (an error, a skip) is left as it is."""
+    was = status_before_known_failure(record)
+    if was not in JUDGED_STATUSES:
+        return record
+    judged = judge_values(directory, policy)
+    if isinstance(judged, str):
+        record.verdict_source = CASE_PROCESS
+        record.warnings.append(
+            f"the verdict is the case's own process's, not checked apart from the case's code: {judged}"
+        )
+        return record
+    theirs = {o.name: o.passed for o in record.outputs}
+    ours = {o.name: o.passed for o in judged.outputs}
+    record.outputs = judged.outputs
+    if theirs == ours and (was == R.NONDETERMINISTIC) == bool(judged.nondeterministic):
+        record.verdict_source = JUDGED
+        return record
+    _overrule(record, was, judged, theirs, ours)
+    return record
+
+
+def _overrule(record: R.CaseResult, was: str, judged: Judgement, theirs: dict, ours: dict) -> None:
+    """The judge's status replaces the case's process's (its known failure is applied again by the parent)."""
+    record.verdict_source, record.reason = OVERRULED, None
+    stage, symptom = record.stage, record.symptom
+    if judged.nondeterministic:
+        status, stage, symptom = R.NONDETERMINISTIC, R.Stage.EAGER, R.Symptom.NONDETERMINISM
+        record.diagnosis = f"two eager runs differ ({', '.join(judged.nondeterministic[:5])}): no verdict on compiled"
+    elif judged.failing:
+        status = R.FAIL
+        if was != R.FAIL:
+            stage, symptom, record.diagnosis = R.Stage.COMPARE, R.Symptom.DIVERGENCE, None
+    elif was == R.FAIL and record.symptom == R.Symptom.RECOMPILED:
+        status = R.FAIL  # a failure no value decided (--dynamic strict): the case's process stands
+    else:
+        status, stage, symptom, record.diagnosis = R.PASS, None, None, None
+        record.reproduced = record.diverged_runs = None
+    if record.failed_sizes is not None:
+        record.failed_sizes = [
+            n
+            for n in (1, 2)
+            if any(
+                not o.passed
+                for o in record.outputs
+                if (o.name.endswith(f"@size{n}") if n > 1 else "@size" not in o.name)
+            )
+        ]
+    found = record.first_divergent_kernel
+    if status != R.FAIL:
+        record.first_divergent_kernel, record.culprit_found = None, None
+    elif found is not None and found.answer == R.Answer.NONE:
+        record.first_divergent_kernel = R.Localization(
+            answer=R.Answer.UNLOCALIZED,
+            diverged=True,
+            reason="not localized: the case's own process judged this run passing",
+        )
+        record.culprit_found = False if record.culprit else None
+    differing = sorted(name for name in ours.keys() | theirs.keys() if ours.get(name) != theirs.get(name))
+    shown = ", ".join(differing[:5]) or "eager's repeat"
+    record.warnings.append(
+        f"the verdict was computed again apart from the case's code, from the values its process sent: {status}, "
+        f"where the case's process said {was} ({shown}); its own judging was changed (a patched comparison, "
+        "tolerance or builtin), so the judge's verdict stands"
+    )
+    record.conclude(status, stage, symptom)

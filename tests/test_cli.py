@@ -322,3 +322,21 @@ def test_a_progress_line_says_done_total_an_eta_and_the_runs_that_run_long(capsy
     quiet.last -= 31
     quiet.waiting([])
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("module", ["harness.worker", "harness.isolation.worker"])
+def test_a_worker_started_by_hand_says_so_in_one_line(module):
+    env = {k: v for k, v in os.environ.items() if k not in ("HARNESS_RESULT_FD", "HARNESS_PARENT_PID")}
+    done = subprocess.run(
+        [sys.executable, "-m", module],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: harness.worker is started by the harness (its pool), not by hand: no result channel (HARNESS_RESULT_FD)"
+    ]

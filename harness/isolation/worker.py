@@ -61,6 +61,13 @@ def _die_with_parent(parent: int) -> None:
 
 
 def main() -> int:
+    if child_process.RESULT_FD_VARIABLE not in os.environ:
+        print(
+            "error: harness.worker is started by the harness (its pool), not by hand: no result channel "
+            f"({child_process.RESULT_FD_VARIABLE})",
+            file=sys.stderr,
+        )
+        return 2
     parent = int(os.environ.pop(child_process.PARENT_PID_VARIABLE, os.getppid()))
     _die_with_parent(parent)
     tasks, result_stream = take_private(child_process.RESULT_FD_VARIABLE)

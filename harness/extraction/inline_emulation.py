@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import textwrap
 
-# Corruption -> the statement applied to each tensor a selected launch writes (`t`), as emulation.CORRUPTIONS does.
+# Corruption -> the statement applied to each tensor a selected launch writes (`t`), as inject.launch.CORRUPTIONS does.
 _CORRUPTIONS = {
     "scale": "t.logical_not_() if t.dtype == torch.bool else t.mul_(2)",
     "offset": "t.logical_not_() if t.dtype == torch.bool else t.add_(1)",

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import textwrap
 
+from harness.inductor_compat import launches
+
 # Corruption -> the statement applied to each tensor a selected launch writes (`t`), as inject.launch.CORRUPTIONS does.
 _CORRUPTIONS = {
     "scale": "t.logical_not_() if t.dtype == torch.bool else t.mul_(2)",
@@ -78,7 +80,11 @@ def text(injection: str) -> str:
             summary + " Run with --without-emulation to see the compiled program match eager.", 100
         )
     )
-    return "\n".join([f"# --- Emulation ({injection}) ---", head, "", emulate.strip(), "", "", _LOADER.strip(), ""])
+    # The C++ kernels are found as the harness finds them (`launches._cpp_kernel_params`): its patterns, written in.
+    loader = _LOADER.replace("CPP_KERNEL_PATTERN", repr(launches.CPP_KERNEL.pattern)).replace(
+        "CPP_SIGNATURE_PATTERN", repr(launches.CPP_SIGNATURE.pattern)
+    )
+    return "\n".join([f"# --- Emulation ({injection}) ---", head, "", emulate.strip(), "", "", loader.strip(), ""])
 
 
 _CONVERT = '''
@@ -134,8 +140,8 @@ def _role(arg_names, position, mutated):
     return "out" if name.startswith("out_ptr") else "in"
 
 
-_CPP_KERNEL = re.compile(r"^(\\w+) = async_compile\\.cpp_pybinding\\(\\[.*?\\], r\'\'\'(.*?)\'\'\'\\)", re.S | re.M)
-_CPP_SIGNATURE = re.compile(r'extern "C"[^(]*\\bkernel\\((.*?)\\)', re.S)
+_CPP_KERNEL = re.compile(CPP_KERNEL_PATTERN, re.S | re.M)
+_CPP_SIGNATURE = re.compile(CPP_SIGNATURE_PATTERN, re.S)
 _active = []
 
 

@@ -415,7 +415,7 @@ _CPP_LOW_PRECISION = {
 
 
 def _cpp_low_precision_atomics(source: str) -> dict[str, str]:
-    signature = _CPP_SIGNATURE.search(source)
+    signature = CPP_SIGNATURE.search(source)
     declared = {}
     for param in signature.group(1).split(",") if signature else []:
         words = param.replace("*", " ").replace("&", " ").split()
@@ -431,15 +431,15 @@ def _sums(heuristic_type: Any) -> bool:
 
 # `name = async_compile.cpp_pybinding([...], r'''<source>''')`; the source's
 # `extern "C" ... kernel(const int64_t* in_ptr0, int64_t* out_ptr0)` names the parameters.
-_CPP_KERNEL = re.compile(r"^(\w+) = async_compile\.cpp_pybinding\(\[.*?\], r'''(.*?)'''\)", re.S | re.M)
-_CPP_SIGNATURE = re.compile(r'extern "C"[^(]*\bkernel\((.*?)\)', re.S)
+CPP_KERNEL = re.compile(r"^(\w+) = async_compile\.cpp_pybinding\(\[.*?\], r'''(.*?)'''\)", re.S | re.M)
+CPP_SIGNATURE = re.compile(r'extern "C"[^(]*\bkernel\((.*?)\)', re.S)
 
 
 def _cpp_kernel_params(source: str) -> dict[str, tuple[list[str], str]]:
     found = {}
-    for match in _CPP_KERNEL.finditer(source):
+    for match in CPP_KERNEL.finditer(source):
         name, kernel_source = match.group(1), match.group(2)
-        signature = _CPP_SIGNATURE.search(kernel_source)
+        signature = CPP_SIGNATURE.search(kernel_source)
         params = [p.strip().split()[-1].lstrip("*&") for p in signature.group(1).split(",")] if signature else []
         found[name] = (params, kernel_source.strip())
     return found

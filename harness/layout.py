@@ -1,7 +1,9 @@
-"""Strided geometry: how a view lies in its storage, and exact copies that keep it.
+"""Strided geometry: how a view lies in its storage, and exact copies that keep it; and a dtype's name.
 
 A leaf module (torch only): inputs, the probe, emulations and the launch
-layer all reason about size, stride and offset the same way.
+layer all reason about size, stride and offset the same way. A dtype travels
+by name (`float32`) only where it leaves torch, in records, JSON and the
+command line: `dtype_name` and `dtype_named` are those edges.
 """
 
 from __future__ import annotations
@@ -9,6 +11,18 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def dtype_named(name: str) -> torch.dtype:
+    """The dtype `name` names (ValueError for a name that is none)."""
+    dtype = getattr(torch, name, None) if isinstance(name, str) and not name.startswith("_") else None
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"no torch dtype is named {name!r}")
+    return dtype
 
 
 def contiguous_stride(size: Sequence[int]) -> tuple[int, ...]:

@@ -456,7 +456,7 @@ def test_run_case_hands_over_the_judged_record_before_extracting(tmp_path):
         RunConfig(bisect=True, extract_dir=str(tmp_path)),
         on_verdict=lambda r: judged.append((r.status, r.extracted)),
     )
-    assert judged == [(R.XFAIL, None)] and record.extracted == "reproduces"
+    assert judged == [(R.FAIL, None)] and record.extracted == "reproduces"
 
 
 class ReprIsCode(float):

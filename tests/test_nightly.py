@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from harness.frontends.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from processes import alive, processes_marked
@@ -554,7 +555,7 @@ def test_an_idle_worker_gets_its_next_task_before_the_caller_handles_a_record(ca
     from harness.registry import load_registry
 
     registry = load_registry([str(cases)], include_default=False)
-    tasks = [Task(registry.lookup(name), "float32", "inference") for name in ("adds_one", "doubles")]
+    tasks = [Task(registry.lookup(name), torch.float32, "inference") for name in ("adds_one", "doubles")]
     pool = WorkerPool(run_config_from({"device": "cpu", "backend": "eager"}), [str(cases)], 120.0)
     try:
         results = pool.run(tasks)
@@ -564,6 +565,59 @@ def test_an_idle_worker_gets_its_next_task_before_the_caller_handles_a_record(ca
         assert next(results).case == "doubles"
     finally:
         pool.close()
+
+
+EXPECTED = """
+import os, signal
+import torch
+from harness import KnownFailure, Program, case, contiguous
+
+@case(known_failures=(KnownFailure("segfaults on purpose"),))
+def declared_crash(dtype):
+    os.kill(os.getpid(), signal.SIGSEGV)
+
+@case()
+def triaged_divergence(dtype):
+    return Program(lambda x: x + 2 if torch.compiler.is_compiling() else x + 1, [contiguous((4,))])
+
+@case(known_failures=(KnownFailure("fixed last week?"),))
+def declared_but_passes(dtype):
+    return Program(lambda x: x + 1, [contiguous((4,))])
+"""
+
+
+def test_the_pool_applies_every_expected_failure_to_the_records_it_hands_over(tmp_path):
+    """One place turns a status into xfail or xpass: the pool's own record of a crash, the worker's judged record
+    (a known-issues file's entry) and a declared failure that passes alike; the case's process never does."""
+    from harness.frontends.options import run_config_from
+    from harness.isolation.pool import Task, WorkerPool, run_in_process
+    from harness.registry import KnownFailure, load_registry
+    from harness.run.expectations import Expectations, KnownIssue
+
+    (tmp_path / "expected_cases.py").write_text(EXPECTED)
+    registry = load_registry([str(tmp_path)], include_default=False)
+    names = ("declared_crash", "triaged_divergence", "declared_but_passes")
+    tasks = [Task(registry.lookup(name), torch.float32, "inference") for name in names]
+    triaged = KnownIssue("triaged_*", "https://example.org/1", KnownFailure("tracked"))
+    config = run_config_from({"device": "cpu", "backend": "eager"})
+    pool = WorkerPool(config, [str(tmp_path)], 120.0, expectations=Expectations((triaged,)))
+    try:
+        records = {r.case: r for r in pool.run(tasks)}
+    finally:
+        pool.close()
+    crash = records["declared_crash"]
+    assert (crash.status, crash.symptom, crash.reason) == ("xfail", "crash", "segfaults on purpose")
+    divergence = records["triaged_divergence"]
+    assert (divergence.status, divergence.issue) == ("xfail", "https://example.org/1")
+    assert divergence.verdict_source == "judge"
+    assert (records["declared_but_passes"].status, records["declared_but_passes"].reason) == (
+        "xpass",
+        "fixed last week?",
+    )
+    # Without isolation the same expectations apply; without them, the verdicts as they are.
+    alone = {r.case: r.status for r in run_in_process(tasks[1:], config, Expectations((triaged,)))}
+    assert alone == {"triaged_divergence": "xfail", "declared_but_passes": "xpass"}
+    assert [r.status for r in run_in_process(tasks[1:], config, Expectations())] == ["fail", "xpass"]
 
 
 def test_the_nightly_extracts_its_new_failures_and_drops_last_nights_repros(cases, tmp_path):

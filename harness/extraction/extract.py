@@ -42,6 +42,7 @@ from harness.extraction import forms, inline_emulation
 from harness.extraction.capture import CapturedLaunch
 from harness.extraction.kernel_repro import LAUNCH_FILE, MANIFEST, MODULE_FILE
 from harness.extraction import kernel_repro
+from harness.layout import dtype_name
 from harness.extraction import subgraph as S
 
 CASE_PREFIX = "extracted_"
@@ -88,8 +89,7 @@ def discard_unfinished(extract_dir: str, case: str, dtype_name: str, mode: str) 
 
 def extract(captured: CapturedLaunch, parent: Parent) -> R.Extraction:
     started = time.perf_counter()
-    dtype_name = str(parent.dtype).replace("torch.", "")
-    name = folder_name(parent.case.name, dtype_name, parent.mode)
+    name = folder_name(parent.case.name, dtype_name(parent.dtype), parent.mode)
     directory = Path(parent.config.extract_dir).resolve() / name
     if directory.exists():
         shutil.rmtree(directory)
@@ -149,14 +149,11 @@ def _narrowed(inject: str | None, kernel: str) -> str | None:
 
 
 def _manifest(captured: CapturedLaunch, parent: Parent, found: R.Extraction) -> dict[str, Any]:
-    tolerances = {
-        str(d).replace("torch.", ""): {"rtol": t.rtol, "atol": t.atol}
-        for d, t in (parent.case.tolerances or {}).items()
-    }
+    tolerances = {dtype_name(d): {"rtol": t.rtol, "atol": t.atol} for d, t in (parent.case.tolerances or {}).items()}
     return {
         "parent": {
             "case": parent.case.name,
-            "dtype": str(parent.dtype).replace("torch.", ""),
+            "dtype": dtype_name(parent.dtype),
             "mode": parent.mode,
             "command": parent.record.command,
             "torch": torch.__version__,
@@ -222,7 +219,7 @@ def _kernel_form(captured: CapturedLaunch, parent: Parent, directory: Path, foun
         (directory / source_file).write_text(captured.kernel_source + "\n")
     docstring = [
         f"Kernel-level repro: {captured.kernel_name} ({captured.graph}, launch {captured.launch_index}) of "
-        f"{parent.case.name} ({parent.mode}, {str(parent.dtype).replace('torch.', '')}).",
+        f"{parent.case.name} ({parent.mode}, {dtype_name(parent.dtype)}).",
         "",
         "`graph` is the post-grad subgraph the kernel implements; the kernel is launched on the saved arguments",
         f"({LAUNCH_FILE}: exact size, stride, storage offset and storage; read arguments hold eager values) from",
@@ -481,7 +478,7 @@ def _case_text(
         f"--device {parent.config.device}"
     )
     docstring = [
-        f"Extracted from {case.name} ({parent.mode}, {str(parent.dtype).replace('torch.', '')}): "
+        f"Extracted from {case.name} ({parent.mode}, {dtype_name(parent.dtype)}): "
         f"{captured.kernel_name}, {captured.graph}, {where}.",
         "",
         f"Parent run: {parent.record.command}",
@@ -505,7 +502,7 @@ def _case_text(
         docstring.append(f"Verified: fails on torch {torch.__version__} ({where_run}).")
     parent_info = {
         "case": case.name,
-        "dtype": str(parent.dtype).replace("torch.", ""),
+        "dtype": dtype_name(parent.dtype),
         "mode": parent.mode,
         "graph": captured.graph,
         "kernel": captured.kernel_name,

@@ -21,6 +21,8 @@ from typing import Any, Callable
 
 import torch
 
+from harness.layout import dtype_name, dtype_named
+
 LAUNCH_FILE = "launch.pt"
 MODULE_FILE = "_compiled_module.py"
 MANIFEST = "extraction.json"
@@ -83,7 +85,7 @@ def check(directory: str | Path, graph: Callable[..., Any], device: str, inject:
     target = torch.device(device)
     args, kwargs = unpack(saved["launch"], target)
     inputs = [clone_exact(t, device=target) for t in saved["inputs"]]
-    tolerances = {getattr(torch, k): Tolerance(**v) for k, v in manifest.get("tolerances", {}).items()}
+    tolerances = {dtype_named(k): Tolerance(**v) for k, v in manifest.get("tolerances", {}).items()}
     verdict = VerdictPolicy(tolerances, accumulated=manifest["kernel"]["accumulates"], **manifest.get("verdict", {}))
     try:
         expected_outputs = graph(*inputs)
@@ -153,7 +155,7 @@ def pack(args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
             storages.append(torch.empty(0, dtype=torch.uint8).set_(item.untyped_storage().cpu()).clone())
         return {
             "storage": index[key],
-            "dtype": str(item.dtype).replace("torch.", ""),
+            "dtype": dtype_name(item.dtype),
             "size": list(item.shape),
             "stride": list(item.stride()),
             "offset": item.storage_offset(),
@@ -169,7 +171,7 @@ def unpack(packed: dict[str, Any], device: torch.device) -> tuple[list[Any], dic
     def one(item: dict[str, Any]) -> Any:
         if "value" in item:
             return item["value"]
-        whole = storages[item["storage"]].view(getattr(torch, item["dtype"]))
+        whole = storages[item["storage"]].view(dtype_named(item["dtype"]))
         return whole.as_strided(item["size"], item["stride"], item["offset"])
 
     return [one(a) for a in packed["args"]], {k: one(v) for k, v in packed["kwargs"].items()}

@@ -22,7 +22,7 @@ from harness.frontends.options import (
     RUN_OPTIONS,
     SELECTION_OPTIONS,
     add_to_argparse,
-    known_issues,
+    expectations,
     parse_positive,
     run_config_from,
 )
@@ -349,7 +349,8 @@ def _list(args: argparse.Namespace) -> int:
             "without one, every launch it applies to."
         )
         return EXIT_OK
-    from harness.run.config import dtype_name, runs_of
+    from harness.layout import dtype_name
+    from harness.run.config import runs_of
 
     if args.skipped:  # case sources' skips, with reasons (OpInfo: harness/registry/sources.py)
         return _list_skipped(args)
@@ -529,7 +530,7 @@ def _run(args: argparse.Namespace, stop: _StopSignals) -> int:
     _check_torch_version()
     _check_targets(args)
     try:
-        known = known_issues(vars(args))
+        expected = expectations(vars(args))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     baseline = _baseline(args.baseline)
@@ -538,7 +539,7 @@ def _run(args: argparse.Namespace, stop: _StopSignals) -> int:
         carried = _resumed(args, config)
         pool = None if args.no_isolation else _worker_pool(args, config)
         try:
-            return _run_with(args, config, pool, stop, _Inputs(known, baseline, carried))
+            return _run_with(args, config, pool, stop, _Inputs(expected, baseline, carried))
         finally:
             if pool is not None:
                 pool.close()
@@ -549,9 +550,10 @@ def _run(args: argparse.Namespace, stop: _StopSignals) -> int:
 
 @dataclass
 class _Inputs:
-    """What the run read before it started: known issues, the baseline, the records `--resume` carries."""
+    """What the run read before it started: what it expects to fail, the baseline, the records `--resume`
+    carries."""
 
-    known: list
+    expectations: Any
     baseline: list[R.CaseResult] | None
     carried: list[R.CaseResult]
 
@@ -605,7 +607,6 @@ def _worker_pool(args: argparse.Namespace, config: Any):
 def _run_with(args: argparse.Namespace, config: Any, pool: Any, stop: _StopSignals, inputs: _Inputs) -> int:
     from harness.devices import get_device
     from harness.isolation.pool import run_in_process
-    from harness.run.known_issues import apply_known_issues
 
     started_at, started = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
     surrogate = get_device(config.device).surrogate()
@@ -626,6 +627,7 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any, stop: _StopSigna
                 pool.log_dir,
                 broken_modules=loaded.broken_modules,
                 isolation=args.isolation,
+                expectations=inputs.expectations,
             )
         results = list(plan.carried)
         journal = Journal(journal_file, plan.carried) if journal_file else None
@@ -640,11 +642,12 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any, stop: _StopSigna
         stop.raising()
         progress = _Progress(len(plan.tasks), quiet=args.quiet)
         records = (
-            pool.run(plan.tasks, on_wait=progress.waiting) if pool is not None else run_in_process(plan.tasks, config)
+            pool.run(plan.tasks, on_wait=progress.waiting)
+            if pool is not None
+            else run_in_process(plan.tasks, config, inputs.expectations)
         )
         for position, record in enumerate(records, 1):
             progress.done = position
-            apply_known_issues(record, inputs.known)
             results.append(record)
             if journal:
                 journal.append(record)
@@ -723,18 +726,14 @@ def _plan(
     """The runs of this invocation: the selection, this shard of it, less what `--resume` already has. Against a
     baseline, `--bisect` localizes only new failures: a run that failed there too is known."""
     from harness.isolation.pool import Task
+    from harness.layout import dtype_name
     from harness.run.config import runs_of
 
     from harness.report.baseline import known_failing
 
     known = {key[:3] for key in known_failing(baseline)} if baseline and args.bisect != "always" else set()
     tasks = [
-        Task(
-            case,
-            str(dtype).removeprefix("torch."),
-            mode,
-            localize=(case.name, str(dtype).removeprefix("torch."), mode) not in known,
-        )
+        Task(case, dtype, mode, localize=(case.name, dtype_name(dtype), mode) not in known)
         for case in chosen
         for dtype, mode in runs_of(case, args.dtype, args.mode, args.keyword, bool(args.dynamic))
     ]

@@ -48,10 +48,13 @@ def parse_device(text: str) -> str:
 
 
 def parse_dtype(text: str) -> str:
-    import torch
+    """A dtype's name as the user wrote it (`--dtype` filters by name), once torch knows it."""
+    from harness.layout import dtype_named
 
-    if not isinstance(getattr(torch, text, None), torch.dtype):
-        raise ValueError(f"unknown dtype {text}; use torch's names, e.g. float32, bfloat16, int64")
+    try:
+        dtype_named(text)
+    except ValueError:
+        raise ValueError(f"unknown dtype {text}; use torch's names, e.g. float32, bfloat16, int64") from None
     return text
 
 
@@ -72,12 +75,14 @@ def parse_compile_option(text: str) -> tuple[str, Any]:
         return key, value
 
 
-def known_issues(values: Mapping[str, Any]) -> list:
-    """The known issues the options name (none without `--known-issues`), read once the run's outputs are known
-    not to collide with the file: the CLI and pytest apply these. ValueError naming a file that does not read."""
-    from harness.run.known_issues import load_known_issues
+def expectations(values: Mapping[str, Any]) -> Any:
+    """What the run expects to fail (`harness.run.expectations`): the cases' declarations and the known issues
+    the options name (none without `--known-issues`), read once the run's outputs are known not to collide with
+    the file. The CLI and pytest hand it to the pool, which applies it. ValueError naming a file that does not
+    read."""
+    from harness.run.expectations import Expectations, load_known_issues
 
-    return load_known_issues(values["known_issues"]) if values.get("known_issues") else []
+    return Expectations(tuple(load_known_issues(values["known_issues"])) if values.get("known_issues") else ())
 
 
 # Seconds a timeout may be: from a tenth of a second (a case shorter than that cannot even start) to a week

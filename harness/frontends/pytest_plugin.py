@@ -21,7 +21,7 @@ from harness import records as R
 
 RECORDS_KEY = pytest.StashKey[list]()
 RUN_CONFIG_KEY = pytest.StashKey[Any]()
-KNOWN_ISSUES_KEY = pytest.StashKey[list]()
+EXPECTATIONS_KEY = pytest.StashKey[Any]()  # harness.run.expectations.Expectations
 RUNNER_KEY = pytest.StashKey[Any]()
 CASE_ROOTS_KEY = pytest.StashKey[list]()
 JOURNAL_KEY = pytest.StashKey[Any]()
@@ -169,13 +169,13 @@ def _run_config(config: pytest.Config) -> Any:
     """The options table's values, checked as the CLI checks them; a bad one is a usage error."""
     import argparse
 
-    from harness.frontends.options import RUN_OPTIONS, check_values, known_issues, run_config_from
+    from harness.frontends.options import RUN_OPTIONS, check_values, expectations, run_config_from
 
     values = {option.dest: config.getoption(option.dest) for option in RUN_OPTIONS}
     values["case_path"] = config.getoption("case_path")
     try:
         checked = check_values(values, RUN_OPTIONS)
-        config.stash[KNOWN_ISSUES_KEY] = known_issues(checked)
+        config.stash[EXPECTATIONS_KEY] = expectations(checked)
         return run_config_from(checked)
     except (ValueError, argparse.ArgumentTypeError) as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -255,7 +255,7 @@ def _batch_of(config: pytest.Config, path: Path) -> list[str]:
 
 class CaseFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
-        from harness.run.config import dtype_name
+        from harness.layout import dtype_name
 
         cases, errors = _module_cases(self.config, self.path)
         for error in errors:
@@ -308,8 +308,8 @@ class CaseItem(pytest.Item):
         self.case, self.dtype, self.mode = case, dtype, mode
 
     def runtest(self) -> None:
-        from harness.run.config import dtype_name, new_record
-        from harness.run.known_issues import apply_known_issues
+        from harness.layout import dtype_name
+        from harness.run.config import new_record
 
         config = self.config
         run_config = session_run_config(config)
@@ -317,8 +317,7 @@ class CaseItem(pytest.Item):
             record = new_record(self.case, self.dtype, self.mode, run_config)
             record.conclude(R.SKIP, reason="full-size case: run with --harness-full (GPU/NPU nightly)")
         else:
-            record = _runner(config).run(self.case, dtype_name(self.dtype), self.mode)
-            apply_known_issues(record, config.stash.get(KNOWN_ISSUES_KEY, []))
+            record = _runner(config).run(self.case, self.dtype, self.mode)
         _keep(config, record)
         if record.status == R.SKIP:
             pytest.skip(record.reason or "skipped")
@@ -354,14 +353,14 @@ class _CaseRunner:
         self.run_config = session_run_config(config)
         self.pool = None
 
-    def run(self, case: Any, dtype: str, mode: str) -> R.CaseResult:
+    def run(self, case: Any, dtype: Any, mode: str) -> R.CaseResult:
         from harness.isolation.pool import Task
 
         task = Task(case, dtype, mode)
         if self.config.getoption("harness_no_isolation"):
             from harness.isolation.pool import run_in_process
 
-            return next(run_in_process([task], self.run_config))
+            return next(run_in_process([task], self.run_config, self.config.stash.get(EXPECTATIONS_KEY, None)))
         if self.pool is None:
             from harness.isolation.pool import WorkerPool
 
@@ -371,6 +370,7 @@ class _CaseRunner:
                 self.config.getoption("harness_timeout"),
                 broken_modules=self.config.stash.get(BROKEN_KEY, set()),
                 isolation=self.config.getoption("harness_isolation"),
+                expectations=self.config.stash.get(EXPECTATIONS_KEY, None),
             )
         return self.pool.run_one(task)
 
@@ -475,6 +475,7 @@ def _crash_record(config: pytest.Config, nodeid: str, text: str) -> R.CaseResult
     """An error record for a crashed item, from its node id (`path::case[dtype-mode-tags]`)."""
     import torch
 
+    from harness.layout import dtype_named
     from harness.run.config import new_record
 
     match = re.match(r"(?P<path>[^:]+)::(?P<case>[^\[]+)\[(?P<dtype>[^-\]]+)-(?P<mode>[^-\]]+)", nodeid)
@@ -482,7 +483,10 @@ def _crash_record(config: pytest.Config, nodeid: str, text: str) -> R.CaseResult
         return None
     from harness.registry import Case, Program
 
-    dtype = getattr(torch, match["dtype"], torch.float32)
+    try:
+        dtype = dtype_named(match["dtype"])
+    except ValueError:
+        dtype = torch.float32
     placeholder = Case(name=match["case"], build=lambda d: Program(lambda: None))
     record = new_record(placeholder, dtype, match["mode"], session_run_config(config))
     record.conclude(R.ERROR, R.Stage.WORKER, R.Symptom.CRASH)

@@ -44,6 +44,8 @@ POLL_S = 0.25
 CLOSED_CHANNEL_GRACE_S = 2.0
 # The messages a case process may send, and the one that ends its task.
 CHILD_MESSAGES = ("loading", "started", "verdict", "record", "missing")
+# The statuses only the pool gives, from a run's expected failures: a case's process sending one forged it.
+EXPECTED_STATUSES = ("xfail", "xpass")
 
 
 @dataclass
@@ -192,6 +194,8 @@ class Template:
             raise ChannelCorrupted(f"a {kind} that is no record ({type(exc).__name__})") from None
         if not same_task:
             raise ChannelCorrupted(f"a {kind} for {record.case}[{record.dtype}-{record.mode}], not this task's case")
+        if record.status in EXPECTED_STATUSES:  # the pool's to give (`harness.run.expectations`), never a case's
+            raise ChannelCorrupted(f"a {kind} with the status {record.status}, which no case's process gives")
         record = self._judged(record, task)
         if kind == "verdict":
             self.answer.send({"verdict": encode_json(record.to_dict()), "run": run})
@@ -204,9 +208,9 @@ class Template:
         """The record once its values are judged (`judge.judge_record`), in a process forked for it: the worker
         itself runs no tensor operation (an OpenMP thread pool made here would deadlock every later fork)."""
         from harness import records as R
-        from harness.judge.values import JUDGED_STATUSES, status_before_known_failure
+        from harness.judge.values import JUDGED_STATUSES
 
-        if status_before_known_failure(record) not in JUDGED_STATUSES:
+        if record.status not in JUDGED_STATUSES:
             return record  # an error or a skip: no value decided it
         read_end, write_end = os.pipe()
         sys.stdout.flush()
@@ -257,13 +261,12 @@ def _case_loop(tasks: IO[str], results: Sender, setup: dict[str, Any], config: A
     behind (isolation `module`)."""
     import gc
 
-    import torch
-
     from harness.isolation import residue as case_residue
     from harness.isolation.pool import task_config
     from harness.judge.values import say_unjudgeable, write_values
     from harness.records import encode_json
     from harness.registry import CASE_SOURCE_ORIGIN, DEFAULT_IMPORT_TIMEOUT_S, Registry, load_registry
+    from harness.layout import dtype_named
     from harness.run.case import run_case
 
     broken = set(setup.get("broken_modules") or ())
@@ -314,7 +317,7 @@ def _case_loop(tasks: IO[str], results: Sender, setup: dict[str, Any], config: A
 
         record = run_case(
             case,
-            getattr(torch, task["dtype"]),
+            dtype_named(task["dtype"]),
             task["mode"],
             task_config(config, task.get("localize", True)),
             on_verdict=lambda judged, run=run: results.send({"verdict": encode_json(judged.to_dict()), "run": run}),

@@ -93,7 +93,7 @@ def _json_value(value: Any) -> Any:
 
 def describe(case: Any) -> dict[str, Any]:
     """A case as plain JSON (no code): enough for the harness to select, list, name and record its runs."""
-    from harness.run.config import dtype_name
+    from harness.layout import dtype_name
 
     description = {name: _json_value(getattr(case, name)) for name in _PLAIN_FIELDS}
     description["dtypes"] = [dtype_name(d) for d in case.dtypes]
@@ -105,8 +105,7 @@ def describe(case: Any) -> dict[str, Any]:
 
 def undescribe(description: dict[str, Any]) -> Any:
     """The `Case` a description stands for, with a `build` that runs only in a worker."""
-    import torch
-
+    from harness.layout import dtype_named
     from harness.registry import Case, KnownFailure
     from harness.judge.tolerances import Tolerance
 
@@ -116,8 +115,8 @@ def undescribe(description: dict[str, Any]) -> Any:
     return Case(
         build=BuiltInWorker(plain["name"]),
         **plain,
-        dtypes=tuple(getattr(torch, d) for d in description["dtypes"]),
-        tolerances={getattr(torch, d): Tolerance(*t) for d, t in description["tolerances"].items()},
+        dtypes=tuple(dtype_named(d) for d in description["dtypes"]),
+        tolerances={dtype_named(d): Tolerance(*t) for d, t in description["tolerances"].items()},
         compile_options=dict(description["compile_options"]),
         known_failures=tuple(KnownFailure(**k) for k in description["known_failures"]),
     )

@@ -39,7 +39,10 @@ from harness.isolation.channel import ChannelCorrupted, Receiver, new_token
 from harness.isolation.child import IMPORT_GRACE_S
 
 if TYPE_CHECKING:  # the registry imports torch: imported where it is used, not with this module
+    import torch
+
     from harness.registry import Case
+    from harness.run.expectations import Expectations
 
 POLL_S = 0.25
 # What a worker answers a task with (`harness.isolation.worker`); each message names the task's run id.
@@ -48,25 +51,36 @@ WORKER_MESSAGES = ("loading", "started", "verdict", "record", "missing", "lost",
 
 @dataclass(frozen=True)
 class Task:
+    """One run to make. The dtype is a `torch.dtype` from the moment a frontend chooses it: its name is written
+    only where it leaves this process (the worker's message, a record's key, a label)."""
+
     case: Case
-    dtype: str
+    dtype: torch.dtype
     mode: str
     # False: a failure of this run is not localized even under --bisect (it failed in the baseline too: known).
     localize: bool = True
 
     @property
     def key(self) -> tuple[str, str, str]:
-        return (self.case.name, self.dtype, self.mode)
+        """What its record is found by: (case, dtype name, mode)."""
+        from harness.layout import dtype_name
+
+        return (self.case.name, dtype_name(self.dtype), self.mode)
+
+    @property
+    def label(self) -> str:
+        return "{}[{}-{}]".format(*self.key)
 
 
-def run_in_process(tasks: Iterable[Task], config) -> Iterator[R.CaseResult]:
-    """No isolation: for debugging under pdb."""
-    import torch
-
+def run_in_process(tasks: Iterable[Task], config, expectations: Expectations | None = None) -> Iterator[R.CaseResult]:
+    """No isolation: for debugging under pdb. Each record has its expected failure applied, as the pool's."""
     from harness.run.case import run_case
+    from harness.run.expectations import Expectations
 
+    expectations = expectations or Expectations()
     for task in tasks:
-        yield run_case(task.case, getattr(torch, task.dtype), task.mode, task_config(config, task.localize))
+        record = run_case(task.case, task.dtype, task.mode, task_config(config, task.localize))
+        yield expectations.settle(record, task.case)
 
 
 @dataclass
@@ -102,7 +116,7 @@ class _Worker:
                 {
                     "case": task.case.name,
                     "source": task.case.source,
-                    "dtype": task.dtype,
+                    "dtype": task.key[1],
                     "mode": task.mode,
                     "localize": task.localize,
                     "run": run,
@@ -161,6 +175,8 @@ class WorkerPool:
     isolation: str = "case"
     # Where the case processes write the values the workers judge (removed on close).
     _values: str | None = None
+    # What the run expects to fail (`harness.run.expectations`): applied to every record `run` yields.
+    expectations: Expectations | None = None
 
     def _values_root(self) -> str:
         if self._values is None:
@@ -176,9 +192,11 @@ class WorkerPool:
         log_dir: str | None = None,
         broken_modules: Iterable[str] = (),
         isolation: str | None = None,
+        expectations: Expectations | None = None,
     ) -> "WorkerPool":
         """Give an early pool its run: workers already started get their setup now."""
         self.config, self.case_paths, self.timeout_s = config, list(case_paths), timeout_s
+        self.expectations = expectations
         if isolation and isolation != self.isolation:  # workers started for the other isolation: their set-up differs
             for worker in list(self.workers.values()):
                 self._stop(worker)
@@ -205,10 +223,15 @@ class WorkerPool:
     def run(
         self, tasks: list[Task], on_wait: Callable[[list[tuple[str, float]]], None] | None = None
     ) -> Iterator[R.CaseResult]:
-        """The tasks' records as they end. `on_wait` hears, at every poll, the runs in flight and how long each
-        has run (a progress line's material)."""
+        """The tasks' records as they end, each with its expected failure applied (the one place a run's status
+        turns xfail or xpass: `Expectations.settle`). `on_wait` hears, at every poll, the runs in flight and how
+        long each has run (a progress line's material)."""
+        from harness.run.expectations import Expectations
+
         if self.config is None:
             raise RuntimeError("WorkerPool.run before configure()")
+        expectations = self.expectations or Expectations()
+        cases = {task.key: task.case for task in tasks}
         pending = list(tasks)
         undelivered = self._dispatch(pending)
         while pending or undelivered or any(w.busy for w in self.workers.values()):
@@ -216,16 +239,11 @@ class WorkerPool:
             # Idle workers get their next task before the caller sees these records: its bookkeeping (the
             # journal's fsync, the console) then overlaps the workers' cases instead of holding them up.
             undelivered = self._dispatch(pending)
-            yield from finished
+            for record in finished:
+                yield expectations.settle(record, cases.get((record.case, record.dtype, record.mode)))
             if on_wait is not None:
                 now = time.perf_counter()
-                on_wait(
-                    [
-                        (f"{w.task.case.name}[{w.task.dtype}-{w.task.mode}]", now - (w.started or now))
-                        for w in self.workers.values()
-                        if w.busy
-                    ]
-                )
+                on_wait([(w.task.label, now - (w.started or now)) for w in self.workers.values() if w.busy])
 
     def _dispatch(self, pending: list[Task]) -> list[R.CaseResult]:
         """Give every idle worker slot the next pending task (starting a worker where the slot has none). A task
@@ -345,21 +363,13 @@ class WorkerPool:
 
     def _record_of(self, worker: _Worker, data: object) -> R.CaseResult:
         """A record the worker sent for the task in flight; ChannelCorrupted if it is none, or another run's."""
-        from harness.judge.values import OVERRULED
-        from harness.run.config import apply_known_failure
-
         task = worker.task
         try:
             record = R.CaseResult.from_dict(data)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - whatever is wrong with it, it is no record of the runner's
             raise ChannelCorrupted(f"a record that cannot be read ({type(exc).__name__})") from None
         if (record.case, record.dtype, record.mode) != task.key:
-            raise ChannelCorrupted(
-                f"a record of {record.case}[{record.dtype}-{record.mode}] for the task "
-                f"{task.case.name}[{task.dtype}-{task.mode}]"
-            )
-        if record.verdict_source == OVERRULED:  # the judge's status: the task's known failure applies to it
-            record = apply_known_failure(record, task.case)
+            raise ChannelCorrupted(f"a record of {record.case}[{record.dtype}-{record.mode}] for the task {task.label}")
         return record
 
     def _lost(
@@ -378,9 +388,7 @@ class WorkerPool:
             from harness.extraction.extract import discard_unfinished
 
             verdict.extracted = R.Reproduction.DOES_NOT_REPRODUCE
-            removed = self.config.extract_dir and discard_unfinished(
-                self.config.extract_dir, task.case.name, task.dtype, task.mode
-            )
+            removed = self.config.extract_dir and discard_unfinished(self.config.extract_dir, *task.key)
             verdict.warnings.append(
                 f"--extract: the case's process was lost while extracting ({symptom}: {message}); "
                 "the run's verdict stands, no repro was kept" + (" (the unfinished one was removed)" if removed else "")
@@ -465,15 +473,13 @@ class WorkerPool:
 
 
 def _failed(task: Task, config, stage: str, symptom: str, kind: str, message: str, elapsed: float) -> R.CaseResult:
-    import torch
+    from harness.run.config import new_record
 
-    from harness.run.config import apply_known_failure, new_record
-
-    record = new_record(task.case, getattr(torch, task.dtype), task.mode, config)
+    record = new_record(task.case, task.dtype, task.mode, config)
     record.conclude(R.ERROR, stage, symptom)
     record.error = R.ErrorInfo(kind, message)
     record.duration_s = round(elapsed, 3)
-    return apply_known_failure(record, task.case)
+    return record
 
 
 def task_config(config, localize: bool):

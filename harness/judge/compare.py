@@ -45,6 +45,7 @@ from typing import Any, Mapping
 import torch
 
 from harness.devices import float64_home
+from harness.layout import dtype_name, dtype_named
 from harness.records import (
     PASSED_BY_COSINE,
     PASSED_BY_EAGER_NONFINITE,
@@ -187,7 +188,7 @@ def compare_tensors(
         notes.append(f"shape {tuple(actual.shape)} != {tuple(expected.shape)}")
         return OutputComparison(
             name=name,
-            dtype=_dtype_name(expected.dtype),
+            dtype=dtype_name(expected.dtype),
             shape=list(expected.shape),
             numel=expected.numel(),
             bad=expected.numel(),
@@ -202,7 +203,7 @@ def compare_tensors(
         )
     dtype_ok = actual.dtype == expected.dtype
     if not dtype_ok:
-        notes.append(f"dtype {_dtype_name(actual.dtype)} != {_dtype_name(expected.dtype)}")
+        notes.append(f"dtype {dtype_name(actual.dtype)} != {dtype_name(expected.dtype)}")
     if expected.dim() and actual.numel() > 1 and actual.stride() != expected.stride():
         notes.append(f"stride {tuple(actual.stride())} != {tuple(expected.stride())}")
 
@@ -241,7 +242,7 @@ def compare_tensors(
     bad = int(bad_mask.sum().item())
     result = OutputComparison(
         name=name,
-        dtype=_dtype_name(expected.dtype),
+        dtype=dtype_name(expected.dtype),
         shape=list(expected.shape),
         numel=numel,
         bad=bad,
@@ -332,7 +333,7 @@ def _identical(
     largest = _finite_max(expected.detach())
     return OutputComparison(
         name=name,
-        dtype=_dtype_name(expected.dtype),
+        dtype=dtype_name(expected.dtype),
         shape=list(expected.shape),
         numel=expected.numel(),
         bad=0,
@@ -385,7 +386,7 @@ def missing_result(name: str, present_on: str, value: Any) -> OutputComparison:
     """A result one side produced and the other did not (an output, a gradient, a leaf)."""
     shape = list(value.shape) if isinstance(value, torch.Tensor) else []
     numel = value.numel() if isinstance(value, torch.Tensor) else 1
-    dtype = _dtype_name(value.dtype) if isinstance(value, torch.Tensor) else type(value).__name__
+    dtype = dtype_name(value.dtype) if isinstance(value, torch.Tensor) else type(value).__name__
     return OutputComparison(
         name=name,
         dtype=dtype,
@@ -468,7 +469,7 @@ def _apply_rmse_rule(
         return
     rmse_actual = _rmse(actual, ref)
     rmse_expected = _rmse(expected, ref)
-    dtype = _dtype_from_name(result.dtype)
+    dtype = dtype_named(result.dtype)
     multiplier = rmse_multiplier(dtype, result.numel)
     result.rmse_actual, result.rmse_expected, result.rmse_multiplier = rmse_actual, rmse_expected, multiplier
     result.rule = "rmse_vs_fp64"
@@ -506,7 +507,7 @@ def _apply_atomic_rounding_rule(
     if ref.shape != actual.shape or base.shape != actual.shape or result.rmse_actual is None:
         return
     rmse_baseline = result.rmse_low_precision_sums = _rmse(base, ref)
-    multiplier = result.rmse_multiplier or rmse_multiplier(_dtype_from_name(result.dtype), result.numel)
+    multiplier = result.rmse_multiplier or rmse_multiplier(dtype_named(result.dtype), result.numel)
     if result.rmse_actual <= multiplier * rmse_baseline + result.atol / 10:
         result.passed, result.passed_by = True, PASSED_BY_LOW_PRECISION_ATOMICS
         result.note = (
@@ -519,7 +520,7 @@ def _apply_atomic_rounding_rule(
 def _apply_eager_repeat_rule(result: OutputComparison, again: torch.Tensor, first: torch.Tensor) -> None:
     """Two eager runs: a pass when their RMS difference is within the RMSE floor of the first run's values, the
     rounding of a long float sum (module docstring, rule 3): the order of the additions changed, not the result."""
-    floor = rmse_floor(_dtype_from_name(result.dtype), _rms(first))
+    floor = rmse_floor(dtype_named(result.dtype), _rms(first))
     difference = _rmse(again, first)
     if difference <= floor + result.atol / 10:
         result.passed, result.passed_by = True, PASSED_BY_SUMMATION_NOISE
@@ -545,7 +546,7 @@ def _apply_eager_nonfinite_rule(
     (module docstring, rule 1)."""
     if reference.shape != actual.shape or actual.is_complex() or reference.is_complex():
         return
-    dtype = _dtype_from_name(result.dtype)
+    dtype = dtype_named(result.dtype)
     reference = reference.detach().to(device=actual.device)
     # The true value in eager's dtype: inf where it overflows that dtype, as a correct result would.
     truth = reference.to(dtype).to(actual.dtype)
@@ -701,11 +702,3 @@ def _error_histogram(abs_diff: torch.Tensor) -> ErrorHistogram:
     counts = torch.bincount(index, minlength=bins)
     edges = [10.0 ** (low + i * step) for i in range(bins + 1)]
     return ErrorHistogram(edges=edges, counts=counts.tolist(), zero=zero)
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def _dtype_from_name(name: str) -> torch.dtype:
-    return getattr(torch, name)

@@ -27,7 +27,7 @@ import torch
 from harness import records as R
 from harness.judge.compare import VerdictPolicy, missing_result
 from harness.judge.results import Results
-from harness.layout import clone_exact
+from harness.layout import clone_exact, dtype_name, dtype_named
 from harness.judge.tolerances import Tolerance
 
 # `CaseResult.verdict_source`: who decided the status that stands.
@@ -181,7 +181,7 @@ def policy_of(case: Any, config: Any) -> dict[str, Any]:
     it, and the run's options): sent with the task, so the judge never takes it from the case's process."""
     reference = getattr(config, "reference", None) or case.reference
     return {
-        "tolerances": {str(dtype).removeprefix("torch."): [t.rtol, t.atol] for dtype, t in case.tolerances.items()},
+        "tolerances": {dtype_name(dtype): [t.rtol, t.atol] for dtype, t in case.tolerances.items()},
         "cosine_fallback": bool(case.cosine_fallback),
         "strict_eager": bool(getattr(config, "strict_eager", False) or case.strict_eager),
         "use_reference": reference != "none",
@@ -189,7 +189,7 @@ def policy_of(case: Any, config: Any) -> dict[str, Any]:
 
 
 def _verdict(policy: Mapping[str, Any]) -> VerdictPolicy:
-    tolerances = {getattr(torch, name): Tolerance(*pair) for name, pair in policy.get("tolerances", {}).items()}
+    tolerances = {dtype_named(name): Tolerance(*pair) for name, pair in policy.get("tolerances", {}).items()}
     return VerdictPolicy(
         tolerances,
         bool(policy.get("cosine_fallback")),
@@ -258,20 +258,10 @@ def _named_leaf(comparison: R.OutputComparison, expected: Results) -> R.OutputCo
 JUDGED_STATUSES = (R.PASS, R.FAIL, R.NONDETERMINISTIC)
 
 
-def status_before_known_failure(record: R.CaseResult) -> str:
-    if record.status == R.XPASS:
-        return R.PASS
-    if record.status == R.XFAIL:
-        if record.error is not None:
-            return R.ERROR
-        return R.NONDETERMINISTIC if record.symptom == R.Symptom.NONDETERMINISM else R.FAIL
-    return record.status
-
-
 def judge_record(record: R.CaseResult, directory: str, policy: Mapping[str, Any]) -> R.CaseResult:
     """The record as it stands once its values are judged apart from the case's code. A status that no value
     decided (an error, a skip) is left as it is."""
-    was = status_before_known_failure(record)
+    was = record.status
     if was not in JUDGED_STATUSES:
         return record
     judged = judge_values(directory, policy)
@@ -292,7 +282,7 @@ def judge_record(record: R.CaseResult, directory: str, policy: Mapping[str, Any]
 
 
 def _overrule(record: R.CaseResult, was: str, judged: Judgement, theirs: dict, ours: dict) -> None:
-    """The judge's status replaces the case's process's (its known failure is applied again by the parent)."""
+    """The judge's status replaces the case's process's."""
     record.verdict_source, record.reason = OVERRULED, None
     stage, symptom = record.stage, record.symptom
     if judged.nondeterministic:

@@ -30,7 +30,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from harness.inputs import seed_for
-from harness.layout import clone_exact
+from harness.layout import clone_exact, dtype_name
 from harness.records import exception_line
 from harness.opinfo import layouts as L
 from harness.opinfo.skips import TIES, discontinuous, dtype_skip, op_key, op_skip
@@ -50,10 +50,6 @@ CI_SEED = 2026
 _NAME = re.compile(
     r"^opinfo-(?P<op>[A-Za-z0-9_]+(?:-[A-Za-z0-9_]+)?)-(?P<dtype>[a-z0-9]+)-s(?P<index>\d+)-(?P<layout>[a-z_]+)$"
 )
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 _DTYPE_BY_NAME = {dtype_name(d): d for d in DTYPES}

@@ -26,6 +26,7 @@ from typing import Callable, Iterable
 
 import torch
 
+from harness.layout import dtype_named
 from harness.opinfo import catalog as C
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
@@ -60,7 +61,7 @@ class Facts:
     @classmethod
     def from_dict(cls, data: dict) -> "Facts":
         entry = C.Entry(
-            data["op_piece"], getattr(torch, data["dtype"]), int(data["index"]), data["layout"], tuple(data["modes"])
+            data["op_piece"], dtype_named(data["dtype"]), int(data["index"]), data["layout"], tuple(data["modes"])
         )
         return cls(entry, data["op_key"], data["op_name"], data["shapes"])
 

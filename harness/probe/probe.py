@@ -25,7 +25,7 @@ from harness.judge.results import same_values
 from harness.inductor_compat import ROLE_IN, ROLE_INOUT, STATE_BEFORE_IN_PLACE, GraphInfo, Launch
 from harness.inductor_compat.graphs import ancestors
 from harness.inductor_compat.launches import handles_fallbacks
-from harness.layout import clone_exact, is_non_overlapping, is_non_overlapping_and_dense, span
+from harness.layout import clone_exact, dtype_name, is_non_overlapping, is_non_overlapping_and_dense, span
 from harness.probe.glue import check_glue
 from harness.probe.isolation import ALIASING, DRIFT, GLUE, LAYOUT, WRONG, ExactInputs, Isolation, isolate, replay
 from harness.probe.regions import Region, RegionMap, describe_reason, region_key
@@ -664,7 +664,7 @@ def describe_args(launch: Launch) -> list[R.KernelArgument]:
             name=launch.param_name(key),
             buffer=launch.local_name(value) or (launch.owning_buffer(value) or (None,))[0],
             role=launch.role(key),
-            dtype=str(value.dtype).removeprefix("torch."),
+            dtype=dtype_name(value.dtype),
             size=list(value.shape),
             stride=list(value.stride()),
             storage_offset=value.storage_offset(),

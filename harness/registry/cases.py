@@ -28,6 +28,7 @@ from typing import Any, Callable, Collection, Iterable, Iterator, Mapping, Seque
 
 import torch
 
+from harness.layout import dtype_name
 from harness.records import exception_line
 from harness.registry.shipped import SHIPPED_CASE_DIR
 from harness.registry.selection import wanted
@@ -198,7 +199,7 @@ class Case:
         """What `-k` matches for one run: the case's keywords, the dtype, the mode, and "dynamic" for a dynamic
         run (the words of a pytest id, `case[dtype-mode-dynamic]`, and its tags and size)."""
         dynamic = dynamic or self.always_dynamic
-        return (*self.keywords, str(dtype).removeprefix("torch."), mode, *(("dynamic",) if dynamic else ()))
+        return (*self.keywords, dtype_name(dtype), mode, *(("dynamic",) if dynamic else ()))
 
     def known_failure(self, surrogate: bool = False, **run: str | None) -> KnownFailure | None:
         return next((k for k in self.known_failures if k.matches(surrogate, **run)), None)

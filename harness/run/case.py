@@ -31,7 +31,8 @@ from harness.inputs import seed_for
 from harness.judge.values import SizeValues, all_pass, compare_results, result_pairs as _result_pairs
 from harness.layout import clone_exact, is_non_overlapping, overlaps_beyond_broadcast
 from harness.registry import Case, Program
-from harness.run.config import EXTRA_FOR, RunConfig, apply_known_failure, dtype_name, missing_requirements, new_record
+from harness.layout import dtype_name
+from harness.run.config import EXTRA_FOR, RunConfig, missing_requirements, new_record
 from harness.torch_import import NPU_PATCHES, npu_patches_active
 
 
@@ -51,7 +52,8 @@ def run_case(
     on_verdict: Callable[[R.CaseResult], None] | None = None,
     on_values: Callable[[list[SizeValues]], None] | None = None,
 ) -> R.CaseResult:
-    """One run of a case. With `--extract`, a failure's repros are written after it was judged; `on_verdict`
+    """One run of a case, its verdict as it is: a declared known failure is applied by whoever runs it
+    (`harness.run.expectations`). With `--extract`, a failure's repros are written after it was judged; `on_verdict`
     gets the judged record first (a worker sends it, so a crash while extracting cannot cost the verdict).
     `on_values` gets what each size was judged on, once the run is concluded (for the judge, `harness.judge.values`)."""
     from harness.inductor_compat import quiet_torch_logging, remember_vec_isa_checks, torch_state
@@ -71,7 +73,7 @@ def run_case(
     record.versions = device.versions()
     record.device_name = device.device_name()
     if not _compiler_loaded(device, case, config, record):
-        return apply_known_failure(record, case)
+        return record
     started = time.perf_counter()
     changed: list[str] = []
     captured: Any = None  # the localized launch, kept for `--extract` (written once the run is over)
@@ -131,7 +133,6 @@ def run_case(
     if changed:
         shown = ", ".join(changed[:8]) + (f" and {len(changed) - 8} more" if len(changed) > 8 else "")
         record.warnings.append(f"the case changed global torch state or the process's, restored after it: {shown}")
-    record = apply_known_failure(record, case)
     if captured is not None:
         if on_verdict is not None:
             on_verdict(record)

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from harness import records as R
+from harness.layout import dtype_name
 from harness.registry import Case
 
 BISECT_MODES = ("on-failure", "always")
@@ -118,10 +119,6 @@ def is_shipped(case: Case) -> bool:
         return False
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
 # The package extra that installs a case's requirement (`requires=`); others come with `models`.
 EXTRA_FOR = {"expecttest": "opinfo"}
 
@@ -173,28 +170,6 @@ def identity_difference(record: R.CaseResult, identity: dict[str, Any]) -> str |
         if key in identity and getattr(record, key) != identity[key]
     ]
     return "; ".join(different) or None
-
-
-def apply_known_failure(record: R.CaseResult, case: Case) -> R.CaseResult:
-    """A declared failure turns fail/error into xfail, and pass into xpass unless it is declared not strict."""
-    known = case.known_failure(
-        bool(record.surrogate),
-        device=record.device,
-        backend=record.backend,
-        npu_backend=record.npu_backend,
-        dtype=record.dtype,
-        mode=record.mode,
-        emulation=record.emulation,
-        torch=record.versions.get("torch") or torch.__version__,
-    )
-    if known is None or record.status == R.SKIP:
-        return record
-    if record.status == R.PASS and not known.strict:
-        record.reason = f"known failure that shows in some runs only, not in this one: {known.reason}"
-        return record
-    record.reason = known.reason
-    record.status = R.XPASS if record.status == R.PASS else R.XFAIL
-    return record
 
 
 def runs_of(

@@ -1,6 +1,13 @@
-"""A known-issues file: failures a team has triaged, applied to a run as strict expected failures.
+"""What a run is expected to fail, and the one place that turns a run's status into xfail or xpass.
 
-TOML (or JSON with the same shape), one table per issue:
+Two sources: a case's own `known_failures` (declared in its module) and a
+known-issues file (`--known-issues`, the same option in the CLI and pytest),
+failures a team has triaged. `Expectations.settle` applies both to every
+record a run produces, the worker's and the pool's alike, as the pool hands it
+to the frontend (`harness.isolation.pool`): the case's process and the judge
+give the verdict as it is, never an expected one.
+
+The file is TOML (or JSON with the same shape), one table per issue:
 
     [[issue]]
     case = "seed_index_as_strided_*"       # a case name or glob (required)
@@ -23,8 +30,15 @@ import fnmatch
 import json
 from dataclasses import dataclass, fields
 
+from typing import TYPE_CHECKING, Any
+
+import torch
+
 from harness import records as R
 from harness.registry import KnownFailure
+
+if TYPE_CHECKING:
+    from harness.registry import Case
 
 _FILTERS = {f.name for f in fields(KnownFailure)} - {"reason", "strict"}
 
@@ -38,14 +52,7 @@ class KnownIssue:
 
     def applies(self, record: R.CaseResult) -> bool:
         return fnmatch.fnmatchcase(record.case, self.case) and self.failure.matches(
-            bool(record.surrogate),
-            device=record.device,
-            backend=record.backend,
-            npu_backend=record.npu_backend,
-            dtype=record.dtype,
-            mode=record.mode,
-            emulation=record.emulation,
-            torch=record.versions.get("torch"),
+            bool(record.surrogate), **_run_of(record)
         )
 
     def apply(self, record: R.CaseResult) -> None:
@@ -111,10 +118,46 @@ def load_known_issues(path: str) -> list[KnownIssue]:
     return issues
 
 
-def apply_known_issues(record: R.CaseResult, issues: list[KnownIssue]) -> R.CaseResult:
-    if record.status not in (R.XFAIL, R.SKIP):
-        for issue in issues:
+def _run_of(record: R.CaseResult) -> dict[str, Any]:
+    """The words of a run a known failure's filters match."""
+    return {
+        "device": record.device,
+        "backend": record.backend,
+        "npu_backend": record.npu_backend,
+        "dtype": record.dtype,
+        "mode": record.mode,
+        "emulation": record.emulation,
+        "torch": record.versions.get("torch") or torch.__version__,
+    }
+
+
+def _declared(record: R.CaseResult, known: KnownFailure) -> None:
+    """A case's declared failure turns fail, error or nondeterministic into xfail, and pass into xpass unless it
+    is declared not strict."""
+    if record.status == R.PASS and not known.strict:
+        record.reason = f"known failure that shows in some runs only, not in this one: {known.reason}"
+        return
+    record.conclude(R.XPASS if record.status == R.PASS else R.XFAIL, record.stage, record.symptom, known.reason)
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """The failures a run expects: each case's declared ones, and the known-issues file's `issues`."""
+
+    issues: tuple[KnownIssue, ...] = ()
+
+    def settle(self, record: R.CaseResult, case: Case | None) -> R.CaseResult:
+        """The record with its expected failure applied: the case's declaration first, then the first issue of
+        the file that matches, unless the declaration decided. A skip stays a skip. (`case` None: no declaration.)"""
+        if record.status == R.SKIP:
+            return record
+        known = case.known_failure(bool(record.surrogate), **_run_of(record)) if case is not None else None
+        if known is not None:
+            _declared(record, known)
+        if record.status in (R.XFAIL, R.XPASS):
+            return record
+        for issue in self.issues:  # also over a declaration not strict that this run passes
             if issue.applies(record):
                 issue.apply(record)
                 break
-    return record
+        return record

@@ -20,10 +20,8 @@ from typing import Any, Iterator
 import torch
 
 # Reduced-precision math a device may pick for float32 on its own (TF32 on NVIDIA, HF32 on Ascend), as
-# (module path under torch, attribute, value while a case runs). Whether eager and compiled get it
-# depends on the algorithm each call picks (on the H200, Inductor's convolution in a correct conv +
-# batch norm took TF32 where eager's did not), so with it allowed a float32 verdict would judge the
-# device's algorithm choice, not the compiler: both sides run in full float32.
+# (module path under torch, attribute, value while a case runs). Off while a case runs: whether a call takes it
+# depends on its algorithm, which a verdict must not judge (docs/usage.md says what the H200 showed).
 FULL_FLOAT32: dict[str, tuple[tuple[str, str, Any], ...]] = {
     "cuda": (("backends.cudnn", "allow_tf32", False), ("backends.cuda.matmul", "allow_tf32", False)),
     "npu": (("npu.conv", "allow_hf32", False), ("npu.matmul", "allow_hf32", False)),

@@ -33,11 +33,9 @@ from harness.probe.values import GraphValues, storage_pointer
 
 MAX_SOURCE_CHARS = 20_000
 # A failing run's probe stops comparing after this many differences from upstream (a kernel right on eager
-# inputs, or one it could not isolate), those of immaterial kernels aside. Past the difference that matters
-# nearly every later buffer differs too, and isolating each (a replay, often an eager pass from the graph's
-# start for its released inputs) was most of a model's localization (Longformer: 286 isolations, 99 passes).
-# A wrong kernel after them is still found, by the search: launches made eager until the outputs pass, and
-# the launch it stops at described.
+# inputs, or one it could not isolate), those of immaterial kernels aside: past the difference that matters
+# nearly every later buffer differs too, and isolating each costs a replay. A wrong kernel after them is still
+# found, by the search (launches made eager until the outputs pass). docs/benchmarks.md has the figures.
 UPSTREAM_DIFFERENCES_COMPARED = 8
 MAX_UNMAPPED_NAMES = 20
 

@@ -65,9 +65,8 @@ def _references(items: list, index: int) -> int:
 RECENTLY_USED_KEPT = 32
 
 # How many values kept ahead of the launches that ask for them stay on a device; the ones after them are moved
-# to host memory until asked for. The eager graph runs in its own order: one launch asking for a value late in
-# it (Longformer: a kernel computing the same attention-mask term for every layer) makes the stepper run, and
-# keep, every wanted value before that one. On the H200 they were 2.6 GB of a 12.2 GB peak.
+# to host memory until asked for. One launch asking for a value late in the eager graph's order makes the
+# stepper run, and keep, every wanted value before it (docs/benchmarks.md: Longformer on the H200).
 AHEAD_KEPT_ON_DEVICE = 16
 
 # The count for an object that only a list holds: a graph input nothing but the probe keeps.

@@ -899,8 +899,7 @@ def _localize(
 
     # A failing run's candidate matters only if it moves a result that failed. One that moves only results
     # that passed explains nothing of the failure, and its eager twin may be what is wrong there (a post-grad
-    # graph that already differs from the program: CUDA's diagonal_scatter of a broadcast input blamed a
-    # backward kernel, moving a passing gradient, for a wrong forward output).
+    # graph that already differs from the program: docs/localization.md, "false blame").
     failed = {c.name for c in compiled.comparisons if not c.passed} or None
 
     def moved(results: Results) -> bool:

@@ -563,11 +563,12 @@ def test_the_float64_reference_of_an_op_with_a_dtype_argument_computes_in_float6
     # raised on float64 tensors, so the case was judged by tolerance alone.
     from harness.devices import get_device
     from harness.run.program import Session, materialize_inputs
-    from harness.run.case import RunConfig, _as_program, run_case
+    from harness.run.case import RunConfig, run_case
+    from harness.run.sides import as_program
 
     for op, dtype in (("linspace", torch.bfloat16), ("_softmax_backward_data", torch.float16)):
         case = load_registry().cases[_named(full_cases, op, "contiguous", str(dtype).removeprefix("torch."))]
-        program = _as_program(case.build(dtype))
+        program = as_program(case.build(dtype))
         inputs = materialize_inputs(program.inputs, program.kwargs, dtype, get_device("cpu"), 0)
         reference = Session(program.fn, inputs, "inference", get_device("cpu"), 0, float64=True).run()
         assert reference.values["out0"].dtype == torch.float64, case.name

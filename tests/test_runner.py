@@ -38,7 +38,7 @@ def test_build_error_is_a_record_with_its_stage():
 
 
 def test_a_harness_bug_on_one_case_is_an_error_record_not_a_crash(monkeypatch):
-    import harness.run.case as runner
+    import harness.run.sides as runner
 
     def broken_comparison(*args, **kwargs):
         raise NotImplementedError('"equal_cpu" not implemented for some dtype')
@@ -168,7 +168,7 @@ def test_train_step_compares_loss_gradients_and_updated_parameters():
 def test_a_compiled_divergence_that_does_not_come_back_is_a_run_to_run_failure(monkeypatch, bisect):
     """The compiled run diverges, its retry passes; with --bisect, localization's first run is that retry.
     Eager ran twice alike, so a compiled result that changes between runs is the compiler's bug: a failure."""
-    import harness.run.case as runner
+    import harness.run.sides as runner
 
     made = []
 
@@ -197,7 +197,7 @@ def test_a_compiled_divergence_that_does_not_come_back_is_a_run_to_run_failure(m
 
 
 def test_a_divergence_localized_is_retried_by_the_probe_run_itself(monkeypatch):
-    import harness.run.case as runner
+    import harness.run.sides as runner
 
     made = []
     runner_make_handler = runner.make_handler

@@ -3,7 +3,7 @@
 The worker (`harness.isolation.worker`) imports torch, the compiler and the harness,
 and then runs no case code: it is a template. For each task it forks a case
 process, which imports the case's module, builds, runs and judges the case
-as `runner.run_case` does, and sends its messages on a pipe of its own to
+as `harness.run.case.run_case` does, and sends its messages on a pipe of its own to
 the worker, never to the harness. So a case meets only the state the
 template left; nothing one case changes (the tolerance table, `builtins`,
 the dispatcher, `sys.modules`, an entered mode, the residue check itself)

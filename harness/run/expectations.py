@@ -29,7 +29,6 @@ from __future__ import annotations
 import fnmatch
 import json
 from dataclasses import dataclass, fields
-
 from typing import TYPE_CHECKING, Any
 
 import torch

@@ -33,8 +33,8 @@ from torch.utils._pytree import keystr, tree_flatten_with_path
 
 from harness.devices import Device
 from harness.inputs import TensorSpec, materialize
-from harness.layout import clone_exact
 from harness.judge.results import Results, same_values
+from harness.layout import clone_exact
 
 Wrap = Callable[[Callable[..., Any]], Callable[..., Any]]
 # torchbench's optimizer for training accuracy runs.

@@ -1,0 +1,153 @@
+"""A run's verdict, settled once both sides ran: status, stage and symptom through `CaseResult.conclude`, the
+analyses a divergence calls for, and a dynamic run's two sizes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from harness import records as R
+from harness.inject.launch import parse_injection
+from harness.judge.values import SizeValues
+from harness.registry import Case
+from harness.run.config import RunConfig
+from harness.run.diagnoses import (
+    first_launches_fail,
+    narrowing_diagnosis,
+    narrowing_visible,
+    overlapping_compiled_results,
+    passes_compiled_afresh,
+    reproduces,
+    settle_reproduction,
+    undefined_results,
+)
+from harness.run.errors import CaseFailure, NoEagerReference, NothingCompared, NothingCompiled, timed_stage
+from harness.run.localize import localize_run
+from harness.run.sides import CompiledSide, EagerSide, Sizes
+
+
+def settle_verdict(observed: EagerSide, compiled: CompiledSide, config: RunConfig, record: R.CaseResult) -> None:
+    """Status, stage, symptom, and the follow-up analyses a divergence calls for."""
+    record.outputs = compiled.comparisons
+    if not any(not (o.rule == "equal" and o.dtype == "NoneType") for o in record.outputs):
+        raise CaseFailure(
+            R.Stage.COMPARE,
+            NothingCompared(
+                "nothing was compared: the program returned no tensor and no value, changed no input or buffer, "
+                "and has no gradient"
+            ),
+            R.Symptom.NOTHING_COMPARED,
+        )
+    if record.graphs and record.graphs["graphs"] == 0 and observed.case.compiles:
+        raise CaseFailure(
+            R.Stage.COMPILE,
+            NothingCompiled(
+                "Dynamo produced no graph: the compiled run ran eagerly (every frame fell back, e.g. through "
+                "suppress_errors, or the case compiles nothing; declare compiles=False if that is intended)"
+            ),
+            R.Symptom.NOTHING_COMPILED,
+        )
+    diverged = not all(o.passed for o in record.outputs)
+    if diverged and (undefined := undefined_results(observed, compiled)):
+        why = NoEagerReference(
+            f"{', '.join(undefined[:3])} {'is' if len(undefined) == 1 else 'are'} undefined where eager and compiled "
+            "differ: each side has NaN or inf there, and so has a float64 run from the same finite inputs (NaN, "
+            "or an inf eager does not match: a gradient at a singular point), so which of NaN, inf or -inf each "
+            "side rounds to says nothing of the compiled code"
+        )
+        if observed.case.generated:
+            raise CaseFailure(R.Stage.EAGER, why)
+        record.warnings.append(str(why))
+    if diverged:
+        record.conclude(R.FAIL, R.Stage.COMPARE, R.Symptom.DIVERGENCE)
+        if overlapping := overlapping_compiled_results(observed, compiled):
+            record.diagnosis = overlapping
+    else:
+        record.conclude(R.PASS, record.stage, record.symptom)
+    if observed.nondeterministic:
+        record.conclude(R.NONDETERMINISTIC, R.Stage.EAGER, R.Symptom.NONDETERMINISM)
+        record.diagnosis = f"two eager runs differ ({', '.join(observed.nondeterministic[:5])}): no verdict on compiled"
+    elif diverged and not config.bisect:
+        # A divergence is retried once (no recompilation): one that does not come back is nondeterminism, or
+        # a bug of first launches. (With --bisect, localization's first run, which changes no value, is that
+        # retry.)
+        reproduced, runs_differ = reproduces(observed, compiled)
+        if reproduced or not first_launches_fail(observed, compiled, config, record):
+            settle_reproduction(record, reproduced, runs_differ)
+    if config.bisect and (record.status == R.FAIL or (config.bisect == "always" and record.status == R.PASS)):
+        with timed_stage("localize", record.timings, wrap=False):
+            found = localize_run(observed, compiled, config, record)
+            if found is None and first_launches_fail(observed, compiled, config, record):
+                found = localize_run(observed, compiled, config, record) or R.Localization(
+                    answer=R.Answer.UNLOCALIZED,
+                    diverged=True,
+                    reason="the probe's runs, each on first launches "
+                    "of the kernels loaded afresh, did not diverge again",
+                )
+        if record.status == R.FAIL and record.symptom != R.Symptom.FIRST_LAUNCH:
+            settle_reproduction(record, found is not None)
+        record.first_divergent_kernel = found
+        if observed.case.culprit and record.status == R.FAIL:
+            record.culprit_found = record.first_divergent_kernel.names(observed.case.culprit)
+    # (Not with an injected fault: it fails afresh too, by construction.)
+    if (
+        config.fresh_compile
+        and record.status == R.FAIL
+        and compiled.cache_hits
+        and not config.inject
+        and passes_compiled_afresh(observed, config, record)
+    ):
+        hits = f"{compiled.cache_hits} hit{'' if compiled.cache_hits == 1 else 's'}"
+        cached = (
+            f"compiled again with the compile caches off, it passes: the failing program came from the "
+            f"compile caches ({hits}), from an entry made for another program (a cache key that misses "
+            "something the generated code depends on)"
+        )
+        record.diagnosis = f"{record.diagnosis}; {cached}" if record.diagnosis else cached
+    record.reference = observed.reference
+    stats = record.injection_stats or R.InjectionStats()
+    narrows = config.inject is not None and parse_injection(config.inject)[0].narrows
+    if narrows and stats.converted_args and narrowing_visible(record):
+        with timed_stage(R.Stage.REFERENCE, record.timings):
+            record.diagnosis = narrowing_diagnosis(observed, compiled)
+
+
+def conclude_sizes(sizes: Sizes, record: R.CaseResult, case: Case, strict: bool) -> None:
+    """Both sizes in the record: the second's results named `<name>@size2`, which sizes failed, and a
+    recompilation with the guard that failed. Where the values pass, a recompilation is a pass with a warning
+    (`strict`: a failure of its own, the second size ran no dynamic kernel); for a generated sample, a skip (no
+    test of dynamic kernels, as a sample Dynamo compiles nothing of)."""
+    record.outputs = sizes.first + [dataclasses.replace(c, name=f"{c.name}@size2") for c in sizes.second]
+    record.failed_sizes = [
+        n for n, comparisons in ((1, sizes.first), (2, sizes.second)) if not all(c.passed for c in comparisons)
+    ]
+    record.recompiled = sizes.recompiled
+    if not sizes.recompiled:
+        return
+    record.recompile_reasons = sizes.recompile_reasons
+    guards = "; ".join(sizes.recompile_reasons[:2]) or "Dynamo reported none"
+    said = (
+        f"the second size compiled again (guard failed: {guards}): its results come from a graph of that "
+        "size, not from the dynamic one"
+    )
+    if record.status == R.PASS and case.generated:
+        record.conclude(R.SKIP, R.Stage.COMPILE, reason=f"dynamic: {said}")
+    elif record.status == R.PASS and not strict:
+        record.warnings.append(f"{said}; its values pass (--dynamic strict fails a recompilation)")
+    else:
+        if record.status == R.PASS:
+            record.conclude(R.FAIL, R.Stage.COMPILE, R.Symptom.RECOMPILED)
+        record.diagnosis = f"{record.diagnosis}; {said}" if record.diagnosis else said
+
+
+def values_of(observed: EagerSide, compiled: CompiledSide) -> SizeValues:
+    """What one size's verdict was computed from, as the run ends (the float64 reference made on need)."""
+    verdict = observed.verdict
+    return SizeValues(
+        compiled.results,
+        observed.expected,
+        observed.references,
+        observed.again,
+        undefined=dict(verdict.undefined),
+        atomic_baseline=dict(verdict.atomic_baseline),
+        accumulated=verdict.accumulated,
+    )

@@ -97,3 +97,17 @@ def test_every_subpackage_of_the_harness_is_in_the_wheel(installed):
         timeout=300,
     )
     assert probe.returncode == 0, probe.stderr.strip().splitlines()[-1:]
+
+
+def test_a_checkout_that_is_not_installed_finds_its_cases():
+    """Run from the checkout on `sys.path` alone (no site-packages: no editable install maps `harness_cases`),
+    as on a machine the tree is copied to: the shipped cases are the checkout's `cases/`."""
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "from harness.registry.shipped import SHIPPED_CASE_DIR; print(SHIPPED_CASE_DIR)"
+    )
+    found = subprocess.run(
+        [sys.executable, "-S", "-c", script, str(REPO)], capture_output=True, text=True, cwd="/", timeout=60
+    )
+    assert found.returncode == 0, found.stderr
+    assert Path(found.stdout.strip()) == REPO / "cases"

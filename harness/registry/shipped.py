@@ -9,7 +9,7 @@ from pathlib import Path
 
 def _shipped_case_dir() -> Path:
     """The project's cases: `cases/` beside the package in a checkout, `harness_cases` in an installed wheel."""
-    checkout = Path(__file__).resolve().parent.parent / "cases"
+    checkout = Path(__file__).resolve().parents[2] / "cases"  # harness/registry/shipped.py -> the checkout
     if checkout.is_dir():
         return checkout
     spec = importlib.util.find_spec("harness_cases")

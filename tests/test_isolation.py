@@ -627,3 +627,37 @@ def test_a_case_that_clears_its_death_signal_and_ignores_signals_dies_with_a_sig
     while processes_marked(marker) and time.time() < deadline:
         time.sleep(0.2)
     assert processes_marked(marker) == []
+
+
+def test_the_worker_compiles_nothing_before_forking_where_a_gpu_is_visible(monkeypatch):
+    """A compile in the worker would start CUDA there (Dynamo saves CUDA's RNG state), and no case process forked
+    from it could use the GPU: the warm-up is for hosts without one."""
+    import torch
+
+    from harness.isolation import worker
+    from harness.run.config import RunConfig
+
+    for device in ("cpu", "cuda"):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        assert worker._compiles_keep_forks_usable(RunConfig(device=device))
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        assert not worker._compiles_keep_forks_usable(RunConfig(device=device))
+
+
+@pytest.mark.gpu
+def test_case_processes_forked_from_the_worker_run_on_the_gpu(tmp_path):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    (tmp_path / "gpu_cases.py").write_text(
+        "from harness import Program, case, contiguous\n\n"
+        "@case()\ndef adds_one_on_gpu(dtype):\n    return Program(lambda x: x + 1, [contiguous((64,))])\n"
+    )
+    out = tmp_path / "results.json"
+    command = [sys.executable, "-m", "harness", "run", "--case-path", str(tmp_path), "--device", "cuda"]
+    result = subprocess.run(
+        [*command, "--workers", "2", "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert [r["status"] for r in json.loads(out.read_text())["records"]] == ["pass"]

@@ -60,6 +60,21 @@ def _die_with_parent(parent: int) -> None:
         _die()
 
 
+def _compiles_keep_forks_usable(config) -> bool:
+    """Whether this process may compile and still fork case processes that can use their device. Not where a
+    GPU is visible, whatever the run's device: every Dynamo compile saves CUDA's RNG state when CUDA is available
+    (`preserve_global_state`, torch/_dynamo/convert_frame.py, torch 2.11 and 2.13), which initialises CUDA, and a
+    process forked after that cannot use CUDA ("Cannot re-initialize CUDA in forked subprocess"). Nor on a real
+    NPU, whose runtime torch_npu may start the same way (the CPU-backed surrogate has none). `is_available`
+    asks NVML here (PYTORCH_NVML_BASED_CUDA_CHECK), which starts no CUDA context."""
+    import torch
+
+    from harness.devices import get_device
+
+    real_npu = config.device == "npu" and get_device("npu").surrogate() is None
+    return not torch.cuda.is_available() and not real_npu
+
+
 def main() -> int:
     if child_process.RESULT_FD_VARIABLE not in os.environ:
         print(
@@ -100,7 +115,7 @@ def main() -> int:
     config = pickle.loads(base64.b64decode(setup["config"]))
     if getattr(config, "device", "") == "cpu":  # Inductor's CPU ISA probe, before the first case's clock starts
         pick_cpu_vec_isa()
-    if setup.get("isolation") == "case" and getattr(config, "backend", "") == "inductor":
+    if setup.get("isolation") == "case" and config.backend == "inductor" and _compiles_keep_forks_usable(config):
         warm_compiler()  # every case process is forked from here: its first compile's set-up is done once
     gc.collect()
     gc.freeze()

@@ -661,3 +661,33 @@ def test_case_processes_forked_from_the_worker_run_on_the_gpu(tmp_path):
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert [r["status"] for r in json.loads(out.read_text())["records"]] == ["pass"]
+
+
+def test_a_thread_threading_did_not_start_is_not_called_the_cases_residue():
+    """The autograd engine's per-device threads (a backward on a GPU) appear in `threading.enumerate()` as
+    dummies once Python runs in them: torch's, not the case's. A thread the case starts through `threading`
+    still counts."""
+    import _thread
+    import threading
+
+    from harness.isolation import residue
+
+    before = residue.snapshot()
+    release, registered = threading.Event(), threading.Event()
+
+    def native() -> None:  # as a thread started in C++ that then runs Python code
+        threading.current_thread()
+        registered.set()
+        release.wait(30)
+
+    _thread.start_new_thread(native, ())
+    started = threading.Thread(target=release.wait, args=(30,), name="started-by-the-case")
+    started.start()
+    try:
+        assert registered.wait(30)
+        dummies = [t for t in threading.enumerate() if isinstance(t, threading._DummyThread)]
+        assert dummies, "the native thread is listed as a dummy"
+        assert [t.name for t in residue.foreign_threads(before)] == ["started-by-the-case"]
+    finally:
+        release.set()
+        started.join()

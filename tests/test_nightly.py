@@ -620,6 +620,43 @@ def test_the_pool_applies_every_expected_failure_to_the_records_it_hands_over(tm
     assert [r.status for r in run_in_process(tasks[1:], config, Expectations())] == ["fail", "xpass"]
 
 
+HARNESS_FAILS = """
+import torch
+from harness import KnownFailure, Program, case, contiguous, devices
+
+def _no_device_name(self):
+    raise RuntimeError("emulated: a device query that cannot run in a forked process")
+
+devices.Cpu.device_name = _no_device_name  # at import: the case process's run_case then fails outside the case
+
+@case(known_failures=(KnownFailure("declared, but the harness fails first"),))
+def declared_but_the_harness_fails(dtype):
+    return Program(lambda x: x + 1, [contiguous((4,))])
+"""
+
+
+def test_a_harness_bug_is_never_the_declared_failure(tmp_path):
+    """Where the harness fails in a case's process (on CUDA, a forked process that cannot start the device), the
+    record says so and stays an error: a declared failure would have turned every such run into a quiet xfail."""
+    from harness.frontends.options import run_config_from
+    from harness.isolation.pool import Task, WorkerPool
+    from harness.registry import load_registry
+
+    (tmp_path / "harness_fails.py").write_text(HARNESS_FAILS)
+    registry = load_registry([str(tmp_path)], include_default=False)
+    task = Task(registry.lookup("declared_but_the_harness_fails"), torch.float32, "inference")
+    pool = WorkerPool(run_config_from({"device": "cpu", "backend": "eager"}), [str(tmp_path)], 120.0)
+    try:
+        record = pool.run_one(task)
+    finally:
+        pool.close()
+    assert (record.status, record.stage, record.symptom) == ("error", "worker", "crash")
+    assert record.error.message.startswith("the harness failed in the case's process"), record.error.message
+    assert "exited with code 70" in record.error.message
+    assert "emulated: a device query" in record.error.traceback
+    assert any("a harness bug, not the declared failure" in w for w in record.warnings)
+
+
 def test_the_nightly_extracts_its_new_failures_and_drops_last_nights_repros(cases, tmp_path):
     out = tmp_path / "night"
     stale = out / "repros" / "all" / "stale_case_float32_inference"

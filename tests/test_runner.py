@@ -45,11 +45,13 @@ def test_a_harness_bug_on_one_case_is_an_error_record_not_a_crash(monkeypatch):
 
     monkeypatch.setattr(runner, "compare_results", broken_comparison)
     monkeypatch.setattr(runner, "all_pass", broken_comparison)  # the eager repeat's check, outside any stage
-    record = run_case(simple_case(), torch.float32, "inference", EAGER)
-    assert (record.status, record.stage, record.symptom) == (R.ERROR, "worker", "crash")
+    declared = simple_case(known_failures=(KnownFailure("a real bug of this program"),))
+    record = Expectations().settle(run_case(declared, torch.float32, "inference", EAGER), declared)
+    assert (record.status, record.stage, record.symptom) == (R.ERROR, "worker", "crash")  # not the declared xfail
     assert record.error.type == "NotImplementedError"
     assert record.error.message.startswith("the harness failed on this case")
     assert "broken_comparison" in record.error.traceback
+    assert any("a harness bug, not the declared failure" in w for w in record.warnings)
 
 
 def settled(case):

@@ -42,6 +42,9 @@ ISOLATIONS = ("case", "module")
 POLL_S = 0.25
 # How long a case process that closed its channel may take to exit before it is killed.
 CLOSED_CHANNEL_GRACE_S = 2.0
+# The exit code of a case process the harness failed in: an exception out of its own loop, never the case's (run_case
+# records those).
+HARNESS_FAILED_EXIT = 70
 # The messages a case process may send, and the one that ends its task.
 CHILD_MESSAGES = ("loading", "started", "verdict", "record", "missing")
 # The statuses only the pool gives, from a run's expected failures: a case's process sending one forged it.
@@ -124,7 +127,7 @@ class Template:
                 import traceback
 
                 traceback.print_exc()
-                code = 70
+                code = HARNESS_FAILED_EXIT
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
@@ -166,7 +169,8 @@ class Template:
             status = _exit_status(child.pid)
             if status is not None or (closed_at is not None and _now() - closed_at > CLOSED_CHANNEL_GRACE_S):
                 text = _exit_text(status) if status is not None else "the case's process closed its channel"
-                self.answer.send({"lost": text, "run": run})
+                harness_failed = {"harness_failed": True} if status == HARNESS_FAILED_EXIT else {}
+                self.answer.send({"lost": text, "run": run, **harness_failed})
                 self.end_child()
                 return
 

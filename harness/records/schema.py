@@ -621,11 +621,19 @@ RULE_GLOSS = {
 }
 
 
+# How an error's message begins when the harness itself failed on the run (a harness bug, not the case's failure).
+HARNESS_FAILED = "the harness failed"
+
+
 @dataclass
 class ErrorInfo:
     type: str
     message: str
     traceback: str = ""
+
+    @property
+    def harness_failed(self) -> bool:
+        return self.message.startswith(HARNESS_FAILED)
 
 
 @dataclass

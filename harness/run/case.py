@@ -115,7 +115,7 @@ def run_case(
             record.conclude(R.ERROR, R.Stage.WORKER, R.Symptom.CRASH)
             record.error = R.ErrorInfo(
                 type(exc).__name__,
-                f"the harness failed on this case (a harness bug): {R.exception_text(exc)}",
+                f"{R.HARNESS_FAILED} on this case (a harness bug): {R.exception_text(exc)}",
                 traceback_text(exc),
             )
         finally:

@@ -150,6 +150,10 @@ class Expectations:
         the file that matches, unless the declaration decided. A skip stays a skip. (`case` None: no declaration.)"""
         if record.status == R.SKIP:
             return record
+        if record.status == R.ERROR and record.error is not None and record.error.harness_failed:
+            # A harness bug is never the failure a case or a team declared: it stays an error, and says why.
+            record.warnings.append("a harness bug, not the declared failure: no expected failure applies to it")
+            return record
         known = case.known_failure(bool(record.surrogate), **_run_of(record)) if case is not None else None
         if known is not None:
             _declared(record, known)

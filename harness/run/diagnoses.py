@@ -35,7 +35,7 @@ def undefined_results(observed: EagerSide, compiled: CompiledSide) -> list[str]:
     tensors = [t for _, t in observed.inputs.named_tensors()] + [t for _, t in module_state(module)]
     if not all(bool(t.isfinite().all()) for t in tensors if t.is_floating_point()):
         return []
-    if observed.references is None and not observed._make_references():
+    if observed.references is None and not observed.make_references():
         return []
     undefined = [
         name

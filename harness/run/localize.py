@@ -26,7 +26,7 @@ def localize_run(
     def passes(results: Results) -> bool:
         if all_pass(results, observed.expected, observed.references, observed.verdict):
             return True
-        if observed.references is None and observed.reference_policy != "none" and observed._make_references():
+        if observed.references is None and observed.reference_policy != "none" and observed.make_references():
             return all_pass(results, observed.expected, observed.references, observed.verdict)
         return False
 

@@ -139,7 +139,7 @@ class EagerSide:
         wanted = self.reference_policy == "fp64" or (
             self.reference_policy == "auto" and any(self.verdict.wants_reference(c) for c in comparisons)
         )
-        if wanted and self.references is None and self._make_references():
+        if wanted and self.references is None and self.make_references():
             with timed_stage(R.Stage.COMPARE, self.timings):
                 comparisons = compare_results(actual, self.expected, self.references, self.verdict)
         if self._wants_atomic_baseline(comparisons):
@@ -174,7 +174,7 @@ class EagerSide:
             return {}
         return results.tensors() if sums.emulated else {}
 
-    def _make_references(self) -> bool:
+    def make_references(self) -> bool:
         """The float64 results, made once. A float64 kernel may refuse a layout the float16 one accepts (cuDNN's
         batch norm wants a contiguous weight): the reference is then made again on contiguous copies of the
         same values before the verdict falls back to tolerance alone."""

@@ -637,24 +637,18 @@ def declared_but_the_harness_fails(dtype):
 
 def test_a_harness_bug_is_never_the_declared_failure(tmp_path):
     """Where the harness fails in a case's process (on CUDA, a forked process that cannot start the device), the
-    record says so and stays an error: a declared failure would have turned every such run into a quiet xfail."""
-    from harness.frontends.options import run_config_from
-    from harness.isolation.pool import Task, WorkerPool
-    from harness.registry import load_registry
-
+    record says so and stays an error: a declared failure would have turned every such run into a quiet xfail.
+    (The module breaks the harness where it is imported: only ever in the run's own processes.)"""
     (tmp_path / "harness_fails.py").write_text(HARNESS_FAILS)
-    registry = load_registry([str(tmp_path)], include_default=False)
-    task = Task(registry.lookup("declared_but_the_harness_fails"), torch.float32, "inference")
-    pool = WorkerPool(run_config_from({"device": "cpu", "backend": "eager"}), [str(tmp_path)], 120.0)
-    try:
-        record = pool.run_one(task)
-    finally:
-        pool.close()
-    assert (record.status, record.stage, record.symptom) == ("error", "worker", "crash")
-    assert record.error.message.startswith("the harness failed in the case's process"), record.error.message
-    assert "exited with code 70" in record.error.message
-    assert "emulated: a device query" in record.error.traceback
-    assert any("a harness bug, not the declared failure" in w for w in record.warnings)
+    out = tmp_path / "results.json"
+    result = harness("run", "--case-path", str(tmp_path), "--backend", "eager", "--json", str(out))
+    assert result.returncode == EXIT_FAILED, result.stdout + result.stderr
+    (record,) = json.loads(out.read_text())["records"]
+    assert (record["status"], record["stage"], record["symptom"]) == ("error", "worker", "crash")
+    message = record["error"]["message"]
+    assert message.startswith("the harness failed in the case's process") and "exited with code 70" in message
+    assert "emulated: a device query" in record["error"]["traceback"]
+    assert any("a harness bug, not the declared failure" in w for w in record["warnings"])
 
 
 def test_the_nightly_extracts_its_new_failures_and_drops_last_nights_repros(cases, tmp_path):

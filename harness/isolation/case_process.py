@@ -35,6 +35,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, IO
 
+from harness import records as R
 from harness.isolation import process_tree
 from harness.isolation.channel import ChannelCorrupted, Receiver, Sender, new_token, private_copy
 
@@ -47,8 +48,6 @@ CLOSED_CHANNEL_GRACE_S = 2.0
 HARNESS_FAILED_EXIT = 70
 # The messages a case process may send, and the one that ends its task.
 CHILD_MESSAGES = ("loading", "started", "verdict", "record", "missing")
-# The statuses only the pool gives, from a run's expected failures: a case's process sending one forged it.
-EXPECTED_STATUSES = ("xfail", "xpass")
 
 
 @dataclass
@@ -198,7 +197,7 @@ class Template:
             raise ChannelCorrupted(f"a {kind} that is no record ({type(exc).__name__})") from None
         if not same_task:
             raise ChannelCorrupted(f"a {kind} for {record.case}[{record.dtype}-{record.mode}], not this task's case")
-        if record.status in EXPECTED_STATUSES:  # the pool's to give (`harness.run.expectations`), never a case's
+        if record.status in R.EXPECTED_STATUSES:  # the pool's to give (`harness.run.expectations`), never a case's
             raise ChannelCorrupted(f"a {kind} with the status {record.status}, which no case's process gives")
         record = self._judged(record, task)
         if kind == "verdict":
@@ -211,7 +210,6 @@ class Template:
     def _judged(self, record: Any, task: dict[str, Any]) -> Any:
         """The record once its values are judged (`judge.judge_record`), in a process forked for it: the worker
         itself runs no tensor operation (an OpenMP thread pool made here would deadlock every later fork)."""
-        from harness import records as R
         from harness.judge.values import JUDGED_STATUSES
 
         if record.status not in JUDGED_STATUSES:

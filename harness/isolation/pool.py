@@ -334,16 +334,14 @@ class WorkerPool:
         if kind == "verdict":
             worker.verdict = self._record_of(worker, message["verdict"])
             return None
-        if kind == "lost" and message.get("harness_failed") is True:
-            return self._lost(
-                worker,
-                R.Symptom.CRASH,
-                f"{R.HARNESS_FAILED} in the case's process (a harness bug; the worker's log ends with its traceback): "
-                f"{message['lost']}",
-                stop=False,
-            )
         if kind == "lost":
-            return self._lost(worker, R.Symptom.CRASH, f"{message['lost']}", stop=False)
+            said = f"{message['lost']}"
+            if message.get("harness_failed") is True:
+                said = (
+                    f"{R.HARNESS_FAILED} in the case's process (a harness bug; the worker's log ends with its "
+                    f"traceback): {said}"
+                )
+            return self._lost(worker, R.Symptom.CRASH, said, stop=False)
         if kind == "corrupted":
             return self._lost(
                 worker,

@@ -52,6 +52,10 @@ class Status(_Named):
         return list(Status).index(self)
 
 
+# The statuses an expected failure makes (only `harness.run.expectations` gives them).
+EXPECTED_STATUSES = (Status.XFAIL, Status.XPASS)
+
+
 class Stage(_Named):
     """Where a run stopped (NNSmith's "stage")."""
 

@@ -157,7 +157,7 @@ class Expectations:
         known = case.known_failure(bool(record.surrogate), **_run_of(record)) if case is not None else None
         if known is not None:
             _declared(record, known)
-        if record.status in (R.XFAIL, R.XPASS):
+        if record.status in R.EXPECTED_STATUSES:
             return record
         for issue in self.issues:  # also over a declaration not strict that this run passes
             if issue.applies(record):

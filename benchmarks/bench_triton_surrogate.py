@@ -1,12 +1,13 @@
-"""What the surrogate NPU's Triton mode (triton-ascend's interpreter) costs against its C++ mode.
+"""What the surrogate NPU's Triton mode (triton-ascend's interpreter) and its torch_npu mode (torch_npu 2.14.0's own
+backend, kernels run by that interpreter) cost against its C++ mode.
 
     python benchmarks/bench_triton_surrogate.py [--json out.json]
 
 The same harness runs in both modes, each in processes of its own with a fresh Inductor cache (cold: every
 run compiles), then once more on that cache (warm): each of the five triton-ascend classes on its hit cases
 (`-k "<class> and hit" --inject <class> --bisect`) and the two seeds' small variants under `--bisect`. Reported
-per mode and pass: the wall time of all the runs, and the ratio Triton / C++. No target: the figure says how
-much of CI a Triton-mode test may take (`docs/benchmarks.md`).
+per mode and pass: the wall time of all the runs, and the ratios Triton / C++ and torch_npu / C++. No target: the
+figures say how much of CI a test in those modes may take (`docs/benchmarks.md`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def main() -> int:
     parser.add_argument("--json", help="write the figures here")
     args = parser.parse_args()
     sys.path.insert(0, str(SURROGATE_DIR))
+    from install_torch_npu import install as install_torch_npu
     from install_triton import install
 
     modes = {
@@ -47,6 +49,10 @@ def main() -> int:
         "triton": {
             "PYTHONPATH": os.pathsep.join([str(SURROGATE_DIR), install(), str(ROOT)]),
             "NPU_SURROGATE_CODEGEN": "triton",
+        },
+        "torch_npu": {
+            "PYTHONPATH": os.pathsep.join([str(SURROGATE_DIR), install(), install_torch_npu(), str(ROOT)]),
+            "NPU_SURROGATE_CODEGEN": "torch_npu",
         },
     }
     figures: dict[str, dict[str, float]] = {}
@@ -71,9 +77,13 @@ def main() -> int:
                         )
                         return 1
                 figures.setdefault(mode, {})[cache_state] = round(time.perf_counter() - started, 1)
-                print(f"{mode:7s} {cache_state}: {figures[mode][cache_state]:7.1f} s ({len(RUNS)} harness runs)")
-    ratios = {state: round(figures["triton"][state] / figures["cpp"][state], 2) for state in ("cold", "warm")}
-    print(f"triton / cpp: cold {ratios['cold']}x, warm {ratios['warm']}x")
+                print(f"{mode:9s} {cache_state}: {figures[mode][cache_state]:7.1f} s ({len(RUNS)} harness runs)")
+    ratios = {
+        f"{mode}/cpp": {state: round(figures[mode][state] / figures["cpp"][state], 2) for state in ("cold", "warm")}
+        for mode in ("triton", "torch_npu")
+    }
+    for name, ratio in ratios.items():
+        print(f"{name}: cold {ratio['cold']}x, warm {ratio['warm']}x")
     if args.json:
         Path(args.json).write_text(json.dumps({"seconds": figures, "ratio": ratios}, indent=1) + "\n")
     return 0

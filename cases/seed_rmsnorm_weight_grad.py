@@ -10,7 +10,7 @@ before that fix and pass after it.
 import torch
 from torch import nn
 
-from harness import Program, Tolerance, case, contiguous, permuted
+from harness import KnownFailure, Program, Tolerance, case, contiguous, permuted
 
 # The upstream report (a torch_npu issue, in Chinese) has no public link we could find; it is named in words.
 ISSUE = (
@@ -54,6 +54,37 @@ def seed_rmsnorm_weight_grad(dtype):
 def seed_rmsnorm_weight_grad_small(dtype):
     """The same program at shapes two CPU cores afford (head_dim kept at 128)."""
     return Program(rms_norm_weight_grad, _inputs(2, 64, 8, 128))
+
+
+# Found by this harness in torch_npu's own codegen, on the CPU surrogate (docs/found/, which has the repro).
+FOUND_RSPLIT = "docs/found/torch_npu_rsplit_unused_core_range.md (found by this harness, on the CPU surrogate)"
+RSPLIT_REASON = (
+    "torch_npu's triton_experimental rsplit partial kernel computes each core's share of a multi-axis reduction "
+    "(r0__lo, r0__hi) and never uses it: all 40 programs sum the whole reduction "
+    "(codegen/triton.py, _npu_rewrite_rsplit_partial_body)"
+)
+
+
+@case(
+    tags=("found", "torch_npu", "reduction", "permute"),
+    dtypes=(torch.bfloat16,),
+    issue=FOUND_RSPLIT,
+    tolerances=REPORT_TOLERANCE,
+    known_failures=(KnownFailure(RSPLIT_REASON, npu_backend="triton_experimental", torch_npu=">=2.13.0,<=2.14.0"),),
+)
+def found_torch_npu_rsplit_unused_core_range(dtype):
+    """Seed 002's program at the smallest shape torch_npu splits across cores: (2, 128, 8, 16), 2048 summed.
+
+    Its sum over dims 0, 1 and 2 cannot be merged into one axis. torch_npu 2.13.0's and 2.14.0's
+    `triton_experimental` codegen (`torch_npu/_inductor/triton_experimental/codegen/triton.py`, 2.14.0's lines)
+    flags the kernel as the partial of a cross-core split (`codegen_node_schedule`, 5548-5551) once
+    `_npu_rsplit_outer_applicable` holds (5281-5367: one sum, x <= 40 * 256, r >= 2048, r >= x), after
+    `_apply_linearize` promoted the unmergeable axes to real-block loops (7054-7080). The prologue computes each
+    core's range, `r0__lo` and `r0__hi` (4088-4112), but `_npu_rewrite_rsplit_partial_body` (4502-4560) bounds only
+    a flat `for r0_offset in range(0, r0_numel, ...)` loop, which the promoted body does not have: every one of
+    the 40 programs sums the whole reduction, and the combine kernel adds 40 copies (compiled = 40 x eager). Upstream
+    Inductor, the surrogate's C++ and Triton modes, and torch_npu's default backend compute it right."""
+    return Program(rms_norm_weight_grad, _inputs(2, 128, 8, 16))
 
 
 class PermutedRMSNorm(nn.Module):

@@ -132,6 +132,16 @@ class Device:
         """What a copy-paste reproduction needs before `python -m harness` to find this device's packages."""
         return ""
 
+    def compiles_keep_forks_usable(self) -> bool:
+        """Whether a process that compiled for this device may still fork processes that use it (the worker warms
+        Inductor up before it forks case processes)."""
+        return True
+
+    def unsupported(self, exc: BaseException) -> str | None:
+        """Why a run that raised `exc` cannot run here at all, in one line, when the device says the exception
+        comes from its own limits (a stand-in's missing piece); None for everything else, which stays an error."""
+        return None
+
     def numerics(self) -> contextlib.AbstractContextManager:
         """The math settings every run of a case (eager, compiled, references) runs under: full float32."""
         return _attributes_set(FULL_FLOAT32.get(self.name, ()))
@@ -279,6 +289,23 @@ class Npu(Device):
         except Exception:  # noqa: BLE001 - not importable here (unavailable_reason says why): not a stand-in
             return None
 
+    def compiles_keep_forks_usable(self) -> bool:
+        # torch_npu's runtime may start as its backend loads, and its default backend starts a pool of compile
+        # threads at import (`_inductor/runtime/triton_heuristics.py`, `CompileThreadPool`): a fork after that
+        # hangs in its first CPU op. A stand-in whose backends start none says so (`FORKS_AFTER_COMPILE`).
+        if self.surrogate() is None:
+            return False
+        return bool(getattr(sys.modules.get("torch_npu"), "FORKS_AFTER_COMPILE", False))
+
+    def unsupported(self, exc: BaseException) -> str | None:
+        # A stand-in says what it cannot run (`torch_npu.unsupported`: the surrogate's interpreter, the CANN
+        # operators it has no kernel for); torch_npu proper has no such attribute.
+        judge = getattr(sys.modules.get("torch_npu"), "unsupported", None)
+        if judge is None or self.surrogate() is None:
+            return None
+        reason = judge(exc)
+        return f"not runnable on the surrogate: {reason}" if reason else None
+
     def versions(self) -> dict[str, str]:
         found = super().versions()
         # A torch_npu on the path but not installed as a distribution (a source checkout) has only __version__.
@@ -289,7 +316,8 @@ class Npu(Device):
 
     def command_prefix(self) -> str:
         # A torch_npu found through PYTHONPATH (a source checkout, a surrogate) is found so by the command too,
-        # with a Triton found the same way, and the variables a stand-in says chose its mode (`ENVIRONMENT`).
+        # with a Triton found the same way, the folders a stand-in says it found besides its own (`SEARCH_PATH`:
+        # the wheel whose compiler it runs), and the variables it says chose its mode (`ENVIRONMENT`).
         module = sys.modules.get("torch_npu")
         if module is None or "torch_npu" in _package_versions() or not getattr(module, "__file__", None):
             return ""
@@ -301,6 +329,7 @@ class Npu(Device):
             and _package_root(triton) in os.environ.get("PYTHONPATH", "").split(os.pathsep)
         ):
             paths.append(_package_root(triton))
+        paths += [str(folder) for folder in getattr(module, "SEARCH_PATH", ()) if str(folder) not in paths]
         settings = [f"PYTHONPATH={shlex.quote(os.pathsep.join(paths))}"]
         settings += [f"{name}={shlex.quote(str(value))}" for name, value in getattr(module, "ENVIRONMENT", {}).items()]
         return " ".join(settings) + " "

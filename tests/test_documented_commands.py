@@ -56,6 +56,13 @@ class Rule:
     timeout: int = 600
 
 
+# The two runs docs/npu.md shows before comparing them: the same commands, read from it.
+TORCH_NPU_SIDE_BY_SIDE = "\n".join(
+    line
+    for line in (REPO / "docs" / "npu.md").read_text().splitlines()
+    if "NPU_SURROGATE_CODEGEN=torch_npu" in line and "--json torch_npu_2.1" in line
+)
+
 # First match wins. Exit code 1 is a run that found the failure the command is shown for.
 RULES = [
     Rule(r"^python3 -m venv", "ci", "the README's set-up commands: .ci/run runs them verbatim on a clean clone"),
@@ -92,10 +99,31 @@ RULES = [
         timeout=1800,
     ),
     Rule(
-        r"PYTHONPATH=tests/npu_surrogate pytest cases",
+        r"PYTHONPATH=tests/npu_surrogate \.venv/bin/pytest cases",
         "nightly",
         "every seed_index case through pytest on the surrogate NPU, a process each (105 s on two cores)",
         timeout=1200,
+    ),
+    # The torch_npu mode: CI runs the same seed run (test_npu_path's torch_npu tests); the side-by-side runs download
+    # a second release.
+    Rule(
+        r"NPU_SURROGATE_CODEGEN=torch_npu .*run seed_index_as_strided_view --device npu --bisect$",
+        "nightly",
+        "the run test_npu_path's torch_npu seed test makes in CI (30 s once the wheel is unpacked)",
+        timeout=1200,
+    ),
+    Rule(
+        r"install_torch_npu.py( --version [\d.]+)?\) NPU_SURROGATE_CODEGEN=torch_npu .*--json torch_npu_2\.1[34]\.json",
+        "nightly",
+        "downloads a torch-npu release, then runs the found bugs and seed 000 through its backend (60 s)",
+        timeout=1200,
+    ),
+    Rule(
+        r"harness report torch_npu_2.14.json --baseline torch_npu_2.13.json",
+        "nightly",
+        "runs the two releases first (120 s)",
+        before=TORCH_NPU_SIDE_BY_SIDE,
+        timeout=1800,
     ),
     Rule(
         r"install_triton.py",
@@ -119,7 +147,7 @@ RULES = [
         exit_code=1,
     ),
     Rule(
-        r"PYTHONPATH=tests/npu_surrogate python -m harness run -k seed_index",
+        r"PYTHONPATH=tests/npu_surrogate \.venv/bin/python -m harness run -k seed_index",
         "nightly",
         "the surrogate run test_npu_path's seed test makes in CI (40 s)",
         exit_code=1,
@@ -212,7 +240,8 @@ def _sandbox(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 def _run(command: Command, rule: Rule, tmp_path: Path) -> subprocess.CompletedProcess:
     sandbox, env = _sandbox(tmp_path)
     text = command.text.replace(".venv/bin/", str(tmp_path / "bin") + "/")
-    script = f"set -e\n{rule.before}\nset +e\n{text}\n" if rule.before else text
+    before = rule.before.replace(".venv/bin/", str(tmp_path / "bin") + "/")
+    script = f"set -e\n{before}\nset +e\n{text}\n" if before else text
     return subprocess.run(
         ["bash", "-c", script],
         cwd=REPO if rule.in_checkout else sandbox,
@@ -260,3 +289,11 @@ def _check_synopsis(command: Command, tmp_path: Path) -> None:
         assert re.search(rf"(?<![\w-]){re.escape(option)}\b", helped.stdout), (
             f"{command.id}: `harness {words[1]} --help` does not list {option}"
         )
+
+
+def test_the_surrogate_commands_name_the_interpreter_that_has_torch():
+    # A system `python` may have no torch: the surrogate's commands run the README's environment's interpreter.
+    surrogate = [c for c in COMMANDS if "npu_surrogate" in c.text or "regenerate_npu_kernels" in c.text]
+    assert len(surrogate) >= 4, [c.id for c in surrogate]
+    bare = [c.id for c in surrogate if re.search(r"(?:^|[\s(])(?:python3?|pytest) ", c.text)]
+    assert bare == [], f"commands calling a bare python or pytest: {bare}"

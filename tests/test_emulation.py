@@ -201,7 +201,7 @@ def test_boundary_downcast_leaves_what_the_kernels_own_launcher_narrows_to_it():
         "triton_unk_fused_index_0",
         "triton",
         ["in_ptr0", "in_ptr1", "out_ptr0"],
-        launcher_narrowed=frozenset({"in_ptr0"}),
+        launcher_narrowed={"in_ptr0": "*i64"},
     )
     args = [torch.arange(4, dtype=torch.int64), torch.arange(4, dtype=torch.int64), torch.zeros(4, dtype=torch.int64)]
 
@@ -227,4 +227,4 @@ def test_a_kernels_launcher_narrowing_is_read_from_its_triton_meta():
     }
     autotuner.inductor_meta, autotuner.fn = {}, type("Fn", (), {"arg_names": ["in_ptr0", "out_ptr0", "xnumel"]})()
     info = launches._kernel_info("triton_unk_fused_0", autotuner, {}, "module.py")
-    assert info.kind == "triton" and info.launcher_narrowed == frozenset({"in_ptr0"})
+    assert info.kind == "triton" and info.launcher_narrowed == {"in_ptr0": "*i64"}

@@ -91,6 +91,24 @@ def test_a_view_the_wrapper_builds_at_the_wrong_offset_names_the_call_the_argume
     assert _run(cases, "fallback_view_write", dynamic=dynamic).status == R.PASS
 
 
+def test_a_view_the_wrapper_builds_at_the_wrong_offset_for_an_op_to_read_is_named_too(cases):
+    # The dropped offset covers the views a call reads as well as those it writes.
+    record = _run(cases, "fallback_view_read", inject="glue-offset-dropped", bisect=True)
+    assert record.status == R.FAIL and record.emulation == "glue-offset-dropped", record.summary()
+    assert record.injection_stats.hits == ["aten:0:torch.ops.harness_fallback_test.row_sums.default:x"]
+    found = record.first_divergent_kernel
+    assert (found.answer, found.name) == (R.Answer.KERNEL, "torch.ops.harness_fallback_test.row_sums.default")
+    assert found.isolated.startswith("the wrapper's glue is wrong: it hands x to harness_fallback_test.row_sums")
+    assert "as a view of arg0_1 with size (4, 16) stride (16, 1) storage offset 0, where eager's value of " in (
+        found.isolated
+    )
+    assert found.isolated.endswith(
+        "has size (4, 16) stride (16, 1) storage offset 32; 64/64 of its elements differ "
+        "while arg0_1 holds eager's values"
+    )
+    assert _run(cases, "fallback_view_read").status == R.PASS
+
+
 def test_extract_says_why_a_fallback_answer_is_not_extracted(cases, tmp_path):
     record = _run(cases, "fallback_custom_op_wrong_layout", bisect=True, extract_dir=str(tmp_path))
     assert record.extracted == "not-extracted"
@@ -192,3 +210,42 @@ def test_a_fallback_launch_takes_what_it_returned_as_written_arguments():
     ]
     assert launch.result_path(values) == (0,) and launch.result_path(indices) == (1,)
     assert launch.key == "aten:0" and launch.selector == "aten:0"
+
+
+@pytest.mark.parametrize(
+    "case_name, op, said",
+    [
+        ("contract_undeclared_mutation", "scale_in_place_undeclared", "writes `x`, declared not mutable"),
+        ("contract_output_aliases_input", "flat_view_undeclared", "returns a view of `x`, declared as a fresh tensor"),
+    ],
+)
+def test_a_custom_op_that_breaks_its_schema_is_the_answer_not_a_kernel_or_a_pass(cases, case_name, op, said):
+    # Inductor trusted the schema: before, the answer was a graph pass ("no single pass is to blame") or the stage
+    # before Inductor, and on another program the kernel reading the buffer.
+    record = _run(cases, case_name, bisect=True)
+    assert record.status == R.FAIL, record.summary()
+    found = record.first_divergent_kernel
+    assert (found.answer, found.kind, found.name) == (
+        R.Answer.KERNEL,
+        KIND_FALLBACK,
+        f"torch.ops.harness_fallback_test.{op}",
+    )
+    assert found.isolated.startswith(f"custom op harness_fallback_test::{op} breaks its own contract: it {said}")
+    assert "torch.library.opcheck's test_schema" in found.isolated
+    assert f"first divergent kernel: torch.ops.harness_fallback_test.{op} stage=inductor; custom op" in found.line()
+
+
+def test_a_custom_op_whose_fake_kernel_lies_is_named_where_the_compile_breaks(cases):
+    record = _run(cases, "contract_fake_kernel_wrong_layout", bisect=True)
+    assert record.status == R.ERROR and record.stage == R.Stage.COMPILE, record.summary()
+    assert record.diagnosis.startswith(
+        "custom op harness_fallback_test::transpose_fake_untransposed breaks its own contract: it has a fake kernel "
+        "whose output differs from the real one's: Shapes torch.Size([16, 8]) and torch.Size([8, 16]) are not equal"
+    ), record.diagnosis
+
+
+def test_a_program_whose_custom_ops_keep_their_contracts_is_not_answered_by_them(cases):
+    # fallback_custom_op_wrong_layout's op is wrong, but within its schema: the probe names it, as before.
+    record = _run(cases, "fallback_custom_op_wrong_layout", bisect=True)
+    found = record.first_divergent_kernel
+    assert found.name == "torch.ops.harness_fallback_test.double_it.default" and "contract" not in found.isolated

@@ -208,3 +208,78 @@ def test_a_triton_kernels_roles_come_from_what_its_body_stores_to(body):
 def test_a_kernel_whose_source_cannot_be_read_keeps_the_roles_its_names_say():
     signature = {"in_ptr0": "*fp32", "out_ptr0": "*fp32", "ws_ptr": "*fp32"}
     assert _roles("def k(:\n", "k", signature) == {"in_ptr0": "in", "out_ptr0": "out", "ws_ptr": "in"}
+
+
+def test_the_unused_core_range_check_names_only_the_rsplit_partial_that_ignores_its_range():
+    # torch_npu 2.14.0's partial kernel over seed 002's real-block loops computes r0__lo, r0__hi and never uses
+    # them; the rsplit pair over a flat reduction (column_sums_k4) bounds its loop by them; no other kernel has one.
+    from harness.inductor_compat.kernel_checks import text_findings
+
+    flagged = {
+        (program, name): text_findings(source)
+        for program, entry in PROGRAMS.items()
+        for name, source in entry["kernels"].items()
+        if text_findings(source)
+    }
+    assert flagged == {
+        ("rsplit_multi_axis", "triton_unk_fused_mul_permute_sum_0"): [
+            "unused-core-range: r0__lo, r0__hi are computed from the program's id (its share of the work) and never "
+            "used: every program does the whole range"
+        ]
+    }
+    assert "r0__lo" in kernel("column_sums_k4") and "range(r0__lo, r0__hi" in kernel("column_sums_k4")
+
+
+def test_the_check_reads_the_range_through_aliases_and_ignores_dead_lane_masks():
+    from harness.inductor_compat.kernel_checks import unused_core_range
+
+    used = (
+        "def k(in_ptr0, ws_ptr, XBLOCK: tl.constexpr):\n"
+        "    pid = tl.program_id(0)\n"
+        "    lo = pid * 64\n"
+        "    hi = tl.minimum(lo + 64, 1000)\n"
+        "    xmask = pid * 4 + tl.arange(0, XBLOCK) < 9\n"  # a dead mask of lanes: not a range
+        "    acc = 0.0\n"
+        "    for r in range(lo, hi, 8):\n"
+        "        acc += tl.load(in_ptr0 + r)\n"
+        "    tl.store(ws_ptr + pid, acc)\n"
+    )
+    assert unused_core_range(used) is None
+    unused = used.replace("range(lo, hi, 8)", "range(0, 1000, 8)")
+    assert unused_core_range(unused) == (
+        "lo, hi are computed from the program's id (its share of the work) and never used: every program does the "
+        "whole range"
+    )
+
+
+@pytest.mark.parametrize(
+    "rows, said",
+    [
+        ("shares", "the 4 partials of the split reduction add up to eager's reduction: each holds its share"),
+        (
+            "whole",
+            "each of the 4 partials of the split reduction holds the whole reduction, not its share: their sum is "
+            "4x eager's (the per-core range is not applied)",
+        ),
+        (
+            "half",
+            "the 4 partials of the split reduction do not add up to eager's reduction (their sum is 0.5x "
+            "eager's in magnitude)",
+        ),
+    ],
+)
+def test_the_share_check_tells_a_partial_holding_its_share_from_one_holding_everything(rows, said):
+    import torch
+
+    from harness.judge.compare import VerdictPolicy
+    from harness.probe.shares import share_answer
+
+    values = torch.arange(64, dtype=torch.float32).reshape(16, 4)  # 16 summed, 4 outputs
+    expected = values.sum(0)
+    workspace = {
+        "shares": values.reshape(4, 4, 4).sum(1),  # each of 4 cores sums its 4 rows
+        "whole": expected.repeat(4, 1),  # each core sums all 16
+        "half": values.reshape(4, 4, 4).sum(1) / 2,
+    }[rows]
+    assert share_answer(workspace.reshape(-1), expected, VerdictPolicy()) == said
+    assert share_answer(torch.zeros(5), expected, VerdictPolicy()) is None  # not a whole number of rows

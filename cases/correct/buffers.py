@@ -9,7 +9,7 @@ must stay eager's.
 
 import torch
 
-from harness import Program, case, contiguous, gapped, permuted
+from harness import KnownFailure, Program, case, contiguous, gapped, permuted
 
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -81,7 +81,20 @@ def as_strided_view_add(x, update):
     return y, y.view(32, 64).sum(dim=-1)
 
 
-@case(tags=("correct", "buffers", "inplace", "as_strided"), dtypes=FLOATS + (torch.int64,), modes=("inference",))
+@case(
+    tags=("correct", "buffers", "inplace", "as_strided"),
+    dtypes=FLOATS + (torch.int64,),
+    modes=("inference",),
+    # torch_npu's own backend drops the update (found_torch_npu_as_strided_update_dropped, cases/found_torch_npu.py).
+    known_failures=(
+        KnownFailure(
+            "torch_npu's triton_experimental makes aten.as_strided a fallback: the update through it is dropped "
+            "(docs/found/torch_npu_as_strided_update_dropped.md)",
+            npu_backend="triton_experimental",
+            torch_npu=">=2.13.0,<=2.14.0",
+        ),
+    ),
+)
 def correct_as_strided_view_add(dtype):
     """add_ into an as_strided window of a clone (2048 elements, 1536 updated), then row sums."""
     return Program(

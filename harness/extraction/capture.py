@@ -62,6 +62,10 @@ class CapturedLaunch:
     values: dict[str, torch.Tensor]
     # The node held by the buffer localization found diverging (the answer's `buffer`), if it is mapped.
     diverging: str | None = None
+    # Whether rings[0] is the kernel's own nodes. Where codegen names none (torch_npu's schedulings trace no
+    # provenance, and an rsplit partial kernel writes a workspace no node holds), the one ring is the whole graph:
+    # no kernel-level repro, and the graph-level forms are the whole program's.
+    own_nodes_known: bool = True
 
 
 def capture_launch(launch: Launch, call: Any, label: str, diverging_buffer: str | None = None) -> CapturedLaunch:
@@ -87,6 +91,10 @@ def capture_launch(launch: Launch, call: Any, label: str, diverging_buffer: str 
         host = None if expected is None else expected.detach().to("cpu", copy=True)
         written.append(WrittenArgument(key, name, node, whole, host))
     rings = _rings(info, launch.kernel.name, [w.node for w in written if w.node])
+    own_nodes_known = bool(rings)
+    if not rings:
+        whole = S.kernel_node_names(info.gm, [node.name for node in info.gm.graph.nodes])
+        rings = [whole] if whole else []
     needed = {name for ring in rings for name in S.cut(info.gm, ring).inputs} if rings else set()
     return CapturedLaunch(
         graph=label,
@@ -104,6 +112,7 @@ def capture_launch(launch: Launch, call: Any, label: str, diverging_buffer: str 
         rings=rings,
         values=_eager_values(info, values, needed),
         diverging=next((w.node.rpartition("@")[2] for w in written if w.name == diverging_buffer and w.node), None),
+        own_nodes_known=own_nodes_known,
     )
 
 

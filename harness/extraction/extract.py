@@ -181,7 +181,7 @@ def _manifest(captured: CapturedLaunch, parent: Parent, found: R.Extraction) -> 
 
 
 def _kernel_form(captured: CapturedLaunch, parent: Parent, directory: Path, found: R.Extraction) -> None:
-    if not captured.rings:
+    if not captured.rings or not captured.own_nodes_known:
         found.notes.append("kernel-level repro not written: codegen did not say which nodes the kernel computes")
         return
     outputs = [w.node.rpartition("@")[2] for w in captured.written if w.node and w.whole_value]
@@ -256,6 +256,10 @@ def _graph_forms(
     whole of it, then each wider ring; the first that reproduces is written."""
     path = directory / f"{case_name}.py"
     clock = time.perf_counter()
+    if captured.rings and not captured.own_nodes_known:
+        found.notes.append(
+            "codegen named no graph nodes for the kernel: the graph-level forms are cut from the whole graph"
+        )
     for widened, ring in enumerate(captured.rings):
         whole = S.cut(captured.gm, ring)
         tries = [S.cut(captured.gm, part, [part[-1]], only=True) for part in _parts(captured, parent, ring)]
@@ -586,7 +590,8 @@ def _plain_form(
         return
     tolerance = parent.case.tolerances.get(parent.dtype) if parent.case.tolerances else None
     close = None if tolerance is None else (float(tolerance.rtol), float(tolerance.atol))
-    options = {**parent.case.compile_options, **parent.config.compile_options}
+    # The run's own: the device's options (the NPU's `npu_backend`), the case's, the run's.
+    options = dict(parent.record.compile_options)
     # Python source of each keyword, written from the values as `_case_text` writes them: never a case's `repr`.
     compile_kwargs: dict[str, str] = {}
     if parent.config.backend != "inductor":
@@ -601,6 +606,9 @@ def _plain_form(
         f"Found by the harness: {parent.record.command}",
         f"Run: python {PLAIN_FILE} [device]   (AssertionError: the bug reproduces)",
     ]
+    if parent.record.surrogate:
+        where = f"Verified on the {parent.record.surrogate}: run it where the device is real to see it there."
+        docstring.insert(3, where)
     if emulation:
         docstring += [
             "",

@@ -216,21 +216,23 @@ def load_kernels_afresh() -> None:
     CompiledTritonKernels.cache_clear()
 
 
-def warm_compiler() -> None:
+def warm_compiler(options: dict | None = None) -> None:
     """Compile and run one tiny program with Inductor on the CPU, then reset. A process's first compile pays
     seconds of lazy set-up (Dynamo, AOT autograd, Inductor's C++ toolchain checks); a process forked after
     this pays none of it (0.05 s against 3 s for a small program, on two CPU cores, torch 2.13). Its two
-    elements run on one thread: no OpenMP thread pool is made, which would hang every later fork."""
+    elements run on one thread: no OpenMP thread pool is made, which would hang every later fork. `options` are
+    the device's own compile options (the NPU's `npu_backend`): torch_npu's compile wrapper loads the backend a
+    compile names for every compile, a CPU one too, so the warm-up loads the one the cases will ask for."""
     import torch
 
-    torch.compile(lambda x: x + 1)(torch.ones(2))
+    torch.compile(lambda x: x + 1, options=options or None)(torch.ones(2))
     # A module's first trace sets up Dynamo's nn.Module handling (a quarter of a second). Without grad: a training
     # graph's tracing starts the autograd engine's device threads, and a fork's backward on a device then fails.
     with torch.no_grad():
         module = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LayerNorm(2), torch.nn.GELU()).requires_grad_(
             False
         )
-        torch.compile(module)(torch.ones(1, 2))
+        torch.compile(module, options=options or None)(torch.ones(1, 2))
     torch.compiler.reset()
 
 

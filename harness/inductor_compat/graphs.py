@@ -71,6 +71,8 @@ class BufferFact:
     part_view: tuple[list[int], list[int], int] | None = None
     # For a buffer holding STATE_BEFORE_IN_PLACE: the buffers of the same lowering that update it in place.
     completed_by: list[str] = field(default_factory=list)
+    # The scheduler removed it (`GraphLowering.removed_buffers`): no kernel or call of the wrapper writes it.
+    removed: bool = False
     # What a fallback call (an ATen fallback or custom op: `FallbackKernel`) made: the fallback's buffer, for each
     # tensor it returned (`MultiOutput`, with its index path in what the op returned) and each argument it writes
     # in place (`MutationOutput`, whose value is its target's state right after the op, "X@op").
@@ -205,6 +207,9 @@ def _graph_info(
         except Exception:  # a multi-output buffer has no single size
             fact.size = None
     _fallback_facts(lowering.name_to_buffer, buffers, nodes)
+    for name in getattr(lowering, "removed_buffers", ()):
+        if name in buffers:
+            buffers[name].removed = True
     for fact in buffers.values():
         if fact.part_of is not None:  # the storage's own value: its buffer's node, or the graph input itself
             owner = buffers.get(fact.storage)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from harness.layout import span
+from harness.inductor_compat.kernel_checks import text_findings
 from harness.inductor_compat.kernel_pointers import PointerUse, pointer_use
 from harness.inductor_compat.kernel_variants import attach_variants
 
@@ -39,9 +40,10 @@ class KernelInfo:
     launched: int = 0
     # A fallback's op (`torch._ops.OpOverload`), whose schema gives its arguments' roles.
     op: Any = None
-    # Arguments the kernel's own launcher narrows from 64 bits (torch_npu's `triton_meta["downcast_args"]`:
-    # its codegen marks `*i64`/`*fp64`/`fp64` arguments, `_wrap_launcher_with_downcast` converts them).
-    launcher_narrowed: frozenset[str] = frozenset()
+    # Arguments the kernel's own launcher narrows from 64 bits, with their signature type (torch_npu's
+    # `triton_meta["downcast_args"]`: its codegen marks `*i64`/`*fp64`/`fp64` arguments,
+    # `_wrap_launcher_with_downcast` converts the pointers' tensors).
+    launcher_narrowed: dict[str, str] = field(default_factory=dict)
     # Times autotuning benchmarked a Triton kernel's configs (each on cloned arguments, before a launch).
     benchmark_rounds: int = 0
     # A Triton kernel's pointer arguments (`*fp32` in its signature), and what its source stores to, loads
@@ -51,6 +53,11 @@ class KernelInfo:
     # Pointer -> dtype, for each argument it adds to atomically in float16 or bfloat16: every add rounds to that
     # dtype, in an order that changes from run to run (`low_precision_atomics`).
     low_precision_atomics: dict[str, str] = field(default_factory=dict)
+    # The partial kernel of torch_npu's cross-core reduction split (`npu_rsplit_partial` in its inductor_meta): it
+    # writes one row per core of a workspace, which a combine kernel sums.
+    rsplit_partial: bool = False
+    # What the checks on its text found (`kernel_checks.py`): "name: sentence".
+    text_findings: list[str] = field(default_factory=list)
 
     def role(self, position: int) -> str:
         if position >= len(self.arg_names):
@@ -392,10 +399,12 @@ def _kernel_info(name: str, value: Any, cpp_params: dict[str, tuple[list[str], s
             source,
             path,
             accumulates=_sums(getattr(value, "heuristic_type", None)),
-            launcher_narrowed=frozenset(value.triton_meta.get("downcast_args") or ()),
+            launcher_narrowed=dict(value.triton_meta.get("downcast_args") or {}),
             pointers=pointers,
             uses=uses,
             low_precision_atomics=atomics,
+            rsplit_partial=bool(value.inductor_meta.get("npu_rsplit_partial")),
+            text_findings=text_findings(source) if source else [],
         )
     return None
 

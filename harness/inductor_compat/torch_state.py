@@ -133,6 +133,13 @@ def _restore(saved: dict[str, Any], changed: list[str]) -> None:
 
 
 def _differs(a: Any, b: Any) -> bool:
+    # A config's copy (`get_config_copy` deep-copies) of a custom graph pass object is another object: Inductor tells
+    # passes apart by their `uuid()` (`CustomGraphPass`, torch 2.6 on), and so does this.
+    if type(a) is type(b) and callable(getattr(a, "uuid", None)):
+        try:
+            return a.uuid() != b.uuid()
+        except Exception:  # noqa: BLE001 - a pass whose uuid cannot be made: compared as any object
+            pass
     try:
         return bool(a != b)
     except Exception:  # values whose comparison is not a truth value

@@ -279,9 +279,10 @@ class KernelFault:
 
 
 class DroppedViewOffset:
-    """The wrapper's glue hands a fallback call its written views at storage offset 0 (pytorch#198068, AOTInductor
-    under dynamic shapes: `sym_storage_offset` lowers to 0, so a custom op's mutable view of a larger buffer writes
-    at the buffer's start). Acts before the call, on the views the wrapper built: the probe sees them as the op does."""
+    """The wrapper's glue hands a fallback call its views at storage offset 0 (pytorch#198068, AOTInductor under
+    dynamic shapes: `sym_storage_offset` lowers to 0, so a custom op's mutable view of a larger buffer writes at the
+    buffer's start; a view it reads, reads there). Acts before the call, on the views the wrapper built, read or
+    written: the probe sees them as the op does."""
 
     handles_fallbacks = True
 
@@ -295,8 +296,8 @@ class DroppedViewOffset:
         if self.selector is not None:
             return unselected(self.selector, self.stats.launches)
         return (
-            f"none of the {self.stats.launches} fallback calls writes a view at a storage offset other than 0 "
-            "(the dropped offset changes nothing there)"
+            f"none of the {self.stats.launches} fallback calls reads or writes a view at a storage offset other "
+            "than 0 (the dropped offset changes nothing there)"
         )
 
     def glue(self, launch: Launch) -> None:
@@ -306,7 +307,7 @@ class DroppedViewOffset:
         self.stats.launches += 1
         if self.selector is not None and not selects(self.selector, launch):
             return
-        for key, tensor in launch.written_args():
+        for key, tensor in launch.tensor_args():
             if isinstance(key, int) and tensor.storage_offset() and not launch.local_names(tensor):
                 launch.args[key] = tensor.as_strided(tensor.shape, tensor.stride(), 0)
                 self.stats.hits.append(f"{launch.selector}:{launch.kernel.name}:{launch.param_name(key)}")
@@ -353,7 +354,7 @@ INJECTIONS: dict[str, Injection] = {
     **{f"fault-{c}": _fault(c) for c in (*CORRUPTIONS, "stride-collapse")},
     "glue-offset-dropped": Injection(
         "glue-offset-dropped",
-        "emulates the wrapper handing a fallback or custom op its written views at storage offset 0",
+        "emulates the wrapper handing a fallback or custom op its views (read or written) at storage offset 0",
         DroppedViewOffset,
         takes_selector=True,
         source="pytorch#198068 (AOTInductor, dynamic shapes)",

@@ -59,13 +59,22 @@ _CASE_MODULE_PREFIXES = ("harness_case_module", "harness_cases")
 _STARTER = "_harness_started_by_trusted_code"
 
 
+def _trusted_dirs() -> tuple[str, ...]:
+    """torch's and the harness's folders, and those of the NPU's compiler package where one is loaded (torch_npu's
+    backends start their own pools as they load, as torch's compile does: its folders are read off its `__path__`,
+    since it may be a checkout or a wheel's unpacked Python rather than an installed package)."""
+    npu = getattr(sys.modules.get("torch_npu"), "__path__", ())
+    return _TRUSTED_DIRS + tuple(os.path.abspath(p) + os.sep for p in npu)
+
+
 def _started_by_trusted_code(frame: Any) -> bool:
+    trusted = _trusted_dirs()
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         path = os.path.abspath(frame.f_code.co_filename)
         if module.startswith(_CASE_MODULE_PREFIXES):
             return False
-        if path.startswith(_TRUSTED_DIRS):
+        if path.startswith(trusted):
             return True
         if not path.startswith(_PASS_THROUGH_DIRS):
             return False  # a case's own file, or code with no file

@@ -64,15 +64,15 @@ def _compiles_keep_forks_usable(config) -> bool:
     """Whether this process may compile and still fork case processes that can use their device. Not where a
     GPU is visible, whatever the run's device: every Dynamo compile saves CUDA's RNG state when CUDA is available
     (`preserve_global_state`, torch/_dynamo/convert_frame.py, torch 2.11 and 2.13), which initialises CUDA, and a
-    process forked after that cannot use CUDA ("Cannot re-initialize CUDA in forked subprocess"). Nor on a real
-    NPU, whose runtime torch_npu may start the same way (the CPU-backed surrogate has none). `is_available`
-    asks NVML here (PYTORCH_NVML_BASED_CUDA_CHECK), which starts no CUDA context."""
+    process forked after that cannot use CUDA ("Cannot re-initialize CUDA in forked subprocess"). Nor where the
+    device's compiler says a compile leaves threads or device state behind (`Device.compiles_keep_forks_usable`:
+    torch_npu's backends). `is_available` asks NVML here (PYTORCH_NVML_BASED_CUDA_CHECK), which starts no CUDA
+    context."""
     import torch
 
     from harness.devices import get_device
 
-    real_npu = config.device == "npu" and get_device("npu").surrogate() is None
-    return not torch.cuda.is_available() and not real_npu
+    return not torch.cuda.is_available() and get_device(config.device).compiles_keep_forks_usable()
 
 
 def main() -> int:
@@ -116,7 +116,10 @@ def main() -> int:
     if getattr(config, "device", "") == "cpu":  # Inductor's CPU ISA probe, before the first case's clock starts
         pick_cpu_vec_isa()
     if setup.get("isolation") == "case" and config.backend == "inductor" and _compiles_keep_forks_usable(config):
-        warm_compiler()  # every case process is forked from here: its first compile's set-up is done once
+        from harness.devices import get_device
+
+        # Every case process is forked from here: its first compile's set-up is done once.
+        warm_compiler(get_device(config.device).compile_options(config))
     gc.collect()
     gc.freeze()
 

@@ -14,6 +14,10 @@ by the same verdict policy:
   diverge on first launches only): the kernel is wrong on its first launch;
 - matching otherwise: its inputs were already off, and it amplified that.
 
+A kernel wrong on eager values whose own launcher narrows 64-bit arguments (torch_npu's `downcast_args`) is
+replayed once more with those arguments narrowed keeping their layout: matching then, the launcher's narrowing
+is what diverges, not the kernel's code (seed 000 on torch_npu's own backend).
+
 An argument updated in place (`in_out_ptr`) whose state before the launch
 has no eager twin starts from what the launch left there. Most such kernels
 write before they read (a fresh buffer, or one Inductor reused), and a second
@@ -33,6 +37,7 @@ from harness.judge.compare import VerdictPolicy
 from harness.judge.results import same_values
 from harness.inductor_compat import Launch
 from harness.inductor_compat.launches import ROLE_INOUT
+from harness.inductor_compat.torch_npu_backend import LAUNCHER_NARROWING, narrowed_keeping_layout
 from harness.layout import clone_exact, is_non_overlapping_and_dense, overlap
 from harness.probe.regions import Region, RegionMap
 from harness.probe.values import GraphValues
@@ -153,16 +158,7 @@ def isolate(
     again = replay(launch, regions, values, run, recomputed)
     if again.error is not None:
         return Isolation(NOT_ISOLATED, f"not isolated: the kernel could not be run again ({again.error})")
-    still_wrong = []
-    for name, region, fresh in again.outputs:
-        expected = region.eager(values) if region.mapped else None
-        if expected is None:
-            continue
-        comparison = verdict.tensors(name, fresh, expected, pictures=False)  # only its verdict is told
-        if verdict.wants_reference(comparison) and (reference := region.float64(values)) is not None:
-            comparison = verdict.tensors(name, fresh, expected, reference, pictures=False)
-        if not comparison.passed:
-            still_wrong.append(f"{name} bad={comparison.bad}/{comparison.numel}")
+    still_wrong = _still_wrong(again.outputs, values, verdict)
     kept, group = again.kept, again.group
     if still_wrong and _reads_state_of(again.unknown_priors, launch, regions, values, run, recomputed, again):
         # In-place kernels often write a buffer before reading it back (a fresh buffer, or one Inductor reused);
@@ -192,6 +188,9 @@ def isolate(
             group,
         )
     if still_wrong:
+        narrowing = _launcher_narrowing_diverges(launch, regions, values, verdict, run, recomputed)
+        if narrowing is not None:
+            return Isolation(WRONG, f"{narrowing}; on {on} the launch diverges ({', '.join(still_wrong)})", group)
         return Isolation(WRONG, f"kernel is wrong: on {on} it still diverges ({', '.join(still_wrong)})", group)
     aliased = sorted(
         {
@@ -221,6 +220,70 @@ def isolate(
             "to eager's it diverged; launched again on them it matches eager",
         )
     return Isolation(DRIFT, f"upstream drift amplified here: on {on} this kernel matches eager", group)
+
+
+def _still_wrong(
+    outputs: list[tuple[str, Region, torch.Tensor]], values: GraphValues, verdict: VerdictPolicy
+) -> list[str]:
+    """The replayed outputs that diverge from eager, "name bad=k/n"."""
+    wrong = []
+    for name, region, fresh in outputs:
+        expected = region.eager(values) if region.mapped else None
+        if expected is None:
+            continue
+        comparison = verdict.tensors(name, fresh, expected, pictures=False)  # only its verdict is told
+        if verdict.wants_reference(comparison) and (reference := region.float64(values)) is not None:
+            comparison = verdict.tensors(name, fresh, expected, reference, pictures=False)
+        if not comparison.passed:
+            wrong.append(f"{name} bad={comparison.bad}/{comparison.numel}")
+    return wrong
+
+
+def _launcher_narrowing_diverges(
+    launch: Launch,
+    regions: RegionMap,
+    values: GraphValues,
+    verdict: VerdictPolicy,
+    run: Callable[[Launch], Any],
+    recomputed: Recomputed | None,
+) -> str | None:
+    """For a kernel whose own launcher narrows 64-bit arguments (torch_npu's `downcast_args`), wrong on eager
+    values of its inputs: the same replay with those arguments narrowed keeping their layout. Matching eager
+    then, the kernel's code is right and the launcher's narrowing is what diverges (seed 000 on torch_npu's own
+    backend); the sentence saying so, None otherwise."""
+    kernel = launch.kernel
+    if not kernel.launcher_narrowed:
+        return None
+    narrowed = []
+    for key, tensor in launch.tensor_args():
+        name = kernel.arg_name(key) if isinstance(key, int) else None
+        types = LAUNCHER_NARROWING.get(kernel.launcher_narrowed.get(name or "", ""))
+        if types is not None and str(tensor.dtype).removeprefix("torch.") == types[0]:
+            narrowed.append((name, tensor))
+    if not narrowed:
+        return None
+
+    def run_narrowed_keeping_layout(replayed: Launch) -> Any:
+        args, write_backs = narrowed_keeping_layout(replayed.args, kernel.launcher_narrowed, kernel.arg_names)
+        result = run(dataclasses.replace(replayed, args=args))
+        for wide, narrow in write_backs:
+            wide.copy_(narrow.to(wide.dtype))
+        return result
+
+    again = replay(launch, regions, values, run_narrowed_keeping_layout, recomputed)
+    if again.error is not None or _still_wrong(again.outputs, values, verdict):
+        return None
+    collapsed = [(name, t) for name, t in narrowed if not is_non_overlapping_and_dense(t)] or narrowed
+    described = ", ".join(
+        f"{name} ({str(t.dtype).removeprefix('torch.')}, size {tuple(t.shape)} stride {tuple(t.stride())}"
+        f"{'' if is_non_overlapping_and_dense(t) else ', not dense'})"
+        for name, t in collapsed
+    )
+    return (
+        f"launcher narrowing is wrong, not the kernel's code: the kernel's own launcher narrows {described} "
+        "with Tensor.to(), which gives a non-dense tensor a dense copy the kernel still addresses with its "
+        "compile-time strides; narrowed keeping its layout, the kernel matches eager"
+    )
 
 
 def _reads_state_of(

@@ -62,6 +62,9 @@ GRAPH_PASSES = "inductor_graph_passes"
 # Not a backend: the post-grad graphs run eagerly pass, and with every kernel output made eager the wrapper still
 # diverges: what the wrapper builds around its kernels is wrong.
 WRAPPER_GLUE = "wrapper_glue"
+# Not a backend: the post-grad graphs run eagerly pass, and Inductor dropped an in-place update of them (no kernel
+# or call writes it; the graphs run without it give the compiled results): lowering or scheduling lost it.
+LOWERING = "inductor_lowering"
 STAGE_MEANING = {
     "dynamo": "Dynamo's bytecode, guards or graph capture (backend=\"eager\" runs Dynamo's graph eagerly), not "
     "AOT autograd or Inductor",
@@ -70,6 +73,11 @@ STAGE_MEANING = {
     GRAPH_PASSES: (
         "with every kernel output made eager the outputs still diverge: the post-grad graph Inductor "
         "lowers is already wrong (Inductor's FX graph passes or the wrapper's glue), not a kernel"
+    ),
+    LOWERING: (
+        "the post-grad graphs Inductor lowers, each run eagerly in place of its wrapper, pass, and Inductor "
+        "dropped an in-place update of them: no kernel or call of the wrapper writes it, and the graphs run "
+        "eagerly without it give the compiled results"
     ),
     WRAPPER_GLUE: (
         "the post-grad graphs Inductor lowers, each run eagerly in place of its wrapper, pass, and with "
@@ -112,6 +120,9 @@ class LocalizationHooks:
     # Whether the program passes with each compiled graph's post-grad FX graph run eagerly in place of its
     # wrapper (kernels and glue alike); None when that cannot be run (a graph without lowering facts).
     graphs_pass_eagerly: Callable[[], bool | None] = lambda: None
+    # The program's results with each compiled graph's post-grad FX graph run eagerly in place of its wrapper,
+    # without the named nodes (module path -> node names; in-place updates no node reads); None when it cannot run.
+    graphs_without: Callable[[dict[str, list[str]]], Results | None] = lambda dropped: None
 
     def run(self, probe: KernelProbe) -> bool:
         return self.passes(self.rerun(probe))
@@ -176,6 +187,8 @@ def _localize(program: LocalizationHooks, verdict: VerdictPolicy, failing: bool)
         found.absorbed = [_absorbed(d) for d in probe.divergences]
         _mark_immaterial(program, verdict, probe.divergences, found.absorbed)
         return found
+    if (dropped := _dropped_update(program, found, probe)) is not None:
+        return dropped
     first = probe.divergences[0] if probe.divergences else None
     # Where the search starts: the first difference seen, or, once a kernel's difference was shown not to
     # matter, the first one seen after it from another kernel.
@@ -324,6 +337,23 @@ def _before_inductor(
     return found
 
 
+def _dropped_update(program: LocalizationHooks, found: R.Localization, probe: KernelProbe) -> R.Localization | None:
+    """An in-place update Inductor removed (`dropped.py`), confirmed: the post-grad graphs run eagerly pass, and run
+    eagerly without those updates they give the compiled program's results. No kernel is then to blame."""
+    if not probe.dropped or not program.graphs_pass_eagerly():
+        return None
+    by_module: dict[str, list[str]] = {}
+    for _, module_path, update in probe.dropped:
+        by_module.setdefault(module_path, []).append(update.node)
+    results = program.graphs_without(by_module)
+    if results is None or program.moved(results):
+        return None
+    found.answer, found.diverged, found.stage = R.Answer.STAGE, True, LOWERING
+    updates = "; ".join(f"{label}: {update.text()}" for label, _, update in probe.dropped)
+    found.reason = f"diverges in {LOWERING}: {STAGE_MEANING[LOWERING]} ({updates}); no kernel is wrong"
+    return found
+
+
 def _in_graph_pass(
     program: LocalizationHooks, found: R.Localization, first: Divergence | None
 ) -> R.Localization | None:
@@ -333,6 +363,14 @@ def _in_graph_pass(
     found.graph_passes_changed = [p.label for p in finding.changed]
     if finding.named is None:
         found.problems.append(finding.text)
+        return None
+    if program.graphs_pass_eagerly():
+        # The graphs the passes made are right, run eagerly in place of their wrappers: the pass only made a
+        # graph that what comes after it (lowering, the wrapper) gets wrong. It is not what is wrong.
+        found.problems.append(
+            f"turning off {finding.named.label} alone makes the run pass, but the post-grad graphs it made pass "
+            "run eagerly: the pass is right, and what Inductor makes of its graph is not"
+        )
         return None
     found.answer, found.diverged, found.stage = R.Answer.STAGE, True, GRAPH_PASSES
     found.graph_pass = finding.named.label
@@ -512,3 +550,8 @@ def _name(found: R.Localization, divergence: Divergence, answer: R.Answer, stage
             f"{divergence.isolation.text}; judged together with launch {divergence.launch_index} "
             f"{kernel['name']}, which reads its output"
         )
+    # What the checks on the named kernels' text found: evidence read off the code, beside the measured one.
+    named = [divergence.producers[min(divergence.producers)]] if divergence.producers else []
+    found.text_findings = list(dict.fromkeys(f for k in [*named, kernel] for f in k.get("text_findings", ())))
+    if found.text_findings:
+        found.isolated += "; read in its code: " + "; ".join(f.partition(": ")[2] for f in found.text_findings)

@@ -28,6 +28,8 @@ from harness.inductor_compat.launches import handles_fallbacks
 from harness.layout import clone_exact, dtype_name, is_non_overlapping, is_non_overlapping_and_dense, span
 from harness.probe.glue import check_glue
 from harness.probe.isolation import ALIASING, DRIFT, GLUE, LAYOUT, WRONG, ExactInputs, Isolation, isolate, replay
+from harness.probe.dropped import DroppedUpdate, dropped_updates
+from harness.probe.shares import share_answer
 from harness.probe.regions import Region, RegionMap, describe_reason, region_key
 from harness.probe.values import GraphValues, storage_pointer
 
@@ -146,6 +148,9 @@ class KernelProbe:
     # Buffers laid out so that elements eager keeps apart share memory, or graph outputs of another dtype than
     # their node's (kind LAYOUT), in the order seen: written by a launch, or returned by a graph.
     layouts: list[Divergence] = field(default_factory=list)
+    # In-place updates of the graphs that Inductor removed while the graph reads their target after them
+    # (`dropped.py`): (graph label, module path, the update), each graph's once.
+    dropped: list[tuple[str, str, DroppedUpdate]] = field(default_factory=list)
     _current: _GraphCall | None = None
     # Unmapped in-place lowering states not yet written over: (graph label, buffer) -> where each lies.
     _lowering_states: dict[tuple[str, str], list[_Memory]] = field(default_factory=dict)
@@ -191,6 +196,7 @@ class KernelProbe:
                 f"{info.kind} {sum(l.startswith(info.kind + ' ') for l in self.graphs)}"
             )
             self.graphs.append(label)
+            self.dropped += [(label, info.module_path, update) for update in dropped_updates(info)]
         first = self.launches
         try:
             if not self._needs_values():
@@ -376,6 +382,8 @@ class KernelProbe:
             )
             if launch.fallback is not None:
                 isolation = _as_fallback(isolation, launch)
+            if isolation.kind == WRONG and isolation.group and (share := _share_of_partials(launch, call, verdict)):
+                isolation = Isolation(WRONG, f"{isolation.text}; {share}", isolation.group)
         producers = {i: call.producers[i] for i in isolation.group if i in call.producers}
         return Divergence(
             launch.index,
@@ -606,6 +614,23 @@ def _severity(divergence: Divergence) -> tuple[bool, int, float]:
     return (not metrics.passed, metrics.bad, metrics.max_abs)
 
 
+def _share_of_partials(launch: Launch, call: "_GraphCall", verdict: VerdictPolicy) -> str | None:
+    """A combine kernel judged together with the rsplit partial kernel whose workspace it reads: whether each
+    partial holds its share (`shares.py`), against eager's value of what the combine writes."""
+    written = launch.written_args()
+    if len(written) != 1:
+        return None
+    region = call.regions.written(launch, written[0][1])
+    expected = region.eager(call.values) if region.mapped else None
+    if expected is None:
+        return None
+    for _, tensor in launch.read():
+        found = call.lookup(tensor)
+        if found is not None and call.producers.get(found[0], {}).get("rsplit_partial"):
+            return share_answer(found[1], expected, verdict)
+    return None
+
+
 def _describe(
     launch: Launch, info: GraphInfo, key: int | str, name: str, region: Region, comparison: R.OutputComparison
 ) -> dict[str, Any]:
@@ -626,6 +651,7 @@ def _describe(
         "args": describe_args(launch),
         "metrics": comparison,
         "module_path": info.module_path,
+        "text_findings": list(launch.kernel.text_findings),
     }
 
 
@@ -653,6 +679,8 @@ def _describe_launch(launch: Launch, info: GraphInfo) -> dict[str, Any]:
         "aten_ops": sorted({str(targets[n]) for n in nodes if n in targets}),
         "args": describe_args(launch),
         "module_path": info.module_path,
+        "rsplit_partial": launch.kernel.rsplit_partial,
+        "text_findings": list(launch.kernel.text_findings),
     }
 
 

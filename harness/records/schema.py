@@ -404,6 +404,9 @@ class Localization:
     # The kernel run again on eager values of its inputs: "kernel is wrong: ...",
     # "reads what it writes (aliasing inside the kernel): ...", "upstream drift amplified here: ...".
     isolated: str | None = None
+    # What the checks on the named kernel's text found ("unused-core-range: ..."; inductor_compat/kernel_checks.py):
+    # evidence read off its code, quoted at the end of `isolated` too.
+    text_findings: list[str] = field(default_factory=list)
     # The pipeline stage where the divergence first appears: dynamo (backend "eager"), aot_eager,
     # aot_eager_decomp_partition, inductor_graph_passes, wrapper_glue, or inductor (None when not determined).
     stage: str | None = None
@@ -502,13 +505,14 @@ class Localization:
         )
         if self.fallback_index is not None:
             where = f"{self.graph} fallback aten:{self.fallback_index} {self.name}"
+        elif not where and self.name:  # named without its launch (a custom op found by its contract)
+            where = self.name
         nodes = f" (nodes: {', '.join(self.nodes)})" if self.nodes else ""
         if self.answer == Answer.KERNEL:
             bad = f" bad={self.metrics.bad}/{self.metrics.numel}" if self.metrics else ""
-            return (
-                f"first divergent kernel: {where} writing {self.buffer}{nodes}{bad} "
-                f"stage={self.stage or 'inductor'}; {self.isolated}"
-            )
+            writing = f" writing {self.buffer}" if self.buffer else ""
+            stage = f" stage={self.stage or 'inductor'}"
+            return f"first divergent kernel: {where}{writing}{nodes}{bad}{stage}; {self.isolated}"
         if self.answer == Answer.DRIFT:
             seen = ""
             if self.visible_at is not None:

@@ -52,6 +52,10 @@ class KnownFailure:
     reported as `xpass`, which fails the run: the fix is visible at once.
     `torch` is a version range the failure is known on, as comma-separated
     clauses (`">=2.11,<2.14"`) or a release prefix (`"2.13"` matches 2.13.x).
+    `torch_npu` is the same for the torch_npu release whose compiler ran (a
+    bug found in torch_npu's own code: the torch_npu mode of the surrogate runs
+    it, whose label names the release); a stand-in's own version
+    (`2.14.0+surrogate`, no torch_npu code ran) matches none.
     A failure that shows in some runs only (a race between thread blocks) is
     declared `strict=False`: a matching run that passes then stays `pass`, with
     a reason saying the known failure did not show. A declaration naming a
@@ -67,21 +71,26 @@ class KnownFailure:
     mode: str | None = None
     emulation: str | None = None
     torch: str | None = None
+    torch_npu: str | None = None
     strict: bool = True
 
     def matches(self, surrogate: bool = False, **run: str | None) -> bool:
         if surrogate and self.device is not None:
             return False
-        version = run.pop("torch", None)
-        if self.torch is not None and (version is None or not torch_version_matches(version, self.torch)):
-            return False
+        for field_name in ("torch", "torch_npu"):
+            spec, version = getattr(self, field_name), run.pop(field_name, None)
+            if spec is not None and (version is None or not torch_version_matches(version, spec)):
+                return False
         return all(getattr(self, key) in (None, value) for key, value in run.items())
 
 
 def torch_version_matches(version: str, spec: str) -> bool:
-    """Whether a torch version (`2.13.0+cpu`) is in `spec`: `>=2.11,<2.14`, `==2.13.0`, or a prefix `2.13`."""
+    """Whether a torch (or torch_npu) version (`2.13.0+cpu`) is in `spec`: `>=2.11,<2.14`, `==2.13.0`, or a
+    prefix `2.13`. A surrogate's own version (`+surrogate`) is no release: it matches nothing."""
     from torch.torch_version import TorchVersion
 
+    if version.endswith("+surrogate"):
+        return False
     current = TorchVersion(version)
     for clause in (c.strip() for c in spec.split(",") if c.strip()):
         operator_text = re.match(r"^(>=|<=|==|!=|>|<)?", clause).group(1)

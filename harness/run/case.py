@@ -19,6 +19,7 @@ from harness.judge.values import SizeValues
 from harness.registry import Case
 from harness.run import process_state
 from harness.run.config import EXTRA_FOR, RunConfig, missing_requirements, new_record
+from harness.run.contracts import breach_answer, first_breach
 from harness.run.diagnoses import say_low_precision_atomics
 from harness.run.errors import (
     CASE_RAISES,
@@ -68,6 +69,7 @@ def run_case(
     started = time.perf_counter()
     changed: list[str] = []
     captured: Any = None  # the localized launch, kept for `--extract` (written once the run is over)
+    observed: EagerSide | None = None
     with device.numerics(), torch_state.preserved(changed), process_state.preserved(changed):
         record.compile_config = {**torch_state.config_set(), NPU_PATCHES: npu_patches_active()}
         try:
@@ -89,6 +91,8 @@ def run_case(
         except CaseFailure as failure:
             if isinstance(failure.cause, NoSecondSize):
                 record.conclude(R.SKIP, failure.stage, reason=f"dynamic: {failure.cause}")
+            elif (limit := device.unsupported(failure.cause)) is not None:
+                record.conclude(R.SKIP, failure.stage, reason=limit)
             elif case.generated and isinstance(failure.cause, NoEagerReference):
                 record.conclude(R.SKIP, failure.stage, reason=str(failure.cause))
             elif case.generated and failure.stage == R.Stage.EAGER:
@@ -111,6 +115,9 @@ def run_case(
                 record.error = R.ErrorInfo(
                     type(failure.cause).__name__, R.exception_text(failure.cause), traceback_text(failure.cause)
                 )
+                if observed is not None and failure.stage != R.Stage.EAGER and (breach := first_breach(observed)):
+                    # Eager ran and the compiled side broke: a custom op's broken contract says why.
+                    record.diagnosis = breach_answer(breach)
         except CASE_RAISES as exc:  # noqa: BLE001 - the harness's own bug: this run errs, the worker and the run go on
             record.conclude(R.ERROR, R.Stage.WORKER, R.Symptom.CRASH)
             record.error = R.ErrorInfo(

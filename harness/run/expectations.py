@@ -15,7 +15,7 @@ The file is TOML (or JSON with the same shape), one table per issue:
     reason = "int64 narrowed by the launcher"
     device = "npu"                          # optional filters, as a case's KnownFailure takes them:
     backend = "inductor"                    #   device, backend, npu_backend, dtype, mode, emulation,
-    torch = ">=2.9"                         #   torch (a version range)
+    torch = ">=2.9"                         #   torch, torch_npu (version ranges)
     status = "fail"                         # optional: the failing status expected (fail or error)
     strict = false                          # optional: a failure seen in some runs only; a pass stays pass
 
@@ -127,6 +127,7 @@ def _run_of(record: R.CaseResult) -> dict[str, Any]:
         "mode": record.mode,
         "emulation": record.emulation,
         "torch": record.versions.get("torch") or torch.__version__,
+        "torch_npu": record.versions.get("torch_npu"),
     }
 
 

@@ -8,10 +8,12 @@ from typing import Any, Callable
 import torch
 
 from harness import records as R
+from harness.inductor_compat.launches import KIND_FALLBACK
 from harness.inject.launch import parse_injection
 from harness.judge.results import Results
 from harness.judge.values import all_pass
 from harness.run.config import RunConfig
+from harness.run.contracts import breach_answer, first_breach
 from harness.run.diagnoses import overlapping_compiled_results, reproduces, retyped_results
 from harness.run.errors import timed_stage, traceback_text
 from harness.run.sides import CompiledSide, EagerSide, compile_kwargs, launches_through, loaded_afresh, rewriting_for
@@ -54,8 +56,20 @@ def localize_run(
         graph_passes=lambda: with_passes(frozenset())[1],
         passes_without=lambda keys: with_passes(keys)[0],
         graphs_pass_eagerly=lambda: _graphs_pass_eagerly(compiled, passes),
+        graphs_without=lambda dropped: _graphs_eagerly(compiled, dropped),
     )
     failing = record.status == R.FAIL
+    if failing and (breach := first_breach(observed)) is not None:
+        # Before any kernel or pass is blamed: a custom op that breaks its own schema is the answer.
+        return R.Localization(
+            answer=R.Answer.KERNEL,
+            diverged=True,
+            stage="inductor",
+            kind=KIND_FALLBACK,
+            name=breach.qualified,
+            isolated=breach_answer(breach),
+            reason=f"torch.library.opcheck on the arguments the program gave {breach.op}: {breach.text}",
+        )
     try:
         found = localize(program, observed.verdict, failing)
         found.check(record.status)
@@ -157,19 +171,46 @@ def _probe_run_once(
 def _graphs_pass_eagerly(compiled: CompiledSide, passes: Callable[[Results], bool]) -> bool | None:
     """Whether the compiled program passes with each graph's post-grad FX graph run eagerly in place of its
     wrapper's `call` (no kernel, no glue); None when a graph has no lowering facts or the run raises."""
+    results = _graphs_eagerly(compiled, {})
+    return None if results is None else passes(results)
+
+
+def _graphs_eagerly(compiled: CompiledSide, without: dict[str, list[str]]) -> Results | None:
+    """The compiled program's results with each graph's post-grad FX graph run eagerly in place of its wrapper's
+    `call`, without the nodes `without` names for its module (in-place updates nothing reads: `probe/dropped.py`);
+    None when a graph has no lowering facts, a node cannot be left out, or the run raises."""
+    import copy
+
+    import torch.fx
+
     from harness.inductor_compat import capture_graphs
 
+    graphs: dict[str, Any] = {}
+
+    def graph_of(info: Any) -> Any:
+        names = without.get(info.module_path)
+        if not names:
+            return info.gm
+        if info.module_path not in graphs:
+            graph = copy.deepcopy(info.gm.graph)
+            for node in [n for n in graph.nodes if n.name in names]:
+                if node.users:
+                    raise ValueError(f"{node.name} is read: it cannot be left out")
+                graph.erase_node(node)
+            graphs[info.module_path] = torch.fx.GraphModule(info.gm, graph)
+        return graphs[info.module_path]
+
     def eagerly(info: Any, args: list, call: Callable[[list], Any]) -> Any:
-        outputs = info.gm(*args)
+        outputs = graph_of(info)(*args)
         args.clear()  # as the wrapper's call does: the inputs it was handed are its to free
         return outputs
 
     try:
         with capture_graphs(eagerly) as capture:
             results = compiled.session.run()
-    except Exception:  # noqa: BLE001 - no answer from this check: the stage answer keeps both places
+    except Exception:  # noqa: BLE001 - no answer from this check: the answers that use it keep their others
         return None
-    return None if capture.missing else passes(results)
+    return None if capture.missing else results
 
 
 def diverges_under(observed: EagerSide, backend: str) -> bool:

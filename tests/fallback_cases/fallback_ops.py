@@ -2,7 +2,7 @@
 
 `fallback_custom_op_wrong_layout` is wrong by design: its custom op assumes a contiguous input and is tagged
 `flexible_layout`, so eager hands it a contiguous tensor and Inductor a transposed buffer. The others are correct
-programs; `fallback_view_write` fails only under the `glue-offset-dropped` emulation.
+programs; `fallback_view_write` and `fallback_view_read` fail only under the `glue-offset-dropped` emulation.
 """
 
 import torch
@@ -47,6 +47,41 @@ if not _defined("fill_rows_"):
         out.copy_(src * 3)
 
     fill_rows_.register_fake(lambda out, src: None)
+
+if not _defined("row_sums"):
+
+    @torch.library.custom_op(f"{NAMESPACE}::row_sums", mutates_args=())
+    def row_sums(x: torch.Tensor) -> torch.Tensor:
+        return x.sum(-1)
+
+    row_sums.register_fake(lambda x: x.new_empty(x.shape[:-1]))
+
+# Ops that break their own contract (the custom-op contract check): a write declared not to happen, an output that
+# is a view of an input declared fresh (defined through a Library: `custom_op` refuses it at run time), a fake kernel
+# whose output has another layout than the real one.
+if not _defined("scale_in_place_undeclared"):
+
+    @torch.library.custom_op(f"{NAMESPACE}::scale_in_place_undeclared", mutates_args=())
+    def scale_in_place_undeclared(x: torch.Tensor) -> torch.Tensor:
+        x.mul_(2)  # the op's bug: its schema says x is not written
+        return x * 1
+
+    scale_in_place_undeclared.register_fake(lambda x: torch.empty_like(x))
+
+if not _defined("flat_view_undeclared"):
+    _ALIASING = torch.library.Library(NAMESPACE, "FRAGMENT")
+    _ALIASING.define("flat_view_undeclared(Tensor x) -> Tensor")  # the op's bug: no (a) alias annotation
+    _ALIASING.impl("flat_view_undeclared", lambda x: x.view(-1), "CompositeExplicitAutograd")
+    torch.library.register_fake(f"{NAMESPACE}::flat_view_undeclared", lambda x: x.new_empty(x.numel()), lib=_ALIASING)
+
+if not _defined("transpose_fake_untransposed"):
+
+    @torch.library.custom_op(f"{NAMESPACE}::transpose_fake_untransposed", mutates_args=())
+    def transpose_fake_untransposed(x: torch.Tensor) -> torch.Tensor:
+        return x.t().contiguous()
+
+    # The op's bug: its fake kernel keeps the input's shape.
+    transpose_fake_untransposed.register_fake(lambda x: torch.empty_like(x))
 
 OPS = getattr(torch.ops, NAMESPACE)
 
@@ -93,6 +128,51 @@ def view_write(x, y):
 def fallback_view_write(dtype):
     """A custom op writing a slice of a graph input (a mutable view of a larger buffer)."""
     return Program(view_write, [contiguous((8, 16)), contiguous((4, 16))])
+
+
+def view_read(x):
+    return OPS.row_sums(x[2:6]) + 1  # the op reads a view of the input at storage offset 2 rows
+
+
+@case(tags=("fallback",), dtypes=(torch.float32,), modes=("inference",))
+def fallback_view_read(dtype):
+    """A custom op reading a slice of a graph input (a view at a storage offset)."""
+    return Program(view_read, [contiguous((8, 16))])
+
+
+def undeclared_mutation(x):
+    y = x + 1
+    z = OPS.scale_in_place_undeclared(y)  # doubles y too, which Inductor does not know
+    return y * 3 + z
+
+
+@case(tags=("fallback", "contract"), dtypes=(torch.float32,), modes=("inference",))
+def contract_undeclared_mutation(dtype):
+    """A custom op declared mutates_args=() that writes its input."""
+    return Program(undeclared_mutation, [contiguous((8, 16))])
+
+
+def undeclared_alias(x):
+    y = x * 2
+    flat = OPS.flat_view_undeclared(y)  # a view of y, declared as a fresh tensor
+    y.add_(1)
+    return flat * 3
+
+
+@case(tags=("fallback", "contract"), dtypes=(torch.float32,), modes=("inference",))
+def contract_output_aliases_input(dtype):
+    """A custom op whose output is a view of its input, its schema saying nothing of it."""
+    return Program(undeclared_alias, [contiguous((8, 16))])
+
+
+def wrong_fake_layout(x):
+    return OPS.transpose_fake_untransposed(x * 2).sum(0)
+
+
+@case(tags=("fallback", "contract"), dtypes=(torch.float32,), modes=("inference",))
+def contract_fake_kernel_wrong_layout(dtype):
+    """A custom op whose fake kernel gives the input's shape, where the real one transposes."""
+    return Program(wrong_fake_layout, [contiguous((8, 16))])
 
 
 def solve_then_scale(a, b):

@@ -19,33 +19,67 @@ Nothing it computes is an NPU result, and it says so: `SURROGATE`, which the har
 from __future__ import annotations
 
 import os
+import sys
 
-from . import _triton_codegen
+from . import _triton_codegen, _wheel_backend
+from ._limits import unsupported  # noqa: F401  (what the surrogate cannot run: the harness skips it, saying why)
 
+# The torch_npu mode's wheel: found on the path before anything else (one clear line when it is not there).
+_WHEEL = _wheel_backend.wheel_folder() if _wheel_backend.wanted() else None
+# The torch_npu release whose compiler this follows: the wheel's own in the torch_npu mode; else the registry this
+# package mirrors (the wheel read: torch-npu 2.14.0 on PyPI).
+__version__ = _wheel_backend.wheel_version(_WHEEL) if _WHEEL else "2.14.0+surrogate"
 # What every record, console line and report of a run on this device says.
-SURROGATE = (
-    "surrogate NPU (CPU-backed, Triton kernels run by triton-ascend's interpreter), not an NPU result"
-    if _triton_codegen.wanted()
-    else "surrogate NPU (CPU-backed), not an NPU result"
-)
+if _WHEEL:
+    SURROGATE = (
+        f"surrogate NPU (CPU-backed; torch_npu {__version__}'s own Inductor backend, Triton kernels run by "
+        "triton-ascend's interpreter), not an NPU result"
+    )
+elif _triton_codegen.wanted():
+    SURROGATE = "surrogate NPU (CPU-backed, Triton kernels run by triton-ascend's interpreter), not an NPU result"
+else:
+    SURROGATE = "surrogate NPU (CPU-backed), not an NPU result"
 # The variables that chose this surrogate's mode: the command that reproduces a run sets them again.
 ENVIRONMENT = {
     name: os.environ[name]
     for name in (_triton_codegen.MODE_VARIABLE, "NPU_SURROGATE_BACKENDS", "NPU_SURROGATE_NO_FLOAT64")
     if os.environ.get(name)
 }
-# The torch_npu release whose compiler registry this follows (the wheel read: torch-npu 2.14.0 on PyPI).
-__version__ = "2.14.0+surrogate"
+# Folders besides this package's that a command reproducing a run puts on PYTHONPATH (the wheel's Python).
+SEARCH_PATH = [_WHEEL] if _WHEEL else []
+# Whether a process that compiled may still fork processes that run on the device: the surrogate's own backends
+# start no thread; torch_npu's default backend starts a pool of compile threads as it loads.
+FORKS_AFTER_COMPILE = not _WHEEL
 
-if _triton_codegen.wanted():
+if _triton_codegen.wanted() or _WHEEL:
     _triton_codegen.prepare_environment()
+if _WHEEL:
+    # torch_npu's `_inductor/__init__.py` starts Inductor's compile-worker pool at import unless this is 0: a pool's
+    # threads in a process that forks (the harness's worker) hang the forks.
+    os.environ.setdefault("TORCH_WARM_POOL", "0")
 from . import _device  # noqa: E402  (registers the device and torch.npu)
-from .utils import _dynamo  # noqa: E402
 
 _device.register()
-_dynamo.patch_inductor_wrapper()
-if _triton_codegen.wanted():
-    _triton_codegen.install_shims()
+if _WHEEL:
+    _wheel_backend.install(sys.modules[__name__])  # torch_npu's own compiler side, from the wheel
+    _triton_codegen.install_shims(device_interface=False)  # torch_npu registers its own
+    _wheel_backend.install_launch_shims()
+else:
+    from .utils import _dynamo  # noqa: E402
+
+    _dynamo.patch_inductor_wrapper()
+    if _triton_codegen.wanted():
+        _triton_codegen.install_shims()
+
+
+def __getattr__(name: str):
+    # torch_npu exports each of its operators at top level (`torch_npu.npu_dtype_cast`), the compiler's lowering
+    # lists import them from there (2.11, 2.12): the schema's op, without a kernel here but for the casts.
+    import torch
+
+    if name.startswith(("npu_", "_npu_")) and hasattr(torch.ops.npu, name):
+        return getattr(torch.ops.npu, name)
+    raise AttributeError(f"module 'torch_npu' has no attribute {name!r}")
 
 
 def npu_fusion_attention(*args, **kwargs):

@@ -13,7 +13,9 @@ Needs triton-ascend (3.2.0: `pip install --no-deps triton-ascend pybind11 'numpy
    ("0 active drivers"); the interpreter needs no backend hash.
 2. `InterpreterBuilder.get_int1_ty` / `get_void_ty` are missing (upstream triton #6200).
 3. triton-ascend's `libdevice` functions are stubs its compiler maps; the interpreter patches `tl.math` only,
-   so Inductor's `libdevice.exp(x)` would be None: `libdevice` names that `tl.math` has go there.
+   so Inductor's `libdevice.exp(x)` would be None: `libdevice` names that `tl.math` has go there, those it lacks
+   (`nearbyint`, `tanh`, `pow`, ...) to the numpy ufunc that computes them (`NUMPY_LIBDEVICE`), and any other
+   raises `InterpreterLimit` (the run is a skip that names it: `_limits.py`).
 4. `triton_helpers.set_driver_to_gpu` asks for a GPU driver: none is needed.
 5. `InterpretedFunction` has no `.src` (the harness reads a kernel's source from it, as from `JITFunction`).
 6. `InterpreterBuilder.get_all_ones_value` (what `~mask` builds) has no bool case: all ones is `True`.
@@ -56,7 +58,7 @@ _shimmed = False
 _registered = False
 
 
-def install_shims() -> None:
+def install_shims(device_interface: bool = True) -> None:
     """What the interpreter needs to run Inductor's kernels here: at import (a repro that only loads a kernel
     module and launches it needs them as much as a compile does)."""
     global _shimmed
@@ -88,7 +90,8 @@ def install_shims() -> None:
     triton_helpers.libdevice = _LibdeviceThroughMath(triton_helpers.libdevice)  # 3
     from torch._dynamo.device_interface import register_interface_for_device
 
-    register_interface_for_device("npu", _interpreted_interface())  # a kernel's launch asks it for the stream
+    if device_interface:  # (torch_npu's own backend registers its own)
+        register_interface_for_device("npu", _interpreted_interface())  # a kernel's launch asks it for the stream
     _shimmed = True
 
 
@@ -159,7 +162,7 @@ def _register_backend() -> None:
             return "contextlib.nullcontext()"
 
     register_device_op_overrides("npu", InterpretedOps())
-    from ._inductor import codegen_config
+    from . import _codegen_config as codegen_config
 
     codegen_config.codegen = TRITON
     register_backend_for_device("npu", TritonScheduling, PythonWrapperCodegen, device_custom_config=codegen_config)
@@ -213,8 +216,44 @@ def _source(self) -> str:
     return text[found.start() :] if found else text
 
 
+class InterpreterLimit(NotImplementedError):
+    """A builtin the interpreter cannot run here: neither `tl.math` nor `NUMPY_LIBDEVICE` has it."""
+
+
+# libdevice functions `tl.math` lacks, as the numpy ufuncs that compute them elementwise in the operands' dtype
+# (libdevice's `round` rounds half away from zero; `nearbyint` and `rint` to even, as np.rint).
+NUMPY_LIBDEVICE = {
+    "nearbyint": "rint",
+    "rint": "rint",
+    "trunc": "trunc",
+    "round": None,  # (below: half away from zero)
+    "tanh": "tanh",
+    "tan": "tan",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "asin": "arcsin",
+    "acos": "arccos",
+    "atan": "arctan",
+    "asinh": "arcsinh",
+    "acosh": "arccosh",
+    "atanh": "arctanh",
+    "log1p": "log1p",
+    "expm1": "expm1",
+    "log10": "log10",
+    "exp10": None,  # (below: 10 ** x)
+    "pow": "power",
+    "atan2": "arctan2",
+    "hypot": "hypot",
+    "fmod": "fmod",
+    "copysign": "copysign",
+    "nextafter": "nextafter",
+}
+
+
 class _LibdeviceThroughMath:
-    """`libdevice.<name>` as the interpreter can run it: `tl.math`'s patched function, looked up at call time."""
+    """`libdevice.<name>` as the interpreter can run it: `tl.math`'s patched function, looked up at call time, or
+    the numpy form of the functions `tl.math` lacks (`NUMPY_LIBDEVICE`); any other raises `InterpreterLimit`
+    (a stub of triton-ascend's would return None, and the kernel would fail further on for no visible reason)."""
 
     def __init__(self, libdevice):
         self._libdevice = libdevice
@@ -222,6 +261,43 @@ class _LibdeviceThroughMath:
     def __getattr__(self, name: str):
         import triton.language as tl
 
+        if name in NUMPY_LIBDEVICE:  # (first: triton-ascend's tl.math has some as externs the interpreter lacks)
+            return _numpy_builtin(name)
         if hasattr(tl.math, name):
             return lambda *args, **kwargs: getattr(tl.math, name)(*args, **kwargs)
-        return getattr(self._libdevice, name)
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def missing(*args, **kwargs):
+            raise InterpreterLimit(f"libdevice.{name} is not in tl.math, and the surrogate has no numpy form of it")
+
+        return missing
+
+
+def _numpy_builtin(name: str):
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    def compute(*data):
+        if name == "round":
+            return np.sign(data[0]) * np.floor(np.abs(data[0]) + 0.5)
+        if name == "exp10":
+            return np.power(np.asarray(10, dtype=data[0].dtype), data[0])
+        return getattr(np, NUMPY_LIBDEVICE[name])(*data)
+
+    def builtin(*args, **kwargs):
+        tensors = [a for a in args if isinstance(a, tl.core.tensor)]
+        first = tensors[0]
+        data = [
+            a.handle.data
+            if isinstance(a, tl.core.tensor)
+            else np.asarray(getattr(a, "value", a), first.handle.data.dtype)
+            for a in args
+        ]
+        result = compute(*data).astype(first.handle.data.dtype, copy=False)
+        block = next((a for a in tensors if a.type.is_block()), None)
+        kind = tl.block_type(first.dtype.scalar, block.type.shape) if block is not None else first.dtype
+        return tl.core.tensor(TensorHandle(result, first.dtype.scalar), kind)
+
+    return builtin

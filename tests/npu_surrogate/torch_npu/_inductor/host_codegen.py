@@ -91,7 +91,7 @@ def register() -> None:
 
     register_interface_for_device("npu", HostInterface)
     register_device_op_overrides("npu", HostOps())
-    from . import codegen_config
+    from .. import _codegen_config as codegen_config
 
     register_backend_for_device(
         "npu", CppScheduling, HostWrapper, CppWrapperCpu, device_custom_config=codegen_config

@@ -40,6 +40,15 @@ def synchronize(device=None) -> None:
     pass  # host memory: every kernel has finished when it returns
 
 
+def get_device_capability(device=None):
+    """torch_npu's: None unless `TORCH_NPU_DEVICE_CAPABILITY` says "major.minor" (a value kept for compatibility with
+    PyTorch, not the NPU's; `torch_npu/npu/__init__.py`)."""
+    import os
+
+    configured = os.environ.get("TORCH_NPU_DEVICE_CAPABILITY")
+    return tuple(int(part) for part in configured.split(".")[:2]) if configured else None
+
+
 def get_device_name(device=None) -> str:
     import torch_npu
 

@@ -10,6 +10,6 @@ import sys
 
 from torch.utils._config_module import install_config_module
 
-codegen: str = "cpp"  # or "triton" (`NPU_SURROGATE_CODEGEN=triton`)
+codegen: str = "cpp"  # or "triton" (`NPU_SURROGATE_CODEGEN=triton`), or "torch_npu <version>"
 
 install_config_module(sys.modules[__name__])

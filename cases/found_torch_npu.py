@@ -1,0 +1,73 @@
+"""Found by the harness in torch_npu's own compiler, on the CPU surrogate (`NPU_SURROGATE_CODEGEN=torch_npu`).
+
+An in-place update through an `as_strided` view is dropped:
+
+torch_npu's `triton_experimental` backend keeps Inductor's lowering only for the ops in its `GENERATE_LIST`
+(`torch_npu/_inductor/triton_experimental/lowering_override_list.py`, 2.14.0 lines 22-106); every other op that is
+not a decomposition becomes a fallback (`lowering.py` `_register_npu_inductor_fallbacks`, lines 87-111).
+`aten.as_strided` is not in the list: its lowering, a view of its input, becomes a `FallbackKernel` whose output
+Inductor does not know to alias the clone. The `copy_` that functionalization and reinplacing write into that view
+then mutates a buffer no output reads, and Inductor drops it: the compiled program returns the clone without the
+update. Seen in torch_npu 2.13.0 and 2.14.0; the `default` backend, upstream Inductor and the surrogate's other
+modes compute it right. docs/found/torch_npu_as_strided_update_dropped.md has the repro and the lines.
+
+An in-place foreach update fails to compile (`torch._foreach_add_`, as every optimizer's foreach step writes):
+the same loop makes `aten._foreach_add_.List` a fallback, which returns nothing, while Inductor's reinplacing
+(`fx_passes/reinplace.py`) turns the functional `_foreach_add` into it and leaves the `getitem` nodes that read
+its results, which only Inductor's own foreach lowering (a list of the updated inputs) can answer:
+`AssertionError: <built-in function getitem> is not an OpOverload`. Longformer's training step under
+torch_npu's backend stops there. docs/found/torch_npu_foreach_inplace_fallback.md.
+"""
+
+import torch
+
+from harness import KnownFailure, Program, case, contiguous
+
+ISSUE = "docs/found/torch_npu_as_strided_update_dropped.md (found by this harness, on the CPU surrogate)"
+REASON = (
+    "torch_npu's triton_experimental makes aten.as_strided a fallback (not in GENERATE_LIST): an in-place update "
+    "through the view mutates a buffer Inductor does not know aliases its base, and is dropped"
+)
+AS_STRIDED_UPDATE_DROPPED = KnownFailure(REASON, npu_backend="triton_experimental", torch_npu=">=2.13.0,<=2.14.0")
+
+
+def add_into_window(x, update):
+    y = x.clone()
+    y.as_strided((2, 3), (8, 1), 1).add_(update)  # rows of 3, 8 apart, from element 1: a window of y's storage
+    return y
+
+
+@case(
+    tags=("found", "torch_npu", "inplace", "as_strided"),
+    dtypes=(torch.float32,),
+    modes=("inference",),
+    issue=ISSUE,
+    known_failures=(AS_STRIDED_UPDATE_DROPPED,),
+)
+def found_torch_npu_as_strided_update_dropped(dtype):
+    """add_ into an as_strided window of a clone (16 elements, 6 updated): the compiled result lacks the update."""
+    return Program(add_into_window, [contiguous((16,)), contiguous((2, 3))])
+
+
+FOREACH_ISSUE = "docs/found/torch_npu_foreach_inplace_fallback.md (found by this harness, on the CPU surrogate)"
+FOREACH_REASON = (
+    "torch_npu's triton_experimental makes aten._foreach_add_.List a fallback (not in GENERATE_LIST), which returns "
+    "nothing: the getitem nodes Inductor's reinplacing leaves on it fail to lower"
+)
+
+
+def foreach_step(a, b, grad_a, grad_b):
+    torch._foreach_add_([a, b], [grad_a, grad_b], alpha=-0.1)  # an optimizer's foreach update of two parameters
+    return a.sum() + b.sum()
+
+
+@case(
+    tags=("found", "torch_npu", "inplace", "foreach"),
+    dtypes=(torch.float32,),
+    modes=("inference",),
+    issue=FOREACH_ISSUE,
+    known_failures=(KnownFailure(FOREACH_REASON, npu_backend="triton_experimental", torch_npu=">=2.13.0,<=2.14.0"),),
+)
+def found_torch_npu_foreach_inplace_fallback(dtype):
+    """torch._foreach_add_ over two tensors, then their sums: the compile fails under torch_npu's backend."""
+    return Program(foreach_step, [contiguous((8,)), contiguous((8,)), contiguous((8,)), contiguous((8,))])

@@ -23,6 +23,9 @@ import sys
 from typing import Sequence
 
 AUTOLOAD_VARIABLE = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+# Read by torch as "this is PyTorch's own CI", set by nearly every other CI too: hidden from torch
+# (`inductor_compat.torch_ci` says what it changes).
+TORCH_CI_VARIABLE = "CI"
 # The `compile_config` entry that says whether torch_npu's patches were active while the case compiled.
 NPU_PATCHES = "torch_npu_patches_active"
 
@@ -32,6 +35,7 @@ def prepare(device: str | None) -> str | None:
     a device backend that `import torch` loads fails; None when torch imported."""
     if (device or "cpu") != "npu":
         os.environ.setdefault(AUTOLOAD_VARIABLE, "0")  # inherited by the run's worker processes
+    os.environ.pop(TORCH_CI_VARIABLE, None)  # before torch reads it (functorch's config, at import)
     if "torch" in sys.modules:
         return None
     try:

@@ -2,6 +2,7 @@
 apart from kernel launches (`@aten:N`), their views checked against eager before the call (the wrapper's glue).
 The programs are `tests/fallback_cases/fallback_ops.py`."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,19 @@ def test_a_view_the_wrapper_builds_at_the_wrong_offset_names_the_call_the_argume
     )
     assert found.isolated.endswith("holds eager's values")
     assert _run(cases, "fallback_view_write", dynamic=dynamic).status == R.PASS
+
+
+def test_under_dynamic_shapes_a_view_of_a_buffer_the_graph_made_is_checked_by_the_glue_check(cases):
+    # The view's offset is symbolic there (2 * s1 elements): the answer names the glue, never "not probed".
+    record = _run(cases, "fallback_view_of_mutated_buffer", inject="glue-offset-dropped", bisect=True, dynamic=True)
+    assert record.status == R.FAIL, record.summary()
+    found = record.first_divergent_kernel
+    assert (found.answer, found.name) == (R.Answer.KERNEL, "torch.ops.harness_fallback_test.fill_rows_.default")
+    assert "as a view of buf0 with size (4, 16) stride (16, 1) storage offset 0, where eager's value of " in (
+        found.isolated
+    )
+    assert "not probed" not in record.summary()
+    assert _run(cases, "fallback_view_of_mutated_buffer", dynamic=True).status == R.PASS
 
 
 def test_a_view_the_wrapper_builds_at_the_wrong_offset_for_an_op_to_read_is_named_too(cases):
@@ -235,6 +249,19 @@ def test_a_custom_op_that_breaks_its_schema_is_the_answer_not_a_kernel_or_a_pass
     assert f"first divergent kernel: torch.ops.harness_fallback_test.{op} stage=inductor; custom op" in found.line()
 
 
+def test_a_verdict_is_the_same_where_ci_is_set(cases, monkeypatch):
+    # CI jobs set `CI`, which torch reads as its own CI's: functorch then makes an aliasing custom op raise at run
+    # time (its default, decided when torch was imported), and the run was an error in CI and a failure elsewhere.
+    monkeypatch.setenv("CI", "true")
+    monkeypatch.setattr(torch._functorch.config, "error_on_custom_op_aliasing", True)
+    record = _run(cases, "contract_output_aliases_input", bisect=True)
+    assert record.status == R.FAIL, record.summary()
+    assert record.first_divergent_kernel.isolated.startswith(
+        "custom op harness_fallback_test::flat_view_undeclared breaks its own contract"
+    )
+    assert os.environ["CI"] == "true" and torch._functorch.config.error_on_custom_op_aliasing is True
+
+
 def test_a_custom_op_whose_fake_kernel_lies_is_named_where_the_compile_breaks(cases):
     record = _run(cases, "contract_fake_kernel_wrong_layout", bisect=True)
     assert record.status == R.ERROR and record.stage == R.Stage.COMPILE, record.summary()
@@ -249,3 +276,29 @@ def test_a_program_whose_custom_ops_keep_their_contracts_is_not_answered_by_them
     record = _run(cases, "fallback_custom_op_wrong_layout", bisect=True)
     found = record.first_divergent_kernel
     assert found.name == "torch.ops.harness_fallback_test.double_it.default" and "contract" not in found.isolated
+
+
+def test_an_op_opcheck_cannot_run_is_no_breach_of_its_contract():
+    # Longformer's torch.autograd.profiler.record_function once made `profiler::_record_function_exit` "break its
+    # contract" (opcheck cannot copy its ScriptObject argument): a false blame of torch's own op in a correct model.
+    from harness.run.contracts import contract_breaches, custom_op_calls
+
+    def program():
+        x = torch.ones(4)
+        with torch.autograd.profiler.record_function("region"):
+            y = x * 2
+        return torch.ops.harness_fallback_test.no_fake_kernel(y)  # opcheck's fake test cannot run it either
+
+    if not hasattr(torch.ops.harness_fallback_test, "no_fake_kernel"):
+        torch.library.custom_op("harness_fallback_test::no_fake_kernel", mutates_args=())(_plus_one)
+    calls = custom_op_calls(program)
+    assert [str(op.name()) for op in calls] == ["harness_fallback_test::no_fake_kernel"]
+    assert contract_breaches(calls) == []
+    # opcheck itself does fail the op: what it says decides, not whether it failed.
+    op = torch.ops.harness_fallback_test.no_fake_kernel
+    outcome = torch.library.opcheck(op, (torch.ones(2),), raise_exception=False)
+    assert outcome["test_schema"] == "SUCCESS" and outcome["test_faketensor"] != "SUCCESS"
+
+
+def _plus_one(x: torch.Tensor) -> torch.Tensor:
+    return x + 1

@@ -2,6 +2,7 @@
 runs no case code itself, keeps its channel to the workers, judges every case as if it ran alone, leaves no
 process behind, and never exits 0 when a case did not run."""
 
+import io
 import json
 import os
 import subprocess
@@ -375,3 +376,229 @@ def test_report_on_a_record_whose_list_field_is_not_a_list_is_one_usage_line(tmp
     result = harness("report", str(path), "-o", str(tmp_path / "r.html"), "--check")
     assert result.returncode == EXIT_USAGE and "Traceback" not in result.stderr, result.stdout + result.stderr
     assert f"its {field} is {value!r}, not a list" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "option, kind",
+    [
+        ("--known-issues", "fifo"),
+        ("--resume", "fifo"),
+        ("--baseline", "fifo"),
+        ("--baseline", "/dev/zero"),
+        ("--json", "fifo"),
+        ("report", "fifo"),
+    ],
+)
+def test_an_input_or_output_that_is_no_regular_file_is_one_usage_line_not_a_hang(tmp_path, option, kind):
+    # A FIFO blocked the open (no signal ended it); /dev/zero as a baseline was a MemoryError traceback.
+    if kind == "fifo":
+        path = tmp_path / ("given.jsonl" if option == "--resume" else "given.json")
+        os.mkfifo(path)
+    else:
+        path = Path(kind)
+    command = (
+        ["report", str(path), "--check"]
+        if option == "report"
+        else ["run", "correct_clone_inplace_chain", "--backend", "eager", "--dtype", "float32", option, str(path)]
+    )
+    if option != "--json":
+        command += ["--json", str(tmp_path / "r.json")]
+    result = subprocess.run(
+        [sys.executable, "-m", "harness", *command], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == EXIT_USAGE, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0] and "Traceback" not in result.stderr, result.stderr
+
+
+SPOILS_ITS_VALUES = """
+import torch
+from harness import Program, case, contiguous
+
+def _passes():
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("spoils",))
+def writes_values_the_judge_cannot_read(dtype):
+    def save(obj, f, *args, **kwargs):
+        f.write(b"not a tensor file")
+    torch.save = save
+    return _passes()
+
+@case(tags=("spoils",))
+def writes_no_values(dtype):
+    torch.save = lambda *args, **kwargs: None
+    return _passes()
+
+@case(tags=("spoils",))
+def keeps_its_values(dtype):
+    return _passes()
+"""
+
+
+def test_a_pass_whose_values_the_judge_cannot_read_or_never_got_is_an_error(tmp_path):
+    # Both passed before, with a warning: a case could pass on its own word by spoiling its values.
+    cases = write_modules(tmp_path / "cases", {"spoils.py": SPOILS_ITS_VALUES})
+    out = tmp_path / "results.json"
+    result = harness("run", "--tag", "spoils", "--case-path", str(cases), "--backend", "eager", "--json", str(out))
+    assert result.returncode == 1, result.stdout + result.stderr
+    found = {r["case"]: r for r in json.loads(out.read_text())["records"]}
+    for name, said in [
+        ("writes_values_the_judge_cannot_read", "its values could not be read"),
+        ("writes_no_values", "its values could not be read"),
+    ]:
+        record = found[name]
+        assert (record["status"], record["symptom"], record["verdict_source"]) == ("error", "unjudged", "case-process")
+        assert record["error"]["type"] == "Unjudged" and said in record["error"]["message"], record["error"]
+    assert (found["keeps_its_values"]["status"], found["keeps_its_values"]["verdict_source"]) == ("pass", "judge")
+
+
+SHADOWS_SECRETS = """
+import os, sys
+with open(os.environ["HARNESS_TEST_SHADOW_MARKER"], "a") as handle:
+    handle.write(" ".join(sys.argv) + "\\n")
+
+def token_hex(n=32):
+    return "0" * (2 * n)
+"""
+
+
+def test_a_module_in_the_working_directory_shadows_nothing_the_harness_imports(tmp_path):
+    # `python -m harness` run from a folder holding a `secrets.py`: the harness, its loader and its workers imported
+    # it in place of the standard library's (whose tokens sign the channel's messages).
+    here = write_modules(tmp_path / "here", {"secrets.py": SHADOWS_SECRETS})
+    cases = write_modules(
+        tmp_path / "cases",
+        {
+            "plain.py": "from harness import Program, case, contiguous\n\n"
+            "@case(tags=('plain',))\ndef adds_one(dtype):\n"
+            "    return Program(lambda x: x + 1, [contiguous((4,))])\n"
+        },
+    )
+    marker = tmp_path / "imported"
+    result = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--case-path", str(cases), "--backend", "eager", "--dtype", "float32"],
+        cwd=here,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HARNESS_TEST_SHADOW_MARKER": str(marker)},
+        timeout=300,
+    )
+    assert result.returncode == 0 and "1 pass" in result.stdout, result.stdout + result.stderr
+    assert not marker.exists(), marker.read_text()
+
+
+def test_an_inductor_cache_dir_that_cannot_be_made_is_one_usage_line(tmp_path):
+    # Under a regular file, every worker died at its first compile: "worker process exited with code 1", no cause.
+    (tmp_path / "a-file").write_text("")
+    result = harness(
+        "run",
+        "correct_clone_inplace_chain",
+        "--dtype",
+        "float32",
+        env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "a-file" / "cache")},
+    )
+    assert result.returncode == EXIT_USAGE, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines() == [
+        f"error: TORCHINDUCTOR_CACHE_DIR {tmp_path / 'a-file' / 'cache'}: cannot create it (Not a directory)"
+    ]
+
+
+def test_each_file_a_run_writes_is_named_for_what_it_is_whatever_its_name(tmp_path):
+    # A JUnit file named `.json` was announced as "results:".
+    result = harness(
+        "run",
+        "correct_clone_inplace_chain",
+        "--dtype",
+        "float32",
+        "--mode",
+        "inference",
+        "--backend",
+        "eager",
+        "--json",
+        str(tmp_path / "r.json"),
+        "--junit",
+        str(tmp_path / "junit.json"),
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"results: {tmp_path / 'r.json'}" in result.stdout and f"junit: {tmp_path / 'junit.json'}" in result.stdout
+
+
+def test_a_log_is_quoted_from_its_end_without_reading_it_whole(tmp_path):
+    from harness.isolation.child import LOG_TAIL_CHARS, read_tail
+
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as handle:
+        handle.write(b"x" * (64 << 20))  # 64 MiB a case printed
+        handle.write("the last words \u00e9\n".encode())
+    read = []
+
+    class Counted(io.FileIO):
+        def read(self, size=-1):
+            data = super().read(size)
+            read.append(len(data))
+            return data
+
+    with Counted(log, "rb") as handle:
+        quoted = read_tail(handle)
+    assert sum(read) <= 4 * LOG_TAIL_CHARS and len(quoted) == LOG_TAIL_CHARS
+    assert quoted.endswith("the last words \u00e9\n")
+
+
+def test_totals_of_a_run_that_finished_nothing_say_so():
+    from harness.frontends.cli import totals
+
+    assert totals([]) == "== no run finished =="
+
+
+REACHES_FOR_OTHERS_VALUES = """
+import glob, os, shutil, time
+import torch
+from harness import Program, case, contiguous
+
+@case(tags=("reach",))
+def a_removes_every_values_file_it_finds(dtype):
+    # Beside the victim, on the other worker: whatever values it can find by path, gone.
+    deadline = time.time() + float(os.environ["HARNESS_TEST_REACH_S"])
+    while time.time() < deadline:
+        for path in glob.glob(os.path.join(os.environ["TMPDIR"], "**", "*.pt"), recursive=True):
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+        time.sleep(0.001)
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("reach",))
+def b_diverges(dtype):
+    time.sleep(1.0)
+    return Program(lambda x: x + 2 if torch.compiler.is_compiling() else x + 1, [contiguous((4,))])
+"""
+
+
+def test_no_case_reaches_the_values_another_case_sent_to_be_judged(tmp_path):
+    # The values were files under a folder every case could reach: removed, replaced or rewritten by another case,
+    # a divergent victim passed or errored. They now travel as an anonymous file over the case's own socket.
+    cases = write_modules(tmp_path / "cases", {"reach.py": REACHES_FOR_OTHERS_VALUES})
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    out = tmp_path / "results.json"
+    result = harness(
+        "run",
+        "--tag",
+        "reach",
+        "--case-path",
+        str(cases),
+        "--backend",
+        "eager",
+        "--workers",
+        "2",
+        "--json",
+        str(out),
+        env={"TMPDIR": str(temporary), "HARNESS_TEST_REACH_S": "8"},
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    found = {r["case"]: r for r in json.loads(out.read_text())["records"]}
+    victim = found["b_diverges"]
+    assert (victim["status"], victim["verdict_source"]) == ("fail", "judge"), victim
+    assert not list(temporary.glob("harness-values-*"))

@@ -449,6 +449,12 @@ def test_the_example_nightly_script_shards_merges_and_fails_only_on_what_changed
 
     shards = [nightly("run", SHARD=f"{i}/2") for i in (1, 2)]
     assert [s.returncode for s in shards] == [EXIT_OK, EXIT_OK], shards[0].stderr
+    # A host that never reported: the merge refuses the night, naming the shard (it went green before).
+    (out / "shard-2-of-2.json").rename(tmp_path / "held-back.json")
+    lost = nightly("merge")
+    assert lost.returncode == EXIT_USAGE, lost.stdout + lost.stderr
+    assert "error: shard 2/2 of this selection is missing" in lost.stderr, lost.stderr
+    (tmp_path / "held-back.json").rename(out / "shard-2-of-2.json")
     first = nightly("merge")
     assert first.returncode == EXIT_FAILED, first.stdout  # no baseline: `diverges` fails the first night
     assert len(records_of(out / "results.json")) == 4 and (out / "index.html").is_file()

@@ -634,9 +634,16 @@ def torch_npu_surrogate(triton_surrogate):
     return dict(triton_surrogate, PYTHONPATH=os.pathsep.join(paths), NPU_SURROGATE_CODEGEN="torch_npu")
 
 
+def as_a_developer_runs_it(env: dict[str, str]) -> dict[str, str]:
+    """A standalone script's environment without `CI` (which a CI job sets): under it torch refuses the fallbacks
+    torch_npu 2.14.0's triton_experimental backend registers, and the backend cannot load
+    (`harness/inductor_compat/torch_ci.py`). The harness hides it from torch itself; a plain script does not."""
+    return {key: value for key, value in env.items() if key != "CI"}
+
+
 def test_torch_npus_own_launcher_reproduces_the_seed_with_no_emulation(torch_npu_surrogate, tmp_path):
     result = run_harness(
-        torch_npu_surrogate,
+        dict(torch_npu_surrogate, CI="true"),  # as in a CI job: the backend loads all the same
         "run",
         "seed_index_as_strided_view",
         "--device",
@@ -746,9 +753,12 @@ LIBDEVICE_PROGRAMS = textwrap.dedent("""
         "log1p": lambda x: torch.log1p(x.abs()),
     }
     errors = {}
+    torch.manual_seed(0)
     for name, program in programs.items():
         x = torch.randn(37, 64, device="npu")
-        errors[name] = (torch.compile(program)(x) - program(x)).abs().max().item()
+        expected = program(x)
+        # Relative where a value passes 1 (pow's reach 40: a float32 ulp there is 4e-6).
+        errors[name] = ((torch.compile(program)(x) - expected).abs() / expected.abs().clamp_min(1)).max().item()
         torch._dynamo.reset()
     print(json.dumps(errors))
 """)
@@ -846,7 +856,7 @@ def test_the_extracted_repro_of_a_found_bug_runs_standalone_and_reproduces(torch
     run = subprocess.run(
         [sys.executable, "plain_repro.py"],
         cwd=script.parent,
-        env=torch_npu_surrogate,
+        env=as_a_developer_runs_it(torch_npu_surrogate),
         capture_output=True,
         text=True,
         timeout=600,
@@ -866,10 +876,13 @@ def test_each_found_bugs_report_holds_a_repro_that_reproduces_through_torch_npu(
     run = subprocess.run(
         [sys.executable, str(script)],
         cwd=tmp_path,
-        env=torch_npu_surrogate,
+        env=as_a_developer_runs_it(torch_npu_surrogate),
         capture_output=True,
         text=True,
         timeout=600,
     )
-    # (A wrong result: assert_close's "Mismatched elements"; a failed compile: the script's own AssertionError.)
-    assert run.returncode != 0 and "AssertionError" in run.stderr, run.stdout + run.stderr[-3000:]
+    # A wrong result: assert_close's "Mismatched elements"; a failed compile: the script's own AssertionError. The
+    # backend loaded (torch's make_fallback check, on under `CI`, raises an AssertionError of its own).
+    said = run.stdout + run.stderr[-3000:]
+    assert run.returncode != 0 and ("Mismatched elements" in run.stderr or "the compile failed:" in run.stderr), said
+    assert "make_fallback" not in run.stderr, said

@@ -45,6 +45,26 @@ def test_duplicate_case_names_are_an_error_not_an_override(tmp_path):
     assert any("already defined" in str(e) for e in registry.errors)
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["\u0430dds_one", "\uff41dds_one", "adds_one\u0301", "\u0456s_finite"],
+    ids=["cyrillic", "fullwidth", "accent", "i"],
+)
+def test_a_case_name_that_could_print_as_another_is_a_load_error(tmp_path, name):
+    # Look-alike names were accepted and printed like another case's.
+    write(
+        tmp_path,
+        "looks_alike.py",
+        f"from harness import Program, case, contiguous\n\n@case(name={name!r})\n"
+        "def built(dtype):\n    return Program(lambda x: x + 1, [contiguous((4,))])\n",
+    )
+    registry = load_registry([str(tmp_path)], include_default=False)
+    assert registry.cases == {} and len(registry.errors) == 1, registry.errors
+    message = str(registry.errors[0])
+    assert "is not ASCII: it could print as another case's name" in message, message
+    assert name.encode("ascii", "backslashreplace").decode() in message
+
+
 def test_missing_path_is_a_load_error():
     registry = load_registry(["/nonexistent/cases"], include_default=False)
     assert [e.message for e in registry.errors] == ["no such directory"]

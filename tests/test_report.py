@@ -1066,3 +1066,22 @@ def test_the_summary_charts_runs_by_family_and_outputs_by_difference_over_tolera
     ratios = re.search(r'<svg[^>]*class="chart tolerance-ratio".*?</svg>', summary, re.S).group(0)
     assert "0: 1 outputs passed" in ratios and "0.1-1: 1 outputs passed" in ratios
     assert re.search(r"(1-10|10-100|&gt;100): 1 outputs failed", ratios), ratios
+
+
+def test_a_pass_by_a_rule_says_which_in_the_console_the_report_row_and_junit():
+    # Before, a pass with 97,417 elements beyond tolerance showed its count and no word of why it passed.
+    from harness.report.junit import junit_xml
+
+    ruled = passing_output(bad=97417, numel=470080, bad_pct=20.7, rule="rmse_vs_fp64", passed_by="rmse_vs_fp64")
+    undefined = passing_output("out1", undefined=3)
+    passed = record("ops.mlp", "pass", outputs=[ruled, undefined])
+    said = "out0 by rmse_vs_fp64 (97417 beyond tolerance); out1 with 3 undefined elements left out"
+    assert passed.passed_by_rules() == said.split("; ")
+    assert f"passed by a rule: {said}" in passed.summary(verbose=True)
+    assert "passed by a rule" not in passed.summary()  # (the console says it with -v)
+    # (the cases table's cell, whose numel sums both outputs; not the outputs table)
+    summary_row = next(line for line in render_html([passed]).splitlines() if 'data-v="97417.0"' in line)
+    assert "passed by rmse_vs_fp64" in summary_row, summary_row
+    assert f'<property name="passed_by" value="{said}"/>' in junit_xml([passed])
+    plain = record("ops.add", "pass", outputs=[passing_output()])
+    assert plain.passed_by_rules() == [] and "<properties>" not in junit_xml([plain])

@@ -251,6 +251,66 @@ def test_a_wrong_rewrite_a_cleanup_enabled_is_named_and_the_cleanup_said_to_enab
     assert found.names("pass:" + negation_of_sine_dropped) and not found.names("pass:remove_noop_ops")
 
 
+@pytest.fixture
+def wrong_rewrite_among_several():
+    """A pass with several patterns that fire on one program: a right rewrite (cos(-x) is cos(x)) and a wrong one
+    (sin(-x) as sin(x)) registered as two entries, as Inductor registers a pattern once per dtype or variant. With
+    one entry refused, the other makes the same rewrite: only the rewrite turned off as a whole shows it."""
+    from torch._inductor.fx_passes.post_grad import pass_patterns
+    from torch._inductor.pattern_matcher import CallFunction, KeywordArg, register_graph_pattern
+
+    aten = torch.ops.aten
+    before = {key: list(entries) for key, entries in pass_patterns[1].patterns.items()}
+
+    def replace_with_op_of_x(op):
+        def rewrite(match, x):
+            node = match.output_node()
+            with match.graph.inserting_before(node):
+                replacement = match.graph.call_function(op, (x,))
+            replacement.meta.update(node.meta)
+            node.replace_all_uses_with(replacement)
+            match.erase_nodes()
+
+        return rewrite
+
+    even_cosine = replace_with_op_of_x(aten.cos.default)
+    even_cosine.__qualname__ = "cosine_is_even"
+    register_graph_pattern(
+        CallFunction(aten.cos.default, CallFunction(aten.neg.default, KeywordArg("x"))), pass_dict=pass_patterns[1]
+    )(even_cosine)
+    odd_sine_as_even = replace_with_op_of_x(aten.sin.default)
+    odd_sine_as_even.__qualname__ = "sine_taken_as_even"
+    for _ in range(2):  # two entries of one rewrite
+        register_graph_pattern(
+            CallFunction(aten.sin.default, CallFunction(aten.neg.default, KeywordArg("x"))), pass_dict=pass_patterns[1]
+        )(odd_sine_as_even)
+    with compile_caches_off():
+        yield "post_grad_passes: pattern sine_taken_as_even (test_stages)"
+    pass_patterns[1].patterns.clear()
+    pass_patterns[1].patterns.update(before)
+
+
+def sine_and_cosine_of_negation(x):
+    return torch.sin(-x) + torch.cos(-x) * 3
+
+
+BOTH_OF_NEGATION = Case(
+    name="both_of_negation", build=lambda d: Program(sine_and_cosine_of_negation, [contiguous((16,))])
+)
+
+
+def test_a_wrong_pattern_among_several_of_one_pass_is_named_with_its_pass(wrong_rewrite_among_several):
+    record, found = localized(BOTH_OF_NEGATION)
+    assert record.status == R.FAIL
+    assert (found.answer, found.stage, found.graph_pass) == (
+        R.Answer.STAGE,
+        "inductor_graph_passes",
+        wrong_rewrite_among_several,
+    ), found.line()
+    assert "post_grad_passes: pattern cosine_is_even (test_stages)" in found.graph_passes_changed
+    assert "the run passes with that pass alone turned off" in found.reason
+
+
 def test_a_stride_0_result_names_the_node_and_kernel_whose_layout_first_differs():
     # as_strided_scatter of an expanded input: the compiled clone keeps the stride-0 layout (a real upstream bug).
     record, found = localized(CASES["upstream_new_as_strided_scatter_broadcast_input"])

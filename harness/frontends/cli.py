@@ -489,6 +489,18 @@ def _distinct_files(outputs: list[tuple[str, str]], inputs: list[tuple[str, str]
             )
 
 
+def _check_cache_dir() -> None:
+    """Inductor's cache directory, where every compile writes: one that cannot be made (TORCHINDUCTOR_CACHE_DIR
+    under a regular file) failed every worker at its first compile, with nothing said of why."""
+    from harness.inductor_compat import inductor_cache_dir
+
+    where = inductor_cache_dir()
+    said = "TORCHINDUCTOR_CACHE_DIR" if os.environ.get("TORCHINDUCTOR_CACHE_DIR") else "Inductor's cache directory"
+    _check_directory(where, said)
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise UsageError(f"{said} {where}: cannot write there")
+
+
 def _check_directory(path: str, option: str) -> None:
     if os.path.exists(path) and not os.path.isdir(path):
         raise UsageError(f"{option} {path}: not a directory")
@@ -501,6 +513,8 @@ def _check_directory(path: str, option: str) -> None:
 def _check_file_target(path: str, option: str) -> None:
     if os.path.isdir(path):
         raise UsageError(f"{option} {path}: a directory is in the way (give a file path)")
+    if os.path.exists(path) and not os.path.isfile(path):  # (opening a FIFO to write blocks until a reader comes)
+        raise UsageError(f"{option} {path}: not a regular file (a FIFO, device or socket is in the way)")
     directory = os.path.dirname(os.path.abspath(path))
     _check_directory(directory, option)
     try:
@@ -519,6 +533,7 @@ def _run(args: argparse.Namespace, stop: _StopSignals) -> int:
     """Everything the command line asks for is checked before a worker starts or a case module loads."""
     from harness.devices import compiler_problem, get_device
 
+    _check_cache_dir()  # (before anything imports Dynamo, which writes there as it loads)
     try:
         config = run_config_from(vars(args))
     except ValueError as exc:
@@ -614,10 +629,11 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any, stop: _StopSigna
     results: list[R.CaseResult] = []
     loaded = None
     journal = None
+    plan: _Plan | None = None
     stopped: _Stopped | None = None
     try:
         loaded, chosen = _select(args, in_process=pool is None)
-        plan = _plan(args, chosen, inputs.carried, inputs.baseline)
+        plan = _plan(args, chosen, inputs.carried, inputs.baseline, config)
         if pool is not None:
             pool.configure(
                 config,
@@ -682,6 +698,7 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any, stop: _StopSigna
         duration_s=round(time.perf_counter() - started, 3),
         load_errors=load_errors,
         shard=args.shard,
+        selection=plan.selection if plan is not None else None,
         # What a case could not reach: other cases (each ran in its own process, or its module's),
         # never other processes of this user (no pid namespace is made).
         isolation={"process_per": "none" if args.no_isolation else args.isolation, "pid_namespace": False},
@@ -689,8 +706,8 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any, stop: _StopSigna
         journal=journal_file,
     )
     written, problems = publish(results, meta, args.json_path, args.report_dir, args.junit, inputs.baseline)
-    for path in written:
-        say(f"{'report' if path.endswith('.html') else 'junit' if path.endswith('.xml') else 'results'}: {path}")
+    for kind, path in written:
+        say(f"{kind}: {path}")
     if journal is not None and journal.problem:
         problems.insert(0, journal.problem)
     for problem in problems:
@@ -718,18 +735,25 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any, stop: _StopSigna
 class _Plan:
     tasks: list
     carried: list[R.CaseResult]
+    selection: str  # the whole selection's fingerprint, which its shards share (`report.shards`)
 
 
 def _plan(
-    args: argparse.Namespace, chosen: list, resumed: list[R.CaseResult], baseline: list[R.CaseResult] | None = None
+    args: argparse.Namespace,
+    chosen: list,
+    resumed: list[R.CaseResult],
+    baseline: list[R.CaseResult] | None,
+    config: Any,
 ) -> _Plan:
     """The runs of this invocation: the selection, this shard of it, less what `--resume` already has. Against a
     baseline, `--bisect` localizes only new failures: a run that failed there too is known."""
+    import torch
+
     from harness.isolation.pool import Task
     from harness.layout import dtype_name
-    from harness.run.config import runs_of
-
     from harness.report.baseline import known_failing
+    from harness.report.shards import selection_fingerprint
+    from harness.run.config import runs_of
 
     known = {key[:3] for key in known_failing(baseline)} if baseline and args.bisect != "always" else set()
     tasks = [
@@ -739,6 +763,14 @@ def _plan(
     ]
     if not tasks:
         raise UsageError("no case, dtype and mode matches the selection (`harness list` shows the cases)")
+    # What makes two shards' verdicts parts of one night (how much each localizes does not).
+    setup = {
+        name: getattr(config, name, None)
+        for name in ("device", "backend", "npu_backend", "compile_mode", "compile_options", "reference", "inject")
+    }
+    setup.update(strict_eager=bool(getattr(config, "strict_eager", False)), dynamic=args.dynamic)
+    setup["torch"] = torch.__version__
+    selection = selection_fingerprint((t.key for t in tasks), setup)
     if args.shard:
         index, count = args.shard
         tasks = [t for position, t in enumerate(sorted(tasks, key=lambda t: t.key)) if position % count == index - 1]
@@ -751,7 +783,7 @@ def _plan(
     # A journal may hold a run twice (a pass, then a fail): it is carried once, with the worse status.
     resumed, _ = R.worst_of_each(resumed, lambda r: (r.case, r.dtype, r.mode))
     carried = [r for r in resumed if (r.case, r.dtype, r.mode) in {t.key for t in tasks}]
-    return _Plan([t for t in tasks if t.key not in done], carried)
+    return _Plan([t for t in tasks if t.key not in done], carried, selection)
 
 
 def _failed_runs(path: str) -> set[tuple[str, str, str]]:
@@ -862,4 +894,4 @@ def _report(args: argparse.Namespace) -> int:
 
 def totals(results: Sequence[R.CaseResult]) -> str:
     counts = {status: sum(r.status == status for r in results) for status in R.Status}
-    return "== " + ", ".join(f"{n} {status}" for status, n in counts.items() if n) + " =="
+    return "== " + (", ".join(f"{n} {status}" for status, n in counts.items() if n) or "no run finished") + " =="

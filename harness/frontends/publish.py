@@ -41,26 +41,27 @@ def publish(
     report_dir: str | None = None,
     junit_path: str | None = None,
     baseline: Sequence[R.CaseResult] | None = None,
-) -> tuple[list[str], list[str]]:
+) -> tuple[list[tuple[str, str]], list[str]]:
     """Write the results JSON (to `json_path`, else into `report_dir`) first, then the HTML report and JUnit
-    XML: (the paths written, one line per file that could not be written). A secondary file that fails
-    (a full disk) never costs the results JSON, nor the other secondary file. With a `baseline`, JUnit reports
-    the failures it already had as skips, as the exit code does."""
+    XML: (what was written, each as its kind, "results", "report" or "junit", and its path; one line per file
+    that could not be written). A secondary file that fails (a full disk) never costs the results JSON, nor the
+    other secondary file. With a `baseline`, JUnit reports the failures it already had as skips, as the exit code
+    does."""
     written, problems = [], []
     if report_dir and not json_path:
         json_path = os.path.join(report_dir, "results.json")
     if json_path:
         try:
             R.write_results(json_path, records, run_meta)
-            written.append(json_path)
+            written.append(("results", json_path))
         except OSError as exc:
             problems.append(f"cannot write the results {json_path} ({exc.strerror or exc})")
-    if report_dir and json_path in written:
+    if report_dir and ("results", json_path) in written:
         from harness.report import write_report
 
         html = os.path.join(report_dir, "index.html")
         try:
-            written.append(write_report([json_path], html))
+            written.append(("report", write_report([json_path], html)))
         except OSError as exc:
             problems.append(f"cannot write the report {html} ({exc.strerror or exc})")
     if junit_path:
@@ -68,7 +69,7 @@ def publish(
         from harness.report.junit import write_junit
 
         try:
-            written.append(write_junit(records, junit_path, known_failing(list(baseline or []))))
+            written.append(("junit", write_junit(records, junit_path, known_failing(list(baseline or [])))))
         except OSError as exc:
             problems.append(f"cannot write the JUnit XML {junit_path} ({exc.strerror or exc})")
     return written, problems

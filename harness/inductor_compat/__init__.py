@@ -77,16 +77,21 @@ from harness.inductor_compat.dynamo import (
 )
 from harness.inductor_compat.passes import GraphPass, left_in_lowered, observing_passes
 from harness.inductor_compat.graphs import (
+    LOW_PRECISION,
     STATE_BEFORE_IN_PLACE,
+    WIDER_FLOATS,
     BufferFact,
     Capture,
     GraphInfo,
     GraphObserver,
     adopt_facts,
     capture_graphs,
+    erases_low_precision_cast,
     float64_copy,
     graph_info,
     install_lowering_hook,
+    LowPrecisionCast,
+    low_precision_casts,
     program_accumulates,
     written_inputs,
 )

@@ -906,3 +906,56 @@ def float64_copy(gm: Any) -> Any:
     output = graph.graph_copy(gm.graph, {})
     graph.output(output)
     return cast_dtype_args_to_fp64(torch.fx.GraphModule(gm, graph))
+
+
+# Float dtypes a value is rounded to when a program casts to them on purpose, and those it is rounded from.
+LOW_PRECISION = ("float16", "bfloat16")
+WIDER_FLOATS = ("float32", "float64")
+
+
+@dataclass(frozen=True)
+class LowPrecisionCast:
+    """An explicit cast of a post-grad graph from a wider float to float16 or bfloat16 (`x.half()`,
+    `y.to(torch.bfloat16)`: `prims.convert_element_type` or `aten._to_copy`), and the kernel that computes it."""
+
+    node: str
+    source: str  # "float32"
+    target: str  # "bfloat16"
+    kernel: str | None  # the kernel whose buffers hold it (provenance), None where codegen named none
+
+    def text(self) -> str:
+        return f"{self.node} ({self.source} -> {self.target})"
+
+
+def erases_low_precision_cast(erased: Iterable[str]) -> bool:
+    """Whether the nodes a graph pass erased (`GraphPass.erased`: each node's op, target and arguments, as
+    `passes._node_facts` writes them) hold a cast to float16/bfloat16 (its dtype is an argument)."""
+    casts = ("prims.convert_element_type.", "aten._to_copy.")
+    return any(
+        any(target in facts for target in casts) and any(f"torch.{dtype}" in facts for dtype in LOW_PRECISION)
+        for facts in erased
+    )
+
+
+def low_precision_casts(info: GraphInfo) -> list[LowPrecisionCast] | None:
+    """The graph's explicit casts to float16/bfloat16 from a wider float, in graph order; None when its nodes carry
+    no values to read dtypes from (a graph loaded from the facts kept beside a cache entry)."""
+    import torch
+
+    targets = {torch.ops.prims.convert_element_type.default, torch.ops.aten._to_copy.default}
+    kernel_of = {
+        o: name for name, buffers in info.kernels for b in buffers if b in info.buffers for o in info.buffers[b].origins
+    }
+    found = []
+    for node in info.gm.graph.nodes:
+        if node.op != "call_function" or node.target not in targets or not node.args:
+            continue
+        if "val" not in node.meta:
+            return None
+        value, source = node.meta.get("val"), getattr(node.args[0], "meta", {}).get("val")
+        if not isinstance(value, torch.Tensor) or not isinstance(source, torch.Tensor):
+            continue
+        target_dtype, source_dtype = str(value.dtype).removeprefix("torch."), str(source.dtype).removeprefix("torch.")
+        if target_dtype in LOW_PRECISION and source_dtype in WIDER_FLOATS:
+            found.append(LowPrecisionCast(node.name, source_dtype, target_dtype, kernel_of.get(node.name)))
+    return found

@@ -7,9 +7,12 @@ Two kinds of pass are seen, as Inductor itself names them:
   `GraphTransformObserver.apply_graph_pass` / `apply_gm_pass`, with the
   subsystem CompilerBisector knows it by (`joint_graph_passes`,
   `post_grad_passes`, `pre_grad_passes`);
-- a pattern rewrite: one registered entry of a `PatternMatcherPass` (a
-  replacement, a graph handler or a lowering pattern), named by its handler or
-  its pattern name.
+- a pattern rewrite of a `PatternMatcherPass` (a replacement, a graph
+  handler or a lowering pattern), named by its handler or its pattern name and
+  by the pass it belongs to. Every entry of that name in that pass is one
+  rewrite: a pattern registered several times (one entry per dtype or per
+  variant of the searched graph, as the attention patterns are) is turned off
+  as a whole, since with one entry refused another would make the same rewrite.
 
 Observing records each pass that changed a graph, once, in the order they
 first did, each with whether a pass inside it changed the graph too (a named
@@ -49,6 +52,9 @@ class GraphPass:
     # The nodes it created or changed (their op, target or arguments), by name, over every time it fired: what a
     # localization compares with the nodes that diverge (a cleanup that enabled a wrong rewrite touched others).
     touched: frozenset[str] = field(default=frozenset(), compare=False)
+    # The nodes it erased, by what they were (`_node_facts`: op, target, arguments): what a cast that left the
+    # graph is looked for in (`graphs.erases_low_precision_cast`).
+    erased: frozenset[str] = field(default=frozenset(), compare=False)
 
     @property
     def label(self) -> str:
@@ -60,7 +66,8 @@ class GraphPass:
 class _State:
     fired: list[GraphPass]
     disabled: frozenset[str]
-    pattern_subsystem: list[str | None]
+    # The (subsystem, pass name) of each PatternMatcherPass running, innermost last.
+    pattern_subsystem: list[tuple[str | None, str | None]]
     depth: int = 0
 
 
@@ -137,6 +144,7 @@ def _named_pass(original: Any) -> Any:
                         key,
                         contains_others=len(state.fired) > fired_before,
                         touched=_touched(before, after),
+                        erased=_erased(before, after),
                     ),
                 )
 
@@ -149,7 +157,7 @@ def _pattern_pass(original: Any) -> Any:
         state: _State | None = getattr(_local, "state", None)
         if state is None:
             return original(self, gm)
-        state.pattern_subsystem.append(getattr(self, "subsystem", None))
+        state.pattern_subsystem.append((getattr(self, "subsystem", None), getattr(self, "pass_name", None)))
         try:
             return original(self, gm)
         finally:
@@ -164,15 +172,24 @@ def _pattern_entry(original: Any) -> Any:
         state: _State | None = getattr(_local, "state", None)
         if state is None:
             return original(self, match, graph, node)
-        key = f"{PATTERN}:{id(self)}"
+        subsystem, pass_name = state.pattern_subsystem[-1] if state.pattern_subsystem else (None, None)
+        name = _pattern_name(self, node)
+        if pass_name and pass_name != subsystem:
+            name = f"{name} in {pass_name}"
+        key = f"{PATTERN}:{subsystem}:{name}"  # every entry of this rewrite in this pass
         if key in state.disabled:
             return None
-        subsystem = state.pattern_subsystem[-1] if state.pattern_subsystem else None
-        name, before = _pattern_name(self, node), _node_facts(graph)
+        before = _node_facts(graph)
         try:
             return original(self, match, graph, node)
         finally:
-            _note(state, GraphPass(PATTERN, name, subsystem, key, touched=_touched(before, _node_facts(graph))))
+            after = _node_facts(graph)
+            _note(
+                state,
+                GraphPass(
+                    PATTERN, name, subsystem, key, touched=_touched(before, after), erased=_erased(before, after)
+                ),
+            )
 
     apply.__wrapped__ = original
     return apply
@@ -185,6 +202,7 @@ def _note(state: _State, graph_pass: GraphPass) -> None:
                 seen,
                 contains_others=seen.contains_others or graph_pass.contains_others,
                 touched=seen.touched | graph_pass.touched,
+                erased=seen.erased | graph_pass.erased,
             )
             return
     state.fired.append(graph_pass)
@@ -215,3 +233,8 @@ def _node_facts(graph: Any) -> dict[str, tuple[int, str]]:
 def _touched(before: dict[str, tuple[int, str]], after: dict[str, tuple[int, str]]) -> frozenset[str]:
     """The nodes a pass created or changed; one that only moved (a node erased before it) is not changed."""
     return frozenset(name for name, (_, facts) in after.items() if name not in before or before[name][1] != facts)
+
+
+def _erased(before: dict[str, tuple[int, str]], after: dict[str, tuple[int, str]]) -> frozenset[str]:
+    """What the nodes a pass erased were (their facts)."""
+    return frozenset(facts for name, (_, facts) in before.items() if name not in after)

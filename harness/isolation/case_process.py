@@ -11,8 +11,10 @@ reaches another case.
 
 The worker checks every message against the task in flight (its run id; a
 record must name the task's case, dtype and mode), has the values the
-case's process wrote judged in a process forked from it for that
-(`harness.judge.values`), and only then answers the harness.
+case's process sent judged in a process forked from it for that
+(`harness.judge.values`), and only then answers the harness. The values come
+as an anonymous file over a socket each case process shares with its worker
+alone: no path under a folder every case can reach.
 When the case's process is done, the worker kills whatever it left running
 (the worker is a subreaper: a daemon in a session of its own included).
 
@@ -28,10 +30,9 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import signal
+import socket
 import sys
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, IO
 
@@ -57,6 +58,7 @@ class _CaseProcess:
     results: int  # its messages (a descriptor)
     receiver: Receiver
     origin: str
+    values: socket.socket  # the values it sends (`judge.values.send_values`)
     retiring: bool = False
 
 
@@ -69,9 +71,10 @@ class Template:
         # Closes the worker's channel to the harness: a case process never holds it.
         self.forget = forget
         self.isolation = setup.get("isolation") or "case"
-        self.values_root = setup.get("values_dir") or tempfile.mkdtemp(prefix="harness-values-")
-        os.makedirs(self.values_root, exist_ok=True)
         self.child: _CaseProcess | None = None
+        # What the case process sent for the task in flight (`judge.values.received_values`), kept for its verdict
+        # and its record alike.
+        self._values: int | str | None = None
 
     def run(self, task: dict[str, Any]) -> None:
         """Run one task in a case process and answer the harness; returns when the task has its answer."""
@@ -81,8 +84,6 @@ class Template:
             self.isolation == "case" or child.origin != origin or child.retiring or not process_tree.running(child.pid)
         ):
             self.end_child()
-        values = tempfile.mkdtemp(prefix="run-", dir=self.values_root)
-        task = {**task, "values_dir": values}
         try:
             if self.child is None:
                 self.child = self._fork(origin)
@@ -93,19 +94,24 @@ class Template:
                 pass  # it died: the relay finds out and says so
             self._relay(self.child, task)
         finally:
-            shutil.rmtree(values, ignore_errors=True)
+            self._forget_values()
             if self.isolation == "case":
                 self.end_child()
 
     def close(self) -> None:
         self.end_child()
-        shutil.rmtree(self.values_root, ignore_errors=True)
+
+    def _forget_values(self) -> None:
+        if isinstance(self._values, int):
+            os.close(self._values)
+        self._values = None
 
     # -- the case process -------------------------------------------------------------------------------------
 
     def _fork(self, origin: str) -> _CaseProcess:
         task_read, task_write = os.pipe()
         result_read, result_write = os.pipe()
+        values_here, values_there = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         token = new_token()
         worker = os.getpid()
         pid = os.fork()
@@ -113,15 +119,18 @@ class Template:
             try:
                 os.close(task_write)
                 os.close(result_read)
+                values_here.close()
                 self.forget()
                 process_tree.signal_on_parent_death(signal.SIGKILL)
                 if os.getppid() != worker:  # the worker died before the signal was asked for
                     os._exit(1)
                 tasks = os.fdopen(private_copy(task_read), "r", encoding="utf-8")
                 results = os.fdopen(private_copy(result_write), "w", buffering=1, encoding="utf-8")
+                values = socket.socket(fileno=private_copy(values_there.fileno()))
                 os.close(task_read)
                 os.close(result_write)
-                code = _case_loop(tasks, Sender(results, token), self.setup, self.config, self.isolation)
+                values_there.close()
+                code = _case_loop(tasks, Sender(results, token), values, self.setup, self.config, self.isolation)
             except BaseException:  # noqa: BLE001 - whatever happened, this process must not run the template's loop
                 import traceback
 
@@ -132,7 +141,10 @@ class Template:
             os._exit(code)
         os.close(task_read)
         os.close(result_write)
-        return _CaseProcess(pid, os.fdopen(task_write, "w", encoding="utf-8"), result_read, Receiver(token), origin)
+        values_there.close()
+        return _CaseProcess(
+            pid, os.fdopen(task_write, "w", encoding="utf-8"), result_read, Receiver(token), origin, values_here
+        )
 
     def end_child(self) -> None:
         """Kill the case process and everything left below the worker, and reap them."""
@@ -144,6 +156,7 @@ class Template:
             except OSError:  # a broken pipe: it is gone already
                 pass
             os.close(child.results)
+            child.values.close()
         process_tree.kill_descendants(os.getpid())
         _reap()
 
@@ -199,7 +212,7 @@ class Template:
             raise ChannelCorrupted(f"a {kind} for {record.case}[{record.dtype}-{record.mode}], not this task's case")
         if record.status in R.EXPECTED_STATUSES:  # the pool's to give (`harness.run.expectations`), never a case's
             raise ChannelCorrupted(f"a {kind} with the status {record.status}, which no case's process gives")
-        record = self._judged(record, task)
+        record = self._judged(record, task, child)
         if kind == "verdict":
             self.answer.send({"verdict": encode_json(record.to_dict()), "run": run})
             return False
@@ -207,13 +220,18 @@ class Template:
         self.answer.send({"record": encode_json(record.to_dict()), "retire": False, "run": run})
         return True
 
-    def _judged(self, record: Any, task: dict[str, Any]) -> Any:
+    def _judged(self, record: Any, task: dict[str, Any], child: _CaseProcess) -> Any:
         """The record once its values are judged (`judge.judge_record`), in a process forked for it: the worker
-        itself runs no tensor operation (an OpenMP thread pool made here would deadlock every later fork)."""
-        from harness.judge.values import JUDGED_STATUSES
+        itself runs no tensor operation (an OpenMP thread pool made here would deadlock every later fork). The
+        values came before the message that carries the record (the case's process sends them first)."""
+        from harness.judge.values import JUDGED_STATUSES, received_values
 
         if record.status not in JUDGED_STATUSES:
             return record  # an error or a skip: no value decided it
+        latest = received_values(child.values, task["run"])
+        if latest is not None:
+            self._forget_values()
+            self._values = latest
         read_end, write_end = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -226,7 +244,7 @@ class Template:
                 process_tree.signal_on_parent_death(signal.SIGKILL)
                 from harness.judge.values import judge_record
 
-                judged = judge_record(record, task["values_dir"], task.get("policy") or {})
+                judged = judge_record(record, self._values, task.get("policy") or {})
                 with os.fdopen(write_end, "wb") as out:
                     out.write(json.dumps(R.encode_json(judged.to_dict()), allow_nan=False).encode())
             except BaseException:  # noqa: BLE001 - told to the worker by the exit code and the log
@@ -258,14 +276,16 @@ class Template:
             return record
 
 
-def _case_loop(tasks: IO[str], results: Sender, setup: dict[str, Any], config: Any, isolation: str) -> int:
+def _case_loop(
+    tasks: IO[str], results: Sender, values: socket.socket, setup: dict[str, Any], config: Any, isolation: str
+) -> int:
     """The case process: its tasks, one (isolation `case`) or those of one module until something is left
     behind (isolation `module`)."""
     import gc
 
     from harness.isolation import residue as case_residue
     from harness.isolation.pool import task_config
-    from harness.judge.values import say_unjudgeable, write_values
+    from harness.judge.values import send_values
     from harness.records import encode_json
     from harness.registry import CASE_SOURCE_ORIGIN, DEFAULT_IMPORT_TIMEOUT_S, Registry, load_registry
     from harness.layout import dtype_named
@@ -309,13 +329,9 @@ def _case_loop(tasks: IO[str], results: Sender, setup: dict[str, Any], config: A
             gc.collect()
             gc.freeze()
         results.send({"started": task["case"], "run": run})
-        values_dir = task["values_dir"]
 
-        def on_values(sizes: list, values_dir: str = values_dir) -> None:
-            try:
-                write_values(values_dir, sizes)
-            except Exception as exc:  # noqa: BLE001 - the judge then says the verdict is this process's own
-                say_unjudgeable(values_dir, f"{type(exc).__name__}: {exc}")
+        def on_values(sizes: list, run: str = run) -> None:
+            send_values(values, run, sizes)
 
         record = run_case(
             case,

@@ -257,8 +257,7 @@ def _one_loader(request: dict[str, Any], import_deadline_s: float) -> dict[str, 
 
 def _tail(log: Any) -> str:
     log.flush()
-    log.seek(0)
-    text = child_process.tail(log.read()).strip()
+    text = child_process.read_tail(log.buffer if hasattr(log, "buffer") else log).strip()
     return text.splitlines()[-1] if text else ""
 
 

@@ -145,8 +145,8 @@ class _Worker:
 
     def log_tail(self) -> str:
         try:
-            with open(self.log_path, encoding="utf-8", errors="backslashreplace") as handle:
-                return child_process.tail(handle.read())
+            with open(self.log_path, "rb") as handle:
+                return child_process.read_tail(handle)
         except OSError:
             return ""
 
@@ -173,15 +173,8 @@ class WorkerPool:
     # One case, one process ("case"), or one process for consecutive cases of a module ("module"):
     # `harness.isolation.case_process`.
     isolation: str = "case"
-    # Where the case processes write the values the workers judge (removed on close).
-    _values: str | None = None
     # What the run expects to fail (`harness.run.expectations`): applied to every record `run` yields.
     expectations: Expectations | None = None
-
-    def _values_root(self) -> str:
-        if self._values is None:
-            self._values = tempfile.mkdtemp(prefix="harness-values-")
-        return self._values
 
     def configure(
         self,
@@ -450,7 +443,6 @@ class WorkerPool:
             "case_paths": self.case_paths,
             "broken_modules": sorted(self.broken_modules),
             "isolation": self.isolation,
-            "values_dir": os.path.join(self._values_root(), f"worker-{worker.slot}"),
         }
         try:
             worker.process.stdin.write(json.dumps(setup) + "\n")
@@ -465,17 +457,14 @@ class WorkerPool:
             pass
         worker.kill()
         self.workers.pop(worker.slot, None)
-        if self._values:  # what its case process was writing when the worker went
-            shutil.rmtree(os.path.join(self._values, f"worker-{worker.slot}"), ignore_errors=True)
 
     def close(self) -> None:
         for worker in list(self.workers.values()):
             self._stop(worker)
         self.selector.close()
-        for directory in self._temporary_logs + ([self._values] if self._values else []):
+        for directory in self._temporary_logs:
             shutil.rmtree(directory, ignore_errors=True)
         self._temporary_logs.clear()
-        self._values = None
 
 
 def _failed(task: Task, config, stage: str, symptom: str, kind: str, message: str, elapsed: float) -> R.CaseResult:

@@ -5,10 +5,12 @@ follow-up checks need it), but that process ran the case's code, which can
 change anything in it: the tolerance table, `harness.judge.compare`, `builtins`,
 torch's comparisons. So the case's process also writes the values it judged
 (`write_values`: eager's results, eager's second run, the compiled results,
-the float64 reference, the elements left out as undefined), as plain tensor
-files. A process forked for it from the worker (`harness.isolation.case_process`),
-where no case code ever ran, loads them with `torch.load(weights_only=True)`
-and judges them again with the policy the harness declared for the task
+the float64 reference, the elements left out as undefined), as one plain tensor
+file with no name: an anonymous file (`memfd`) handed to its worker over a
+socket of its own (`send_values`), so no other case can reach it by a path.
+A process forked for it from the worker (`harness.isolation.case_process`),
+where no case code ever ran, loads it with `torch.load(weights_only=True)`
+and judges it again with the policy the harness declared for the task
 (`judge_record`). Where both agree the record keeps its analyses with the
 judge's comparisons; where they differ the judge's verdict stands and the
 record says so.
@@ -16,11 +18,15 @@ record says so.
 
 from __future__ import annotations
 
+import array
 import dataclasses
-import glob
+import json
 import os
+import socket
+import stat
+import tempfile
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import IO, Any, Iterator, Mapping
 
 import torch
 
@@ -33,10 +39,12 @@ from harness.judge.tolerances import Tolerance
 # `CaseResult.verdict_source`: who decided the status that stands.
 JUDGED = "judge"  # judged again apart from the case's code; the case's process agreed
 OVERRULED = "judge-overruled"  # judged again apart from the case's code, where the case's process said otherwise
-CASE_PROCESS = "case-process"  # no values reached the judge: the case's process decided (its reason is a warning)
+# No values the judge could read: a failure the case's process decided stands (its reason a warning), a pass is
+# an error (`judge_record`).
+CASE_PROCESS = "case-process"
 
-VALUES_GLOB = "size*.pt"
-UNJUDGEABLE = "unjudgeable.txt"
+# How long a message on the values socket may be (a run id and, where no values could be written, why).
+VALUES_MESSAGE_BYTES = 4096
 # A leaf result that is not a tensor nor a plain Python value travels as its type and repr (torch.load with
 # weights_only=True accepts nothing else).
 _PLAIN_LEAVES = (type(None), bool, int, float, complex, str, bytes)
@@ -110,10 +118,10 @@ class SizeValues:
     accumulated: bool = True
 
 
-def write_values(directory: str, sizes: list[SizeValues]) -> None:
-    """In the case's process: each size's values as `size<N>.pt`, tensors on the CPU with their layouts."""
-    for number, size in enumerate(sizes, 1):
-        bundle = {
+def write_values(handle: IO[bytes], sizes: list[SizeValues]) -> None:
+    """Every size's values into one file, tensors on the CPU with their layouts."""
+    bundles = [
+        {
             "actual": _plain_results(size.actual),
             "expected": _plain_results(size.expected),
             "references": _plain_results(size.references),
@@ -122,15 +130,67 @@ def write_values(directory: str, sizes: list[SizeValues]) -> None:
             "atomic_baseline": {k: _plain_tensor(v) for k, v in size.atomic_baseline.items()},
             "accumulated": bool(size.accumulated),
         }
-        path = os.path.join(directory, f"size{number}.pt")
-        torch.save(bundle, path + ".part")
-        os.replace(path + ".part", path)  # a size file the judge finds is whole
+        for size in sizes
+    ]
+    torch.save({"sizes": bundles}, handle)
 
 
-def say_unjudgeable(directory: str, reason: str) -> None:
-    """In the case's process: why its values could not be written (the judge then says so on the record)."""
-    with open(os.path.join(directory, UNJUDGEABLE), "w", encoding="utf-8") as handle:
-        handle.write(reason[:2000])
+def _anonymous_file() -> int:
+    """A file with no name (Linux's `memfd_create`; elsewhere a temporary file unlinked at once)."""
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("harness-values", os.MFD_CLOEXEC)
+    with tempfile.TemporaryFile() as handle:
+        return os.dup(handle.fileno())
+
+
+def send_values(channel: socket.socket, run: str, sizes: list[SizeValues]) -> None:
+    """In the case's process: the run's values, written into an anonymous file whose descriptor goes to the worker
+    over the case process's own socket; where they cannot be written, why."""
+    descriptor = _anonymous_file()
+    try:
+        try:
+            with os.fdopen(os.dup(descriptor), "wb") as handle:
+                write_values(handle, sizes)
+            message, descriptors = {"run": run}, [descriptor]
+        except Exception as exc:  # noqa: BLE001 - the judge then says the verdict is this process's own
+            # (Short enough that the message, JSON-escaped, stays whole within VALUES_MESSAGE_BYTES.)
+            message, descriptors = {"run": run, "unjudgeable": f"{type(exc).__name__}: {exc}"[:500]}, []
+        socket.send_fds(channel, [json.dumps(message).encode()], descriptors)
+    finally:
+        os.close(descriptor)
+
+
+def received_values(channel: socket.socket, run: str) -> int | str | None:
+    """In the worker: what the case's process sent for `run` so far, the last of it: a descriptor of its values,
+    or why it has none (text); None when nothing came. What came for another run is dropped."""
+    found: int | str | None = None
+    while True:
+        try:  # (`socket.recv_fds` drops its flags before Python 3.12: recvmsg itself)
+            data, ancillary, _, _ = channel.recvmsg(
+                VALUES_MESSAGE_BYTES, socket.CMSG_SPACE(4 * array.array("i").itemsize), socket.MSG_DONTWAIT
+            )
+        except OSError:  # (nothing more waiting: BlockingIOError)
+            return found
+        descriptors = array.array("i")
+        for level, kind, payload in ancillary:
+            if (level, kind) == (socket.SOL_SOCKET, socket.SCM_RIGHTS):
+                descriptors.frombytes(payload[: len(payload) - len(payload) % descriptors.itemsize])
+        descriptors = list(descriptors)
+        if not data and not descriptors:  # (the case's process is gone: its end reads as empty)
+            return found
+        try:
+            message = json.loads(data.decode("utf-8", "replace"))
+        except ValueError:
+            message = None
+        if not isinstance(message, dict) or message.get("run") != run:
+            for descriptor in descriptors:
+                os.close(descriptor)
+            continue
+        if isinstance(found, int):
+            os.close(found)
+        for descriptor in descriptors[1:]:
+            os.close(descriptor)
+        found = descriptors[0] if descriptors else str(message.get("unjudgeable") or "its process sent no values")
 
 
 def _plain_tensor(tensor: torch.Tensor) -> torch.Tensor:
@@ -208,22 +268,32 @@ class Judgement:
         return [o.name for o in self.outputs if not o.passed]
 
 
-def judge_values(directory: str, policy: Mapping[str, Any]) -> Judgement | str:
-    """The comparisons of every size the case's process wrote, or why there are none (a sentence)."""
-    paths = sorted(glob.glob(os.path.join(directory, VALUES_GLOB)), key=lambda p: int(os.path.basename(p)[4:-3]))
-    if not paths:
-        try:
-            with open(os.path.join(directory, UNJUDGEABLE), encoding="utf-8", errors="replace") as handle:
-                return f"its values could not be written ({handle.read(500)})"
-        except OSError:
-            return "its process sent no values"
+def _bundles(values: int) -> list[Any]:
+    """The sizes' values in the file the case's process sent (a descriptor, read from its start, left open)."""
+    if not stat.S_ISREG(os.fstat(values).st_mode):  # (a pipe or a socket in its place would block the read)
+        raise ValueError("not a regular file")
+    with os.fdopen(os.dup(values), "rb") as handle:
+        handle.seek(0)
+        payload = torch.load(handle, weights_only=True, map_location="cpu")
+    if not isinstance(payload, dict) or not isinstance(payload.get("sizes"), list) or not payload["sizes"]:
+        raise ValueError("no sizes in it")
+    return payload["sizes"]
+
+
+def judge_values(values: int | str | None, policy: Mapping[str, Any]) -> Judgement | str:
+    """The comparisons of every size in the values the case's process sent (`received_values`), or why there are
+    none (a sentence)."""
+    if values is None:
+        return "its process sent no values"
+    if isinstance(values, str):
+        return f"its values could not be written ({values[:500]})"
+    try:
+        bundles = _bundles(values)
+    except Exception as exc:  # noqa: BLE001 - a file the judge cannot read: no verdict from it
+        return f"its values could not be read ({type(exc).__name__}: {R.exception_line(exc)})"
     base = _verdict(policy)
     outputs, nondeterministic = [], []
-    for number, path in enumerate(paths, 1):
-        try:
-            bundle = torch.load(path, weights_only=True, map_location="cpu")
-        except Exception as exc:  # noqa: BLE001 - a file the judge cannot read: no verdict from it
-            return f"its values could not be read ({type(exc).__name__}: {R.exception_line(exc)})"
+    for number, bundle in enumerate(bundles, 1):
         suffix = "" if number == 1 else f"@size{number}"
         verdict = dataclasses.replace(
             base,
@@ -258,15 +328,22 @@ def _named_leaf(comparison: R.OutputComparison, expected: Results) -> R.OutputCo
 JUDGED_STATUSES = (R.PASS, R.FAIL, R.NONDETERMINISTIC)
 
 
-def judge_record(record: R.CaseResult, directory: str, policy: Mapping[str, Any]) -> R.CaseResult:
-    """The record as it stands once its values are judged apart from the case's code. A status that no value
-    decided (an error, a skip) is left as it is."""
+def judge_record(record: R.CaseResult, values: int | str | None, policy: Mapping[str, Any]) -> R.CaseResult:
+    """The record as it stands once its values (`judge_values`) are judged apart from the case's code. A status
+    that no value decided (an error, a skip) is left as it is."""
     was = record.status
     if was not in JUDGED_STATUSES:
         return record
-    judged = judge_values(directory, policy)
+    judged = judge_values(values, policy)
     if isinstance(judged, str):
         record.verdict_source = CASE_PROCESS
+        if was == R.PASS:  # (a case that removes or spoils its values must not pass on its own word)
+            record.conclude(R.ERROR, R.Stage.COMPARE, R.Symptom.UNJUDGED)
+            record.error = R.ErrorInfo(
+                "Unjudged",
+                f"the case's process said pass, and no values of it could be judged apart from its code: {judged}",
+            )
+            return record
         record.warnings.append(
             f"the verdict is the case's own process's, not checked apart from the case's code: {judged}"
         )

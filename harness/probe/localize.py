@@ -416,7 +416,8 @@ def _after_aot(
     found.reason = (
         "the outputs still diverge with every compared kernel output made eager: the difference "
         f"comes from work the probe does not compare ({found.unmapped_buffers} unmapped buffers"
-        f"{': ' + reasons if reasons else ''}; ATen fallback ops and graph glue are not probed)"
+        f"{': ' + reasons if reasons else ''}: buffers no FX node's value maps to, which neither the kernels' "
+        "outputs, nor the fallback calls, nor the views the glue builds for them compare)"
     )
     return found
 

@@ -6,8 +6,9 @@ import enum
 import json
 import math
 import os
+import stat
 import tempfile
-from typing import Any, Iterable
+from typing import IO, Any, Iterable
 
 from harness.records.schema import FLOAT_ENCODING, SCHEMA, CaseResult, Status
 from harness.records.text import safe_text
@@ -60,10 +61,25 @@ def _json_text(value: Any, depth: int = 0) -> str:
     return json.dumps(value, allow_nan=False, separators=(",", ":") if isinstance(value, list) else None)
 
 
+def open_input(path: str | os.PathLike, mode: str = "r", **options: Any) -> IO[Any]:
+    """An input the harness reads whole, opened only if it is a regular file: opening a FIFO blocks until a
+    writer comes (and no signal ends that), and a device such as /dev/zero never ends. ValueError naming it
+    otherwise; OSError as `open` raises it."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # (a FIFO opens at once so, and is then refused)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise ValueError(f"{os.fspath(path)}: not a regular file (a FIFO, device or socket is never read)")
+        os.set_blocking(descriptor, True)
+        return open(descriptor, mode, **options)
+    except BaseException:
+        os.close(descriptor)
+        raise
+
+
 def read_results(path: str | os.PathLike) -> tuple[dict[str, Any], list[CaseResult]]:
     """A results file's run metadata and records; ValueError naming the file when it cannot be used."""
     try:
-        with open(path, encoding="utf-8", errors="backslashreplace") as handle:
+        with open_input(path, encoding="utf-8", errors="backslashreplace") as handle:
             payload = json.load(handle)
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path}: not a harness results file ({exc})") from None

@@ -83,7 +83,7 @@ def read_records(path: str) -> list[R.CaseResult]:
     if not path.endswith(".jsonl"):
         return R.read_results(path)[1]
     try:
-        with open(path, encoding="utf-8", errors="backslashreplace") as handle:
+        with R.open_input(path, encoding="utf-8", errors="backslashreplace") as handle:
             lines = [line for line in handle.read().splitlines() if line.strip()]
     except OSError as exc:
         raise ValueError(f"{path}: cannot read it ({exc.strerror})") from None

@@ -96,6 +96,12 @@ class Symptom(_Named):
     # The device loaded another compiler backend than the run asked for (torch_npu's fallback for an unknown
     # name): what would run is not what was asked.
     BACKEND_MISMATCH = "backend-mismatch"
+    # The compiled program keeps in float32 a value the program rounds to float16/bfloat16 on purpose (an explicit
+    # cast a kernel fuses), and compiled again with `emulate_precision_casts` it matches eager.
+    PRECISION_CAST_ELIDED = "precision-cast-elided"
+    # The case's process said pass, and no values it sent could be judged apart from its code (none came, or
+    # none the judge could read): a pass is never taken on the case's own word.
+    UNJUDGED = "unjudged"
 
 
 class Reproduction(_Named):
@@ -751,6 +757,20 @@ class CaseResult:
     def run_id(self) -> str:
         return f"{self.case}[{self.dtype}-{self.mode}{'-dynamic' if self.dynamic else ''}]"
 
+    def passed_by_rules(self) -> list[str]:
+        """Each output that passed by a rule other than its plain tolerance, in words: which rule, and over how many
+        elements beyond the tolerance ("grad.w by rmse_vs_fp64 (97417 beyond tolerance)"), or the elements left out
+        as undefined (repeated writes to one element)."""
+        found = []
+        for output in self.outputs:
+            if not output.passed:
+                continue
+            if output.passed_by:
+                found.append(f"{output.name} by {output.passed_by} ({output.bad} beyond tolerance)")
+            elif output.undefined:
+                found.append(f"{output.name} with {output.undefined} undefined elements left out")
+        return found
+
     def summary(self, verbose: bool = False, stable: bool = False) -> str:
         """The console block: one head line, then what a reader must see (failures, the answer, notes). The notes
         on a passing run's outputs (a pass by the float64 rule) are for `verbose` and the report only. `stable`:
@@ -770,6 +790,9 @@ class CaseResult:
         failing = is_failing(self.status)
         if failing or verbose:
             lines += [f"note: {o.name}: {o.note}" for o in self.outputs if o.passed and o.note][:3]
+        if verbose and not failing and (rules := self.passed_by_rules()):
+            shown = "; ".join(rules[:4]) + (f"; and {len(rules) - 4} more" if len(rules) > 4 else "")
+            lines.append(f"passed by a rule: {shown}")
         if self.dynamic_sizes and (failing or self.recompiled):
             lines.append(self.sizes_line())
         if self.first_divergent_kernel is not None:

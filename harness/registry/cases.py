@@ -72,6 +72,8 @@ class KnownFailure:
     emulation: str | None = None
     torch: str | None = None
     torch_npu: str | None = None
+    # A class of failure, by the run's symptom ("precision-cast-elided": a known-issues line declares it known).
+    symptom: str | None = None
     strict: bool = True
 
     def matches(self, surrogate: bool = False, **run: str | None) -> bool:
@@ -179,6 +181,9 @@ class Case:
         problems = []
         if not self.name.isidentifier() and not all(part.isidentifier() for part in self.name.split("-")):
             problems.append(f"name {self.name!r} is not made of identifier characters")
+        elif not self.name.isascii():  # (a Cyrillic і, a fullwidth letter or a combining accent prints as another)
+            shown = self.name.encode("ascii", "backslashreplace").decode()
+            problems.append(f"name {shown} is not ASCII: it could print as another case's name")
         for name in ("tags", "modes", "requires"):
             value = getattr(self, name)
             if not isinstance(value, tuple) or not all(isinstance(item, str) for item in value):

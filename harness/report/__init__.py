@@ -74,7 +74,9 @@ def merge_results(result_paths: list[str]) -> tuple[dict[str, Any], list[CaseRes
     """The run metadata and records of results files that are shards of one run."""
     if not result_paths:
         raise ValueError("merging needs at least one results file")
-    metas, records = [], []
+    from harness.report.shards import check_shards
+
+    metas, records, read = [], [], []
     for path in result_paths:
         if path.endswith(".jsonl"):  # a run's journal: its records, without the run's metadata
             from harness.records.journal import read_records
@@ -83,7 +85,9 @@ def merge_results(result_paths: list[str]) -> tuple[dict[str, Any], list[CaseRes
             continue
         meta, shard = read_results(path)
         metas.append(meta)
+        read.append((path, meta))
         records.extend(shard)
+    check_shards(read)  # (a night with a shard missing is no night)
     run_meta = merge_run_meta(metas)
     if len(result_paths) > 1:
         run_meta["results_files"] = len(result_paths)

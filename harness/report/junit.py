@@ -55,6 +55,10 @@ def junit_xml(
             lines.append(f"<skipped message={quoteattr(_clean('known in baseline: ' + _message(record)))}/>")
         elif result == "skipped":
             lines.append(f"<skipped message={quoteattr(_clean(record.reason or str(record.status)))}/>")
+        elif rules := record.passed_by_rules():
+            # A pass by a rule other than the tolerance says which (a CI shows a test's properties).
+            value = quoteattr(_clean("; ".join(rules)))
+            lines.append(f'<properties><property name="passed_by" value={value}/></properties>')
         lines.append("</testcase>")
     lines.append("</testsuite></testsuites>")
     return "\n".join(lines) + "\n"

@@ -47,7 +47,22 @@ def run_case(
     """One run of a case, its verdict as it is: a declared known failure is applied by whoever runs it
     (`harness.run.expectations`). With `--extract`, a failure's repros are written after it was judged; `on_verdict`
     gets the judged record first (a worker sends it, so a crash while extracting cannot cost the verdict).
-    `on_values` gets what each size was judged on, once the run is concluded (for the judge, `harness.judge.values`)."""
+    `on_values` gets what each size was judged on, once the run is concluded (for the judge, `harness.judge.values`).
+    torch runs as it does outside its own CI, whatever `CI` says here (`inductor_compat.torch_ci`)."""
+    from harness.inductor_compat import torch_ci
+
+    with torch_ci.hidden():
+        return _run(case, dtype, mode, config, on_verdict, on_values)
+
+
+def _run(
+    case: Case,
+    dtype: torch.dtype,
+    mode: str,
+    config: RunConfig,
+    on_verdict: Callable[[R.CaseResult], None] | None,
+    on_values: Callable[[list[SizeValues]], None] | None,
+) -> R.CaseResult:
     from harness.inductor_compat import quiet_torch_logging, remember_vec_isa_checks, torch_state
 
     quiet_torch_logging()

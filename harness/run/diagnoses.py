@@ -8,6 +8,7 @@ import torch
 from harness import records as R
 from harness.inject.launch import NARROWED_DTYPES
 from harness.judge.compare import VerdictPolicy, differs_only_where_undefined
+from harness.judge.results import Results
 from harness.judge.values import all_pass
 from harness.judge.values import result_pairs as _result_pairs
 from harness.layout import clone_exact
@@ -210,3 +211,166 @@ def settle_reproduction(record: R.CaseResult, reproduced: bool, runs_differ: boo
         + " (a race, a read of memory the program never wrote, stores that land at random)"
     )
     record.diagnosis = f"{record.diagnosis}; {said}" if record.diagnosis else said
+
+
+def emulated_casts_options() -> dict[str, object]:
+    """Inductor's switches that keep eager's rounding at explicit casts: `emulate_precision_casts`, and where the
+    torch has it, `numerics="strict"` (torch 2.14: eager's reduction order too)."""
+    import torch._inductor.config as inductor_config
+
+    options: dict[str, object] = {"emulate_precision_casts": True}
+    if hasattr(inductor_config, "numerics"):
+        options["numerics"] = "strict"
+    return options
+
+
+class _EagerCasts(torch.utils._python_dispatch.TorchDispatchMode):
+    """Records the eager program's casts from a wider float to float16/bfloat16 (`aten._to_copy`, which `.half()`,
+    `.to(dtype)` and `.type(dtype)` dispatch to), once each by dtypes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.casts: list = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204 - torch's signature
+        from harness.inductor_compat import LOW_PRECISION, WIDER_FLOATS, LowPrecisionCast
+
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func is torch.ops.aten._to_copy.default and isinstance(out, torch.Tensor) and args:
+            source, target = (str(t.dtype).removeprefix("torch.") for t in (args[0], out))
+            cast = LowPrecisionCast("aten._to_copy", source, target, None)
+            if source in WIDER_FLOATS and target in LOW_PRECISION and cast not in self.casts:
+                self.casts.append(cast)
+        return out
+
+
+def _compiled_cold(
+    observed: EagerSide, config: RunConfig, options: dict, disabled: frozenset[str] = frozenset()
+) -> tuple[Results, list, list] | None:
+    """The program compiled afresh (caches off) with `options` and the graph passes `disabled` turned off, and run
+    once: its results, the explicit casts of the graphs Inductor lowered, and the passes that changed the graphs;
+    None when it raises."""
+    from harness.inductor_compat import (
+        capture_graphs,
+        compile_caches_off,
+        graph_info,
+        low_precision_casts,
+        observing_passes,
+    )
+
+    torch.compiler.reset()
+    try:
+        with compile_caches_off(), capture_graphs(cold=True) as capture, observing_passes(disabled) as passes:
+            results = observed.compiled_session(config.backend, **compile_kwargs(config, options)).run()
+    except Exception:  # noqa: BLE001 - no answer from this check: the verdict and the other diagnoses stand
+        return None
+    finally:
+        torch.compiler.reset()
+    infos = [graph_info(path) for path in dict.fromkeys(capture.called)]
+    casts = [cast for info in infos if info is not None for cast in low_precision_casts(info) or ()]
+    return results, casts, list(passes)
+
+
+# The most passes turned off beside the switch when the switch alone does not keep a cast (as the probe's pass
+# search tries each of 8 or fewer alone).
+PASSES_TRIED_WITH_THE_SWITCH = 8
+
+
+def program_casts(observed: EagerSide) -> list:
+    """The explicit casts to float16/bfloat16 the program makes when it runs eagerly (one more eager run): those a
+    graph pass may have removed before Inductor lowered the graphs (torch 2.11's `pointless_convert` folds
+    `x.half().float()` into nothing; torch 2.13 keeps a narrowing round trip)."""
+    session = Session(observed.program.fn, observed.inputs, observed.mode, observed.device, observed.seed)
+    recorder = _EagerCasts()
+    try:
+        with recorder:
+            session.run()
+    except Exception:  # noqa: BLE001 - eager ran this program before: a failure now says nothing of its casts
+        return []
+    return recorder.casts
+
+
+def elided_casts(observed: EagerSide, compiled: CompiledSide, config: RunConfig, record: R.CaseResult) -> str | None:
+    """A failing run whose program casts to float16/bfloat16 on purpose (`program_casts`): compiled again (caches
+    off) with eager's rounding at casts emulated, does it pass? Then the compiled program kept a value in float32
+    that the program rounds. The diagnosis says which casts and where they went: a program's cast whose dtypes no
+    cast of the graphs Inductor lowered has was removed by a graph pass; the others are in the kernels that fuse
+    them. Where the run's graphs came from the caches without facts, they are lowered once more as the run had
+    them (caches off), so that the answer is the same on a cold and a warm cache."""
+    if config.inject:  # (an injected fault fails whatever the casts do)
+        return None
+    explicit = program_casts(observed)
+    if not explicit:
+        return None
+    emulate = {**record.compile_options, **emulated_casts_options()}
+    with timed_stage("emulated_casts", record.timings, wrap=False):
+        emulated = _compiled_cold(observed, config, emulate)
+        if emulated is None:
+            return None
+        removers: list = []
+        if not _passes(observed, emulated[0]):
+            # A graph pass that ignores the switch may remove the cast before any kernel sees it (torch 2.11's
+            # `pointless_convert` folds any chain of casts).
+            removers = _removers(observed, config, emulate, emulated[2][:PASSES_TRIED_WITH_THE_SWITCH])
+            if not removers:
+                return None
+        if compiled.casts is None and (again := _compiled_cold(observed, config, record.compile_options)):
+            compiled.casts = again[1]
+    if compiled.casts is None:
+        return None
+    pairs = {(cast.source, cast.target) for cast in explicit}
+    lowered = [cast for cast in compiled.casts if (cast.source, cast.target) in pairs]
+    removed = [
+        cast for cast in explicit if not any((c.source, c.target) == (cast.source, cast.target) for c in lowered)
+    ]
+    if removers and not removed:
+        return None  # (the passes turned off changed something else than the casts: no story of casts to tell)
+    compiled.casts, compiled.casts_removed = (removed, True) if removed else (lowered, False)
+    compiled.casts_removers = [p.label for p in removers]
+    casts = "; ".join(f"{cast.text()}{f' in {cast.kernel}' if cast.kernel else ''}" for cast in compiled.casts[:4])
+    if len(compiled.casts) > 4:
+        casts += f" and {len(compiled.casts) - 4} more"
+    where = " (no longer in the graphs Inductor lowered: a graph pass removed it)" if compiled.casts_removed else ""
+    switches = ", ".join(f"{k}={v!r}" for k, v in emulated_casts_options().items())
+    if compiled.casts_removers:
+        switches = f"{' and '.join(compiled.casts_removers)} turned off and {switches}"
+    return (
+        f"an explicit cast to lower precision elided: the compiled program keeps in float32 what the program rounds "
+        f"({casts}{where}); with {switches} it matches eager"
+    )
+
+
+def _passes(observed: EagerSide, results: Results) -> bool:
+    return all_pass(results, observed.expected, observed.references, observed.verdict)
+
+
+def _passes_without(observed: EagerSide, config: RunConfig, options: dict, graph_passes: list) -> bool:
+    again = _compiled_cold(observed, config, options, frozenset(p.key for p in graph_passes))
+    return again is not None and _passes(observed, again[0])
+
+
+def _removers(observed: EagerSide, config: RunConfig, options: dict, passes: list) -> list:
+    """The passes that, turned off beside the switch, let the program match eager. First those seen erasing a
+    cast to float16/bfloat16, one more at a time: with one off, another may erase the cast it left (torch 2.11's
+    `pointless_convert` before a later pattern that folds casts too). Where no pass erased one (it was rewritten in
+    place), each pass that changed the graphs, alone. [] when none of that makes the run pass."""
+    from harness.inductor_compat import erases_low_precision_cast
+
+    off: list = []
+    while len(off) < PASSES_TRIED_WITH_THE_SWITCH:
+        erasing = [p for p in passes if erases_low_precision_cast(p.erased) and p.key not in {q.key for q in off}]
+        if not erasing:
+            break
+        off.append(erasing[0])
+        again = _compiled_cold(observed, config, options, frozenset(p.key for p in off))
+        if again is None:
+            return []
+        if _passes(observed, again[0]):
+            return off
+        passes = again[2]
+    if off:
+        return []
+    return next(
+        ([p] for p in passes[:PASSES_TRIED_WITH_THE_SWITCH] if _passes_without(observed, config, options, [p])), []
+    )

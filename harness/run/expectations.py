@@ -15,7 +15,8 @@ The file is TOML (or JSON with the same shape), one table per issue:
     reason = "int64 narrowed by the launcher"
     device = "npu"                          # optional filters, as a case's KnownFailure takes them:
     backend = "inductor"                    #   device, backend, npu_backend, dtype, mode, emulation,
-    torch = ">=2.9"                         #   torch, torch_npu (version ranges)
+    torch = ">=2.9"                         #   torch, torch_npu (version ranges), symptom (a class:
+                                            #   "precision-cast-elided")
     status = "fail"                         # optional: the failing status expected (fail or error)
     strict = false                          # optional: a failure seen in some runs only; a pass stays pass
 
@@ -73,7 +74,7 @@ class KnownIssue:
 def load_known_issues(path: str) -> list[KnownIssue]:
     """The file's issues; ValueError with the file and the problem when it cannot be used."""
     try:
-        with open(path, "rb") as handle:
+        with R.open_input(path, "rb") as handle:
             raw = handle.read()
         if path.endswith(".json"):
             data = json.loads(raw)
@@ -128,6 +129,7 @@ def _run_of(record: R.CaseResult) -> dict[str, Any]:
         "emulation": record.emulation,
         "torch": record.versions.get("torch") or torch.__version__,
         "torch_npu": record.versions.get("torch_npu"),
+        "symptom": record.symptom,
     }
 
 

@@ -14,7 +14,12 @@ from harness.judge.results import Results
 from harness.judge.values import all_pass
 from harness.run.config import RunConfig
 from harness.run.contracts import breach_answer, first_breach
-from harness.run.diagnoses import overlapping_compiled_results, reproduces, retyped_results
+from harness.run.diagnoses import (
+    emulated_casts_options,
+    overlapping_compiled_results,
+    reproduces,
+    retyped_results,
+)
 from harness.run.errors import timed_stage, traceback_text
 from harness.run.sides import CompiledSide, EagerSide, compile_kwargs, launches_through, loaded_afresh, rewriting_for
 
@@ -306,3 +311,71 @@ def captured_launch(observed: EagerSide, compiled: CompiledSide, config: RunConf
         record.extracted = R.Reproduction.DOES_NOT_REPRODUCE
         record.warnings.append(f"--extract: launch {found.launch_index} was not seen again on the probe run")
     return kept[-1] if kept else None
+
+
+def answer_elided_casts(
+    found: R.Localization, casts: list, removed: bool = False, removers: list[str] | None = None
+) -> R.Localization:
+    """The answer for a run that passes with eager's rounding at casts emulated (`diagnoses.elided_casts`): the
+    kernel that fuses the cast, where the probe named it (a drift, or a kernel), else a kernel answer of its own
+    in place of a vaguer one (a stage, nothing localized); where a graph pass removed the casts (`removed`), the
+    stage of the graph passes, since no kernel ever saw them, and the passes, where those that ignore the switch
+    had to be turned off beside it (`removers`: one, or several where each removes them once those before it
+    are off)."""
+    switches = ", ".join(f"{k}={v!r}" for k, v in emulated_casts_options().items())
+    kernels = [cast.kernel for cast in casts if cast.kernel]
+    if removed:
+        said = ", ".join(c.text() for c in casts)
+        remover = " and ".join(removers or []) or None
+        if remover:
+            chain = "; each removes it where those before it are off" if len(removers) > 1 else ""
+            which = f" ({remover}, which the switch does not stop{chain})"
+            switches = f"{remover} turned off and {switches}"
+        elif found.graph_passes_changed:
+            which = f" (passes that changed the graphs: {', '.join(found.graph_passes_changed)})"
+        else:
+            which = ""
+        return R.Localization(
+            answer=R.Answer.STAGE,
+            diverged=True,
+            stage="inductor_graph_passes",
+            graph_pass=remover,
+            reason=(
+                f"the program's explicit cast {said} is not in the graphs Inductor lowered: "
+                f"{'graph passes' if len(removers or []) > 1 else 'a graph pass'} removed it{which}, so no kernel "
+                f"rounds where eager rounds; compiled with {switches} the program matches "
+                "eager"
+            ),
+            launches=found.launches,
+            graphs=found.graphs,
+            reruns=found.reruns,
+            compiles=found.compiles + 1,
+            graph_passes_changed=found.graph_passes_changed,
+        )
+
+    def said(kernel: str) -> str:
+        fused = ", ".join(c.text() for c in casts if c.kernel == kernel)
+        return (
+            f"it fuses the explicit cast {fused} and keeps the value unrounded where eager rounds it; compiled with "
+            f"{switches} the program matches eager"
+        )
+
+    if found.answer in (R.Answer.KERNEL, R.Answer.DRIFT) and found.name in kernels:
+        found.reason = found.isolated = said(found.name)
+        return found
+    if not kernels:
+        return found  # (the diagnosis says which casts; no kernel to name)
+    kernel = kernels[0]
+    return R.Localization(
+        answer=R.Answer.KERNEL,
+        diverged=True,
+        stage="inductor",
+        name=kernel,
+        nodes=[c.node for c in casts if c.kernel == kernel],
+        isolated=said(kernel),
+        reason=f"{said(kernel)} (the probe's answer: {found.line()})",
+        launches=found.launches,
+        graphs=found.graphs,
+        reruns=found.reruns,
+        compiles=found.compiles + 1,
+    )

@@ -257,6 +257,15 @@ class CompiledSide:
     cache_hits: int = 0
     # It diverges on its kernels' first launches only: every probe run loads it afresh.
     first_launch: bool = False
+    # Its graphs' explicit casts to float16/bfloat16 from a wider float; None where a graph's lowering facts are
+    # missing (a cache hit made by another process).
+    casts: list[Any] | None = field(default_factory=list)
+    # Those casts are the eager program's, gone from the graphs Inductor lowered (a graph pass removed them).
+    casts_removed: bool = False
+    # The graph passes that removed them and ignore `emulate_precision_casts` (their labels), where they had to be
+    # turned off beside the switch for the program to match eager (several where each removes them once those
+    # before it are off).
+    casts_removers: list[str] = field(default_factory=list)
 
 
 def compiled_run(observed: EagerSide, config: RunConfig, record: R.CaseResult) -> CompiledSide:
@@ -266,9 +275,11 @@ def compiled_run(observed: EagerSide, config: RunConfig, record: R.CaseResult) -
         compile_cache_hits,
         dynamo_graph_counts,
         graph_break_reasons,
+        graph_info,
         install_lowering_hook,
         load_kernels_afresh,
         low_precision_atomics,
+        low_precision_casts,
         program_accumulates,
         reset_dynamo_counters,
     )
@@ -304,8 +315,17 @@ def compiled_run(observed: EagerSide, config: RunConfig, record: R.CaseResult) -
         again = observed.compiled_session(config.backend, **kwargs)
         return again, again
 
+    # (None where a graph came from the caches: its facts carry no dtypes, unknown until lowered again.)
+    found = [low_precision_casts(info) if info else None for info in map(graph_info, dict.fromkeys(capture.called))]
+    casts = None if None in found else [cast for casts in found for cast in casts]
     return CompiledSide(
-        session, results, observed.judge(results), handler_factory, compile_again, cache_hits=compile_cache_hits()
+        session,
+        results,
+        observed.judge(results),
+        handler_factory,
+        compile_again,
+        cache_hits=compile_cache_hits(),
+        casts=casts,
     )
 
 

@@ -11,6 +11,7 @@ from harness.judge.values import SizeValues
 from harness.registry import Case
 from harness.run.config import RunConfig
 from harness.run.diagnoses import (
+    elided_casts,
     first_launches_fail,
     narrowing_diagnosis,
     narrowing_visible,
@@ -21,7 +22,7 @@ from harness.run.diagnoses import (
     undefined_results,
 )
 from harness.run.errors import CaseFailure, NoEagerReference, NothingCompared, NothingCompiled, timed_stage
-from harness.run.localize import localize_run
+from harness.run.localize import answer_elided_casts, localize_run
 from harness.run.sides import CompiledSide, EagerSide, Sizes
 
 
@@ -86,8 +87,18 @@ def settle_verdict(observed: EagerSide, compiled: CompiledSide, config: RunConfi
         if record.status == R.FAIL and record.symptom != R.Symptom.FIRST_LAUNCH:
             settle_reproduction(record, found is not None)
         record.first_divergent_kernel = found
-        if observed.case.culprit and record.status == R.FAIL:
-            record.culprit_found = record.first_divergent_kernel.names(observed.case.culprit)
+    # (A divergence that came back alike: a run-to-run or first-launch one is no question of rounding.)
+    steady = record.status == R.FAIL and record.symptom == R.Symptom.DIVERGENCE
+    if steady and (elided := elided_casts(observed, compiled, config, record)):
+        # Rounding the program asks for, kept in float32: one story in the symptom, the diagnosis and the answer.
+        record.conclude(R.FAIL, record.stage, R.Symptom.PRECISION_CAST_ELIDED)
+        record.diagnosis = f"{record.diagnosis}; {elided}" if record.diagnosis else elided
+        if record.first_divergent_kernel is not None:
+            record.first_divergent_kernel = answer_elided_casts(
+                record.first_divergent_kernel, compiled.casts, compiled.casts_removed, compiled.casts_removers
+            )
+    if config.bisect and observed.case.culprit and record.status == R.FAIL and record.first_divergent_kernel:
+        record.culprit_found = record.first_divergent_kernel.names(observed.case.culprit)
     # (Not with an injected fault: it fails afresh too, by construction.)
     if (
         config.fresh_compile

@@ -130,6 +130,19 @@ def fallback_view_write(dtype):
     return Program(view_write, [contiguous((8, 16)), contiguous((4, 16))])
 
 
+def view_of_mutated(x, y):
+    w = x.cos()
+    OPS.fill_rows_(w[2:6], y)  # a view of a buffer the graph made, mutated by the op
+    return w * 2
+
+
+@case(tags=("fallback",), dtypes=(torch.float32,), modes=("inference",), dynamic_dims={0: (1,), 1: (1,)})
+def fallback_view_of_mutated_buffer(dtype):
+    """A custom op writing a slice of an intermediate buffer: under dynamic shapes the wrapper builds the view with
+    a symbolic storage offset."""
+    return Program(view_of_mutated, [contiguous((8, 16)), contiguous((4, 16))])
+
+
 def view_read(x):
     return OPS.row_sums(x[2:6]) + 1  # the op reads a view of the input at storage offset 2 rows
 

@@ -602,3 +602,43 @@ def test_no_case_reaches_the_values_another_case_sent_to_be_judged(tmp_path):
     victim = found["b_diverges"]
     assert (victim["status"], victim["verdict_source"]) == ("fail", "judge"), victim
     assert not list(temporary.glob("harness-values-*"))
+
+
+SLOW = """
+import os, time
+from harness import Program, case, contiguous
+
+@case()
+def slow_one(dtype):
+    time.sleep(float(os.environ.get("HARNESS_TEST_SLOW", "0")))
+    return Program(lambda x: x + 1, [contiguous((4,))])
+"""
+
+
+@pytest.mark.parametrize("first_writes, second_writes", [("--json", "--junit"), ("--junit", "--json")])
+def test_two_runs_at_once_never_write_one_file_as_different_outputs(tmp_path, first_writes, second_writes):
+    # One run's `--json s/a.json` and another's `--junit s/a.json`: the second replaced the first's results.
+    cases = write_modules(tmp_path / "cases", {"slow.py": SLOW})
+    shared = tmp_path / "s" / "a.json"
+    common = ["run", "slow_one", "--case-path", str(cases), "--backend", "eager", "--dtype", "float32"]
+    first = subprocess.Popen(
+        [sys.executable, "-m", "harness", *common, first_writes, str(shared)],
+        cwd=REPO,
+        text=True,
+        env={**os.environ, "HARNESS_TEST_SLOW": "8"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    from harness.records.journal import output_lock_path
+
+    lock = Path(output_lock_path(str(shared)))
+    deadline = time.time() + 120
+    while not (lock.exists() and f"pid {first.pid}" in lock.read_text()) and time.time() < deadline:
+        time.sleep(0.1)
+    second = harness(*common, second_writes, str(shared))
+    assert second.returncode == EXIT_USAGE, second.stdout + second.stderr
+    assert f"{shared} is in use by another run (pid {first.pid}" in second.stderr, second.stderr
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, out + err
+    written = shared.read_text()
+    assert written.lstrip().startswith("{" if first_writes == "--json" else "<"), written[:200]

@@ -559,8 +559,7 @@ def _run(args: argparse.Namespace, stop: _StopSignals) -> int:
             if pool is not None:
                 pool.close()
     finally:
-        if lock is not None:
-            lock.release()
+        lock.release()
 
 
 @dataclass
@@ -573,16 +572,33 @@ class _Inputs:
     carried: list[R.CaseResult]
 
 
-def _lock_journal(args: argparse.Namespace):
-    from harness.records.journal import JournalBusy, JournalLock, journal_path
+@dataclass
+class _Locks:
+    held: list
 
-    path = journal_path(args.json_path, args.report_dir)
-    if path is None:
-        return None
+    def release(self) -> None:
+        for lock in self.held:
+            lock.release()
+
+
+def _lock_journal(args: argparse.Namespace) -> _Locks:
+    """The journal's lock, and one on every file the run writes (`records.journal.output_lock`)."""
+    from harness.records.journal import JournalBusy, JournalLock, journal_path, output_lock
+
+    holder = " ".join(["harness", *sys.argv[1:]]) if argv_is_cli() else "harness run"
+    locks = _Locks([])
+    outputs = [args.json_path, args.junit]
+    if args.report_dir:
+        outputs += [os.path.join(args.report_dir, name) for name in ("results.json", "index.html")]
     try:
-        return JournalLock(path, " ".join(["harness", *sys.argv[1:]]) if argv_is_cli() else "harness run")
+        if (path := journal_path(args.json_path, args.report_dir)) is not None:
+            locks.held.append(JournalLock(path, holder))
+        for output in dict.fromkeys(os.path.realpath(p) for p in outputs if p):
+            locks.held.append(output_lock(output, holder))
     except JournalBusy as exc:
+        locks.release()
         raise UsageError(str(exc)) from None
+    return locks
 
 
 def _resumed(args: argparse.Namespace, config: Any) -> list[R.CaseResult]:

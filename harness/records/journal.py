@@ -26,8 +26,10 @@ class JournalLock:
     (`JournalBusy`, naming the holder) instead of interleaving its records with the first's. The lock goes
     with the process, however it ends; the file stays, naming the last holder."""
 
-    def __init__(self, journal: str, holder: str):
-        self.path = journal + ".lock"
+    def __init__(
+        self, journal: str, holder: str, lock_path: str | None = None, what: str = "its own --report-dir or --json"
+    ):
+        self.path = lock_path or journal + ".lock"
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -37,7 +39,7 @@ class JournalLock:
             os.close(self._fd)
             raise JournalBusy(
                 f"{journal} is in use by another run ({other or 'holder unknown'}): give this run "
-                "its own --report-dir or --json, or wait for that one to end"
+                f"{what}, or wait for that one to end"
             ) from None
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, f"pid {os.getpid()}: {holder}\n".encode(), 0)
@@ -98,6 +100,23 @@ def read_records(path: str) -> list[R.CaseResult]:
         R.check_record(record, f"{path}: line {number}")
         records.append(record)
     return records
+
+
+def output_lock(output: str, holder: str) -> JournalLock:
+    """The same lock on a file a run writes (results, report, JUnit), whatever the option that names it: two runs
+    at once, one writing a path as its results and the other as its JUnit, would replace each other's file."""
+    return JournalLock(output, holder, output_lock_path(output), "other output paths")
+
+
+def output_lock_path(output: str) -> str:
+    """Where the lock on an output is kept: a folder of the user's (`<temp>/harness-outputs-<uid>`, one lock per
+    real path), not beside the file."""
+    import hashlib
+    import tempfile
+
+    real = os.path.realpath(output)
+    folder = os.path.join(tempfile.gettempdir(), f"harness-outputs-{os.getuid()}")
+    return os.path.join(folder, hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:24] + ".lock")
 
 
 def journal_path(json_path: str | None, report_dir: str | None) -> str | None:

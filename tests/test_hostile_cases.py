@@ -642,3 +642,42 @@ def test_two_runs_at_once_never_write_one_file_as_different_outputs(tmp_path, fi
     assert first.returncode == 0, out + err
     written = shared.read_text()
     assert written.lstrip().startswith("{" if first_writes == "--json" else "<"), written[:200]
+
+
+TAKES_DESCRIPTORS = """
+import os
+from harness import Program, case, contiguous
+
+KEEP = []
+
+@case(tags=("descriptors",))
+def opens_every_descriptor(dtype):
+    try:
+        while True:
+            KEEP.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        pass
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("descriptors",))
+def closes_every_descriptor(dtype):
+    os.closerange(3, 65536)
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("descriptors",))
+def keeps_to_itself(dtype):
+    return Program(lambda x: x + 1, [contiguous((4,))])
+"""
+
+
+def test_a_case_that_takes_its_descriptors_is_its_own_error_not_a_harness_bug(tmp_path):
+    cases = write_modules(tmp_path / "cases", {"descriptors.py": TAKES_DESCRIPTORS})
+    out = tmp_path / "r.json"
+    result = harness("run", "--tag", "descriptors", "--case-path", str(cases), "--backend", "eager", "--json", str(out))
+    assert result.returncode == 1, result.stdout + result.stderr
+    found = {r["case"]: r for r in json.loads(out.read_text())["records"]}
+    for name in ("opens_every_descriptor", "closes_every_descriptor"):
+        record = found[name]
+        assert record["status"] == "error" and "harness bug" not in record["error"]["message"], record["error"]
+    assert "ran out of file descriptors" in found["opens_every_descriptor"]["error"]["message"]
+    assert found["keeps_to_itself"]["status"] == "pass"

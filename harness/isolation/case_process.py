@@ -47,6 +47,9 @@ CLOSED_CHANNEL_GRACE_S = 2.0
 # The exit code of a case process the harness failed in: an exception out of its own loop, never the case's (run_case
 # records those).
 HARNESS_FAILED_EXIT = 70
+# The exit code of a case process whose case took its file descriptors (opened them all, or closed the harness's):
+# the harness's own code then fails for want of one, which is the case's doing, not a harness bug.
+DESCRIPTORS_TAKEN_EXIT = 71
 # The messages a case process may send, and the one that ends its task.
 CHILD_MESSAGES = ("loading", "started", "verdict", "record", "missing")
 
@@ -131,11 +134,11 @@ class Template:
                 os.close(result_write)
                 values_there.close()
                 code = _case_loop(tasks, Sender(results, token), values, self.setup, self.config, self.isolation)
-            except BaseException:  # noqa: BLE001 - whatever happened, this process must not run the template's loop
+            except BaseException as exc:  # noqa: BLE001 - whatever happened, this process must not run the template's loop
                 import traceback
 
                 traceback.print_exc()
-                code = HARNESS_FAILED_EXIT
+                code = DESCRIPTORS_TAKEN_EXIT if _descriptors_taken(exc) else HARNESS_FAILED_EXIT
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(code)
@@ -380,7 +383,22 @@ def _exit_status(pid: int) -> int | None:
 
 
 def _exit_text(code: int) -> str:
+    if code == DESCRIPTORS_TAKEN_EXIT:
+        return "the case's process ran out of file descriptors: the case opened them all or closed the harness's"
     return process_tree.exit_text(code, "case process")
+
+
+def _descriptors_taken(exc: BaseException) -> bool:
+    """Whether the harness failed for want of a descriptor: none left (EMFILE, ENFILE), or one of its own closed
+    under it (EBADF), anywhere in the exception's chain."""
+    import errno
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.EMFILE, errno.ENFILE, errno.EBADF):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _reap() -> None:

@@ -128,6 +128,18 @@ def write_modules(directory: Path, modules: dict[str, str]) -> Path:
     return directory
 
 
+def run_module(tmp_path: Path, name: str, text: str, tag: str, *more: str, env=None):
+    """`harness run --tag TAG` over one case module written as given: the finished process and its records by
+    case name."""
+    cases = write_modules(tmp_path / "cases", {name: text})
+    out = tmp_path / "results.json"
+    result = harness(
+        "run", "--tag", tag, "--case-path", str(cases), "--backend", "eager", *more, "--json", str(out), env=env
+    )
+    found = {r["case"]: r for r in json.loads(out.read_text())["records"]} if out.exists() else {}
+    return result, found
+
+
 def no_process_left(marker: str, grace_s: float = 5.0) -> list[int]:
     deadline = time.time() + grace_s
     while processes_marked(marker) and time.time() < deadline:
@@ -438,11 +450,8 @@ def keeps_its_values(dtype):
 
 def test_a_pass_whose_values_the_judge_cannot_read_or_never_got_is_an_error(tmp_path):
     # Both passed before, with a warning: a case could pass on its own word by spoiling its values.
-    cases = write_modules(tmp_path / "cases", {"spoils.py": SPOILS_ITS_VALUES})
-    out = tmp_path / "results.json"
-    result = harness("run", "--tag", "spoils", "--case-path", str(cases), "--backend", "eager", "--json", str(out))
+    result, found = run_module(tmp_path, "spoils.py", SPOILS_ITS_VALUES, "spoils")
     assert result.returncode == 1, result.stdout + result.stderr
-    found = {r["case"]: r for r in json.loads(out.read_text())["records"]}
     for name, said in [
         ("writes_values_the_judge_cannot_read", "its values could not be read"),
         ("writes_no_values", "its values could not be read"),
@@ -579,26 +588,18 @@ def b_diverges(dtype):
 def test_no_case_reaches_the_values_another_case_sent_to_be_judged(tmp_path):
     # The values were files under a folder every case could reach: removed, replaced or rewritten by another case,
     # a divergent victim passed or errored. They now travel as an anonymous file over the case's own socket.
-    cases = write_modules(tmp_path / "cases", {"reach.py": REACHES_FOR_OTHERS_VALUES})
     temporary = tmp_path / "tmp"
     temporary.mkdir()
-    out = tmp_path / "results.json"
-    result = harness(
-        "run",
-        "--tag",
+    result, found = run_module(
+        tmp_path,
+        "reach.py",
+        REACHES_FOR_OTHERS_VALUES,
         "reach",
-        "--case-path",
-        str(cases),
-        "--backend",
-        "eager",
         "--workers",
         "2",
-        "--json",
-        str(out),
         env={"TMPDIR": str(temporary), "HARNESS_TEST_REACH_S": "8"},
     )
     assert result.returncode == 1, result.stdout + result.stderr
-    found = {r["case"]: r for r in json.loads(out.read_text())["records"]}
     victim = found["b_diverges"]
     assert (victim["status"], victim["verdict_source"]) == ("fail", "judge"), victim
     assert not list(temporary.glob("harness-values-*"))
@@ -671,11 +672,8 @@ def keeps_to_itself(dtype):
 
 
 def test_a_case_that_takes_its_descriptors_is_its_own_error_not_a_harness_bug(tmp_path):
-    cases = write_modules(tmp_path / "cases", {"descriptors.py": TAKES_DESCRIPTORS})
-    out = tmp_path / "r.json"
-    result = harness("run", "--tag", "descriptors", "--case-path", str(cases), "--backend", "eager", "--json", str(out))
+    result, found = run_module(tmp_path, "descriptors.py", TAKES_DESCRIPTORS, "descriptors")
     assert result.returncode == 1, result.stdout + result.stderr
-    found = {r["case"]: r for r in json.loads(out.read_text())["records"]}
     for name in ("opens_every_descriptor", "closes_every_descriptor"):
         record = found[name]
         assert record["status"] == "error" and "harness bug" not in record["error"]["message"], record["error"]

@@ -763,8 +763,6 @@ def _plan(
 ) -> _Plan:
     """The runs of this invocation: the selection, this shard of it, less what `--resume` already has. Against a
     baseline, `--bisect` localizes only new failures: a run that failed there too is known."""
-    import torch
-
     from harness.isolation.pool import Task
     from harness.layout import dtype_name
     from harness.report.baseline import known_failing
@@ -779,14 +777,9 @@ def _plan(
     ]
     if not tasks:
         raise UsageError("no case, dtype and mode matches the selection (`harness list` shows the cases)")
-    # What makes two shards' verdicts parts of one night (how much each localizes does not).
-    setup = {
-        name: getattr(config, name, None)
-        for name in ("device", "backend", "npu_backend", "compile_mode", "compile_options", "reference", "inject")
-    }
-    setup.update(strict_eager=bool(getattr(config, "strict_eager", False)), dynamic=args.dynamic)
-    setup["torch"] = torch.__version__
-    selection = selection_fingerprint((t.key for t in tasks), setup)
+    # Shards of one night: the same runs under the same identity (`--resume`'s rule; how much each localizes is not
+    # part of it).
+    selection = selection_fingerprint((t.key for t in tasks), config.identity())
     if args.shard:
         index, count = args.shard
         tasks = [t for position, t in enumerate(sorted(tasks, key=lambda t: t.key)) if position % count == index - 1]

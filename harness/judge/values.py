@@ -23,7 +23,6 @@ import dataclasses
 import json
 import os
 import socket
-import stat
 import tempfile
 from dataclasses import dataclass, field
 from typing import IO, Any, Iterator, Mapping
@@ -270,8 +269,7 @@ class Judgement:
 
 def _bundles(values: int) -> list[Any]:
     """The sizes' values in the file the case's process sent (a descriptor, read from its start, left open)."""
-    if not stat.S_ISREG(os.fstat(values).st_mode):  # (a pipe or a socket in its place would block the read)
-        raise ValueError("not a regular file")
+    R.check_regular(values, "the file sent")
     with os.fdopen(os.dup(values), "rb") as handle:
         handle.seek(0)
         payload = torch.load(handle, weights_only=True, map_location="cpu")

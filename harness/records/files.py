@@ -67,13 +67,18 @@ def open_input(path: str | os.PathLike, mode: str = "r", **options: Any) -> IO[A
     otherwise; OSError as `open` raises it."""
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # (a FIFO opens at once so, and is then refused)
     try:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            raise ValueError(f"{os.fspath(path)}: not a regular file (a FIFO, device or socket is never read)")
+        check_regular(descriptor, os.fspath(path))
         os.set_blocking(descriptor, True)
         return open(descriptor, mode, **options)
     except BaseException:
         os.close(descriptor)
         raise
+
+
+def check_regular(descriptor: int, name: str) -> None:
+    """ValueError naming it unless the open file is a regular one (a pipe or socket would block a read)."""
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        raise ValueError(f"{name}: not a regular file (a FIFO, device or socket is never read)")
 
 
 def read_results(path: str | os.PathLike) -> tuple[dict[str, Any], list[CaseResult]]:

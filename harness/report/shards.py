@@ -1,11 +1,12 @@
 """Shards of one selection: the fingerprint each results file carries, and the check a merge makes with it.
 
 `harness run --shard I/N` writes `shard: [I, N]` and `selection`, a fingerprint of the whole selection (every
-run of it before sharding, and what they run under: device, backend, emulation, dynamic shapes, compile options,
-torch's version) into its results file's `run`. A merge (`harness report`, `examples/nightly.sh merge`) of
-results files any of which is a shard takes them as one night only when they make one up: the same fingerprint,
-the same N, and every shard 1..N there exactly once. Otherwise it refuses, naming what is missing or foreign:
-a night with a shard lost (a host that never reported) must not go green on the runs it has.
+run of it before sharding, and the identity they run under, `RunConfig.identity`: device, backends, compile
+options, injection, dynamic shapes, torch's version, ...) into its results file's `run`. A merge (`harness
+report`, `examples/nightly.sh merge`) of results files any of which is a shard takes them as one night only when
+they make one up: the same fingerprint, the same N, and every shard 1..N there exactly once. Otherwise it
+refuses, naming what is missing or foreign: a night with a shard lost (a host that never reported) must not go
+green on the runs it has.
 """
 
 from __future__ import annotations

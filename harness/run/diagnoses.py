@@ -224,6 +224,13 @@ def emulated_casts_options() -> dict[str, object]:
     return options
 
 
+def emulated_casts_said(removers: list[str] | None = None) -> str:
+    """What the program was compiled with to match eager, as the diagnosis and the answer say it: the passes that
+    had to be turned off (their labels), and the switches."""
+    switches = ", ".join(f"{k}={v!r}" for k, v in emulated_casts_options().items())
+    return f"{' and '.join(removers)} turned off and {switches}" if removers else switches
+
+
 class _EagerCasts(torch.utils._python_dispatch.TorchDispatchMode):
     """Records the eager program's casts from a wider float to float16/bfloat16 (`aten._to_copy`, which `.half()`,
     `.to(dtype)` and `.type(dtype)` dispatch to), once each by dtypes."""
@@ -332,9 +339,7 @@ def elided_casts(observed: EagerSide, compiled: CompiledSide, config: RunConfig,
     if len(compiled.casts) > 4:
         casts += f" and {len(compiled.casts) - 4} more"
     where = " (no longer in the graphs Inductor lowered: a graph pass removed it)" if compiled.casts_removed else ""
-    switches = ", ".join(f"{k}={v!r}" for k, v in emulated_casts_options().items())
-    if compiled.casts_removers:
-        switches = f"{' and '.join(compiled.casts_removers)} turned off and {switches}"
+    switches = emulated_casts_said(compiled.casts_removers)
     return (
         f"an explicit cast to lower precision elided: the compiled program keeps in float32 what the program rounds "
         f"({casts}{where}); with {switches} it matches eager"

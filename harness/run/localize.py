@@ -15,7 +15,7 @@ from harness.judge.values import all_pass
 from harness.run.config import RunConfig
 from harness.run.contracts import breach_answer, first_breach
 from harness.run.diagnoses import (
-    emulated_casts_options,
+    emulated_casts_said,
     overlapping_compiled_results,
     reproduces,
     retyped_results,
@@ -322,7 +322,7 @@ def answer_elided_casts(
     stage of the graph passes, since no kernel ever saw them, and the passes, where those that ignore the switch
     had to be turned off beside it (`removers`: one, or several where each removes them once those before it
     are off)."""
-    switches = ", ".join(f"{k}={v!r}" for k, v in emulated_casts_options().items())
+    switches = emulated_casts_said()
     kernels = [cast.kernel for cast in casts if cast.kernel]
     if removed:
         said = ", ".join(c.text() for c in casts)
@@ -330,7 +330,7 @@ def answer_elided_casts(
         if remover:
             chain = "; each removes it where those before it are off" if len(removers) > 1 else ""
             which = f" ({remover}, which the switch does not stop{chain})"
-            switches = f"{remover} turned off and {switches}"
+            switches = emulated_casts_said(removers)
         elif found.graph_passes_changed:
             which = f" (passes that changed the graphs: {', '.join(found.graph_passes_changed)})"
         else:

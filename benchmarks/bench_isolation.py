@@ -2,11 +2,12 @@
 against another checkout's harness (the pooled workers it had), all in this one run.
 
     python benchmarks/bench_isolation.py [--tag correct] [--mode inference] [--dtype float32] [--workers 2]
-        [--against DIR] [--json out.json]
+        [--against DIR] [--repeats N] [--json out.json]
 
 Every side runs `python -m harness run <selection> --workers N` as a whole process, with one Inductor cache
 directory warmed first by a run of the selection (a nightly host's second night), so the sides differ only in
-how cases are isolated. `--against DIR` runs the same command with DIR's `harness` package first on the path
+how cases are isolated (a case process compiles into caches of its own, `inductor_compat.compile_caches`: warm
+shared caches serve only the other checkout, where it shared them). `--against DIR` runs the same command with DIR's `harness` package first on the path
 (a checkout of an earlier commit, `git worktree add /tmp/before <commit>`: it runs there, with its own cases). The figure is each side's wall time
 and its ratio to the pooled or module side; the records' statuses are compared too (they must not differ).
 """
@@ -56,6 +57,7 @@ def main() -> int:
     parser.add_argument("--dtype", action="append")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--against", metavar="DIR", help="another checkout whose harness runs the same selection")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each side, in turn (median reported)")
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args()
 
@@ -63,14 +65,24 @@ def main() -> int:
     selection += [f"--mode={m}" for m in args.mode or []] + [f"--dtype={d}" for d in args.dtype or []]
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="bench-isolation-cache-"))
     run_side("warm-up (caches)", selection, env, ["--isolation", "module"])
-    sides = [
-        run_side("--isolation case", selection, env, ["--isolation", "case"]),
-        run_side("--isolation module", selection, env, ["--isolation", "module"]),
+    # (label, env, extra arguments, working directory) per side; run in turn, `--repeats` times, so that a
+    # machine's drift over the run is spread over every side alike; each side's figure is its median.
+    plans = [
+        ("--isolation case", env, ["--isolation", "case"], REPO),
+        ("--isolation module", env, ["--isolation", "module"], REPO),
     ]
     if args.against:
         against = Path(args.against).resolve()
         before = dict(env, PYTHONPATH=os.pathsep.join([str(against), env.get("PYTHONPATH", "")]))
-        sides.append(run_side(f"pooled workers ({against.name})", selection, before, [], cwd=against))
+        plans.append((f"{against.name} (other checkout)", before, [], against))
+    measured: dict[str, list[dict]] = {label: [] for label, *_ in plans}
+    for _ in range(args.repeats):
+        for label, side_env, extra, cwd in plans:
+            measured[label].append(run_side(label, selection, side_env, extra, cwd=cwd))
+    sides = []
+    for label, runs in measured.items():
+        walls = sorted(r["wall_s"] for r in runs)
+        sides.append({**runs[0], "wall_s": walls[len(walls) // 2], "walls_s": walls})
     base = sides[-1]
     for side in sides:
         side["ratio"] = round(side["wall_s"] / base["wall_s"], 3)

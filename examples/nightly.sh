@@ -61,8 +61,9 @@ run_shard() {
     name=${name:-all}
     local args=(run --device "$DEVICE" --workers "$WORKERS" --timeout "$TIMEOUT" --bisect
                 --json "$OUT/$name.json" --extract "$OUT/repros/$name")
-    # Last night's repros in a reused workspace are not tonight's (a resumed job keeps those it made).
-    [[ ${RESUME:-} == 1 ]] || rm -rf "${OUT:?}/repros/$name"
+    # Last night's repros and results in a reused workspace are not tonight's (a resumed job keeps those it made,
+    # and its journal); tonight's results file exists only once tonight's run wrote it.
+    [[ ${RESUME:-} == 1 ]] || rm -rf "${OUT:?}/repros/$name" "${OUT:?}/$name.json"
     [[ -n ${SHARD:-} ]] && args+=(--shard "$SHARD")
     [[ -n ${NPU_BACKEND:-} ]] && args+=(--npu-backend "$NPU_BACKEND")
     [[ -n ${KNOWN_ISSUES:-} ]] && args+=(--known-issues "$KNOWN_ISSUES")
@@ -120,6 +121,9 @@ case $phase in
     run) run_shard ;;
     merge) merge ;;
     # The report is made even when the run stopped early: whatever finished is in it.
-    all) run_shard; code=$?; merge; merged=$?; exit $(( code > merged ? code : merged )) ;;
+    # A usage error that ran nothing (an unknown option in SELECT) said its one line: no merge of a missing file.
+    all) run_shard; code=$?
+         [[ $code == 2 && ! -e "$OUT/all.json" ]] && exit 2
+         merge; merged=$?; exit $(( code > merged ? code : merged )) ;;
     *) echo "usage: examples/nightly.sh [run|merge|all]" >&2; exit 2 ;;
 esac

@@ -28,3 +28,10 @@ def processes_marked(marker: str) -> list[int]:
             except OSError:
                 pass
     return found
+
+
+def writable_by_cases(directory: Path) -> dict[str, str]:
+    """The environment that lets the cases of a run write beneath `directory` (and nowhere else but their own
+    folders: `harness.isolation.confine`), for a test whose case leaves a file to say it got somewhere."""
+    directory.mkdir(parents=True, exist_ok=True)
+    return {"HARNESS_CASE_WRITABLE": str(directory)}

@@ -1,3 +1,4 @@
+import io
 import json
 import os
 import subprocess
@@ -45,7 +46,7 @@ def cli(*args, timeout=300):
         (["run", "--inject", "boundary-upcast"], "unknown injection 'boundary-upcast'"),
         (["run", "--compile-option", "not_an_option=1"], "'not_an_option' is not an Inductor config option"),
         (["run", "--mode", "serving"], "invalid choice: 'serving'"),
-        (["run", "-k", "seed and ("], "bad selection"),
+        (["run", "-k", "seed and ("], "wrong -k expression 'seed and (': at column 11"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
     ],
 )
@@ -324,6 +325,80 @@ def test_a_progress_line_says_done_total_an_eta_and_the_runs_that_run_long(capsy
     assert capsys.readouterr().err == ""
 
 
+def test_a_progress_line_names_the_timeout_when_a_run_takes_ten_times_the_median(capsys):
+    # A hang ran to the default 1800 s with the estimate growing, and no word of --timeout.
+    from harness.frontends.cli import _Progress
+
+    progress = _Progress(10)
+    for seconds in (4.0, 5.0, 6.0):
+        progress.finished(seconds)
+    # 45 s is long (over 30 s) but under 10x the median, 5 s; 55 s is over it.
+    assert "--timeout" not in progress.line(60.0, [("slow[float32-inference]", 45.0)])
+    said = progress.line(60.0, [("hangs[float32-inference]", 55.0)])
+    assert said.endswith("(over 10x the median run, 5s: if it hangs, --timeout SECONDS stops such a run sooner)")
+
+
+HANGS_IN_ITS_OWN_CODE = """
+import time
+from harness import Program, case, contiguous
+
+def wait_for_the_network():
+    time.sleep(600)
+
+def program(x):
+    wait_for_the_network()
+    return x + 1
+
+@case(tags=("hangs",))
+def hangs_in_its_own_call(dtype):
+    return Program(program, [contiguous((4,))])
+
+@case(tags=("hangs",))
+def small(dtype):
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("hangs", "model"))
+def a_model(dtype):
+    return Program(lambda x: x + 1, [contiguous((4,))])
+"""
+
+
+def test_a_timed_out_run_says_where_its_case_was_and_carries_every_threads_stack(tmp_path):
+    # The record of a timed-out run had "traceback": "" and the worker's log was empty.
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "hangs.py").write_text(HANGS_IN_ITS_OWN_CODE)
+    out = tmp_path / "results.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "hangs_in_its_own_call", "--case-path", str(cases), "--backend",
+         "eager", "--dtype", "float32", "--mode", "inference", "--timeout", "8", "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == EXIT_FAILED, done.stdout + done.stderr
+    record = json.loads(out.read_text())["records"][0]
+    module = str(cases / "hangs.py")
+    error = record["error"]
+    assert (record["status"], record["symptom"], error["type"]) == ("error", "timeout", "Timeout"), record
+    assert error["message"] == (
+        f"no result after 8s (--timeout); stopped in {module}:6 in wait_for_the_network <- {module}:9 in program"
+    ), error["message"]
+    assert "Thread 0x" in error["traceback"] and "in wait_for_the_network" in error["traceback"]
+    assert f"stopped in {module}:6 in wait_for_the_network" in done.stdout
+
+
+def test_the_default_timeout_is_minutes_for_a_model_and_less_for_a_small_case():
+    from harness.registry import load_registry
+
+    registry = load_registry([str(REPO / "cases")])
+    assert registry.lookup("longformer_ci").default_timeout_s == 1800
+    assert registry.lookup("relu_mlp").default_timeout_s == 1800
+    assert registry.lookup("correct_clone_inplace_chain").default_timeout_s == 300
+    help_text = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--help"], cwd=REPO, capture_output=True, text=True
+    ).stdout
+    assert "default: 300, or 1800 for a case tagged model" in " ".join(help_text.split())
+
+
 @pytest.mark.parametrize("module", ["harness.worker", "harness.isolation.worker"])
 def test_a_worker_started_by_hand_says_so_in_one_line(module):
     env = {k: v for k, v in os.environ.items() if k not in ("HARNESS_RESULT_FD", "HARNESS_PARENT_PID")}
@@ -340,3 +415,85 @@ def test_a_worker_started_by_hand_says_so_in_one_line(module):
     assert done.stderr.strip().splitlines() == [
         "error: harness.worker is started by the harness (its pool), not by hand: no result channel (HARNESS_RESULT_FD)"
     ]
+
+
+class _Terminal:
+    """A stream that says it is a terminal."""
+
+    def __init__(self):
+        self.written, self.encoding = [], "utf-8"
+
+    def write(self, text):
+        self.written.append(text)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize(
+    "environment, coloured",
+    [({}, True), ({"NO_COLOR": "1"}, False), ({"PY_COLORS": "0"}, False), ({"TERM": "dumb"}, False)],
+)
+def test_statuses_are_coloured_as_pytest_colours_them_on_a_terminal_only(monkeypatch, environment, coloured):
+    from harness import records as R
+    from harness.frontends import cli, colour
+
+    for name in ("NO_COLOR", "PY_COLORS", "FORCE_COLOR", "TERM"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    cli.say("[1/2] FAIL  a[float32-inference] 0.1s", paint=lambda line: colour.status_word(line, R.FAIL))
+    cli.say("[2/2] PASS  b[float32-inference] 0.1s", paint=lambda line: colour.status_word(line, R.PASS))
+    cli.say("== 1 fail, 1 pass ==", paint=lambda line: colour.totals_line(line, {R.FAIL, R.PASS}))
+    cli.say("== 2 xfail ==", paint=lambda line: colour.totals_line(line, {R.XFAIL}))
+    text = "".join(terminal.written)
+    if coloured:
+        assert "[1/2] \x1b[31mFAIL\x1b[0m  a" in text and "[2/2] \x1b[32mPASS\x1b[0m  b" in text
+        assert "\x1b[31m== 1 fail, 1 pass ==\x1b[0m" in text and "\x1b[33m== 2 xfail ==\x1b[0m" in text
+    else:
+        assert "\x1b" not in text
+    piped = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", piped)
+    cli.say("[1/1] PASS  b", paint=lambda line: colour.status_word(line, R.PASS))
+    assert "\x1b" not in piped.getvalue()  # not a terminal: never
+
+
+def test_the_totals_count_case_modules_that_did_not_load(tmp_path):
+    # A run with a module that failed to load ended `== 1 pass ==` and exited 2.
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "fine.py").write_text(
+        "from harness import Program, case, contiguous\n\n@case()\ndef fine(dtype):\n"
+        "    return Program(lambda x: x + 1, [contiguous((4,))])\n"
+    )
+    (cases / "broken.py").write_text("this is not python\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--case-path", str(cases), "--backend", "eager", "--dtype",
+         "float32", "--mode", "inference"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == EXIT_USAGE, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "== 1 pass, 1 load error ==", done.stdout
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["run", "--case-path", "/nonexistent"], "error: cannot load cases from /nonexistent: no such directory"),
+        (["run", "-k", "seed and (int64"], "error: wrong -k expression 'seed and (int64': at column 16: expected "
+         "right parenthesis; got end of input"),
+        (["list", "-k", "seed and"], "error: wrong -k expression 'seed and': at column 9: expected not OR left "
+         "parenthesis OR identifier; got end of input"),
+    ],
+)  # fmt: skip
+def test_a_bad_case_path_or_keyword_is_one_line(argv, said):
+    # --case-path /nonexistent printed a second line ("no case, dtype and mode matches"); a malformed -k took 11 s,
+    # after every case module loaded, and had no column.
+    done = subprocess.run([sys.executable, "-m", "harness", *argv], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == EXIT_USAGE
+    assert done.stderr.strip().splitlines() == [said], done.stderr

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.frontends.cli import EXIT_USAGE
-from processes import processes_marked
+from processes import processes_marked, writable_by_cases
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -220,11 +220,11 @@ def test_a_hostile_module_set_costs_no_other_record_no_process_and_no_green_exit
 
 def test_a_sigkilled_harness_leaves_no_process_of_a_hanging_case(tmp_path, marker):
     cases = write_modules(tmp_path / "cases", {"hangs.py": HANGS})
-    started = tmp_path / "started"
+    started = tmp_path / "case_writes" / "started"
     run = subprocess.Popen(
         [sys.executable, "-m", "harness", "run", "--tag", "hangs", "--case-path", str(cases), "--backend", "eager"],
         cwd=REPO,
-        env={**os.environ, marker: "1", "HARNESS_TEST_STARTED": str(started)},
+        env={**os.environ, marker: "1", "HARNESS_TEST_STARTED": str(started), **writable_by_cases(started.parent)},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -679,3 +679,239 @@ def test_a_case_that_takes_its_descriptors_is_its_own_error_not_a_harness_bug(tm
         assert record["status"] == "error" and "harness bug" not in record["error"]["message"], record["error"]
     assert "ran out of file descriptors" in found["opens_every_descriptor"]["error"]["message"]
     assert found["keeps_to_itself"]["status"] == "pass"
+
+
+POISONS_THE_COMPILE_CACHE = {
+    "a_poisoner.py": """
+import pathlib
+import torch
+from harness import Program, case, contiguous
+
+def program(x):
+    return x * 3 + 1
+
+@case(tags=("poison",))
+def a_poisons_the_compile_cache(dtype):
+    # The program the victim runs, compiled here; then every output module Inductor cached made to zero its outputs.
+    torch.compile(program)(torch.ones(4, dtype=dtype))
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    for path in pathlib.Path(cache_dir()).rglob("*.py"):
+        text = path.read_text()
+        if "def call(" in text:
+            path.write_text(
+                text + "\\n_call = call\\ndef call(args):\\n    out = _call(args)\\n"
+                "    for o in out:\\n        o.zero_()\\n    return out\\n"
+            )
+    return Program(lambda x: x - 1, [contiguous((4,))])
+""",
+    "b_victim.py": """
+from harness import Program, case, contiguous
+
+def program(x):
+    return x * 3 + 1
+
+@case(tags=("poison",))
+def b_compiles_the_same_program(dtype):
+    return Program(program, [contiguous((4,))])
+""",
+}
+
+
+def test_what_a_case_leaves_in_inductors_caches_is_never_loaded_by_another(tmp_path):
+    # The victim, a correct program, came out FAIL: its compile loaded the output module the attacker had edited
+    # in the cache every case shared. Each case process now compiles into caches of its own.
+    cases = write_modules(tmp_path / "cases", POISONS_THE_COMPILE_CACHE)
+    out = tmp_path / "results.json"
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    result = harness(
+        "run", "--tag", "poison", "--case-path", str(cases), "--dtype", "float32", "--mode", "inference",
+        "--workers", "1", "--json", str(out),
+        env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "TMPDIR": str(temporary)},
+    )  # fmt: skip
+    found = {r["case"]: r for r in json.loads(out.read_text())["records"]}
+    assert found["b_compiles_the_same_program"]["status"] == "pass", result.stdout + result.stderr
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not list(temporary.glob("harness-compile-*"))  # the run's compile caches go with it
+
+
+def test_a_case_process_compiles_into_caches_of_its_own_and_a_changed_header_is_not_used(tmp_path, monkeypatch):
+    from torch._inductor import codecache
+
+    from harness.inductor_compat import cache_dir, compile_caches
+
+    monkeypatch.setattr(codecache, "_HEADER_DIR", codecache._HEADER_DIR)
+    monkeypatch.setattr(codecache, "_HEADER_LOCK_DIR", codecache._HEADER_LOCK_DIR)
+    monkeypatch.setattr(cache_dir, "_shared", [])
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / "shared"))
+    worker = compile_caches.new_root(str(tmp_path), prefix="worker-")
+    compile_caches.use_worker_caches(worker, stored=True)  # (the store is empty yet)
+    header = Path(codecache._HEADER_DIR) / "prefix.h.gch"
+    header.write_bytes(b"built by the worker")
+    stamps = compile_caches.header_stamps()
+    assert list(stamps) == [str(header)]
+    compile_caches.store_headers()  # a later worker copies it in, and does not build it again
+    later = compile_caches.new_root(str(tmp_path), prefix="worker-")
+    compile_caches.use_worker_caches(later, stored=True)
+    assert (Path(codecache._HEADER_DIR) / "prefix.h.gch").read_bytes() == b"built by the worker"
+    assert compile_caches.header_stamps() != stamps  # its own copy
+    unstored = compile_caches.new_root(str(tmp_path), prefix="worker-")
+    compile_caches.use_worker_caches(unstored, stored=False)  # unconfined cases could have written the store
+    assert os.listdir(codecache._HEADER_DIR) == []
+    compile_caches.use_worker_caches(worker, stored=False)
+
+    first = compile_caches.new_case_dir(worker)
+    assert compile_caches.use_private_caches(first, stamps)  # unchanged: the worker's header serves
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == first
+    assert os.environ["TRITON_CACHE_DIR"] == os.path.join(first, "triton")
+    assert cache_dir.shared_cache_dir() == str(tmp_path / "shared")  # the harness's own files stay shared
+
+    header.write_bytes(b"rewritten by a case")
+    second = compile_caches.new_case_dir(worker)
+    assert not compile_caches.use_private_caches(second, stamps)
+    assert codecache._HEADER_DIR == os.path.join(second, "precompiled_headers")
+
+
+WRITES_OUTSIDE = """
+import os, tempfile
+from harness import Program, case, contiguous
+
+@case(tags=("writes",))
+def writes_where_it_may_not(dtype):
+    for path in os.environ["HARNESS_TEST_TARGETS"].split(os.pathsep):
+        try:
+            with open(path, "a") as out:
+                out.write('{"case": "forged", "status": "pass"}\\n')
+        except OSError:
+            pass
+    with tempfile.NamedTemporaryFile() as own:  # its own temporary files it may write
+        own.write(b"fine")
+        own.flush()
+    return Program(lambda x: x + 1, [contiguous((4,))])
+
+@case(tags=("writes",))
+def z_runs_after(dtype):
+    return Program(lambda x: x + 1, [contiguous((4,))])
+"""
+
+
+def _landlock_abi() -> int:
+    from harness.isolation import confine
+
+    return confine.landlock_abi() if confine.unconfined_reason() is None else 0
+
+
+def _confined() -> bool:
+    return _landlock_abi() >= 1
+
+
+@pytest.mark.skipif(not _confined(), reason="this kernel has no Landlock: case processes run unconfined")
+def test_a_case_changes_no_file_outside_its_own_folders(tmp_path):
+    # A case rewrote a victim's journal line and `--resume` carried the forgery; it could write any file the
+    # harness can. Its process now keeps the right to write beneath its own folders only.
+    outside = tmp_path / "outside.txt"
+    outside.write_text("kept\n")
+    journal = tmp_path / "results.jsonl"
+    targets = os.pathsep.join([str(outside), str(journal), str(REPO / "cases" / "forged_by_a_case.py")])
+    result, found = run_module(tmp_path, "writes.py", WRITES_OUTSIDE, "writes", env={"HARNESS_TEST_TARGETS": targets})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert {r["status"] for r in found.values()} == {"pass"} and len(found) == 2
+    assert outside.read_text() == "kept\n"
+    assert not journal.exists() or "forged" not in journal.read_text()
+    assert not (REPO / "cases" / "forged_by_a_case.py").exists()
+    assert "unconfined" not in result.stdout
+
+
+STOPS_THE_HARNESS = """
+import os, signal
+from harness import Program, case, contiguous
+
+def _parent_of(pid):
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+@case(tags=("stops",))
+def stops_the_harness(dtype):
+    worker = os.getppid()
+    for pid in (_parent_of(worker), worker):
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except OSError:
+            pass
+    return Program(lambda x: x + 1, [contiguous((4,))])
+"""
+
+
+@pytest.mark.skipif(_landlock_abi() < 6, reason="no Landlock signal scoping here (ABI 6, Linux 6.12)")
+def test_a_case_cannot_stop_the_harness_or_its_worker(tmp_path):
+    # The harness stopped until an outside timeout, then printed an empty totals line.
+    result, found = run_module(tmp_path, "stops.py", STOPS_THE_HARNESS, "stops")
+    assert result.returncode == 0 and found["stops_the_harness"]["status"] == "pass", result.stdout + result.stderr
+
+
+ODD_OUTPUTS = """
+import torch
+from harness import Program, case, contiguous
+
+def _off_when_compiled():
+    return 4.0 if torch.compiler.is_compiling() else 3.0
+
+@case(tags=("odd",), dtypes=(torch.float32,))
+def float8_output(dtype):
+    return Program(lambda x: (x * 3 + 1).to(torch.float8_e4m3fn), [contiguous((16,))])
+
+@case(tags=("odd",), dtypes=(torch.float32,))
+def float8_output_diverges(dtype):
+    return Program(lambda x: (x * _off_when_compiled()).to(torch.float8_e5m2), [contiguous((16,))])
+
+@case(tags=("odd",), dtypes=(torch.float32,))
+def sparse_coo_output(dtype):
+    return Program(lambda x: (x * 2).relu().to_sparse(), [contiguous((4, 4))])
+
+@case(tags=("odd",), dtypes=(torch.float32,))
+def sparse_csr_output_diverges(dtype):
+    return Program(lambda x: (x * _off_when_compiled()).relu().to_sparse_csr(), [contiguous((4, 4))])
+
+@case(tags=("odd",), dtypes=(torch.float32,))
+def nested_output(dtype):
+    return Program(lambda x: torch.nested.nested_tensor([x * 2, x[:2] + 1]), [contiguous((4,))])
+"""
+
+
+def test_float8_and_sparse_outputs_are_compared_and_a_nested_one_is_the_cases_error(tmp_path):
+    # All five were errors labelled "a harness bug" (float8: KeyError torch.float8_e4m3fn): a divergent float8
+    # output was never a FAIL.
+    result, found = run_module(tmp_path, "odd.py", ODD_OUTPUTS, "odd", "--mode", "inference")
+    assert result.returncode == 1, result.stdout + result.stderr
+    statuses = {name: record["status"] for name, record in found.items()}
+    assert statuses == {
+        "float8_output": "pass",
+        "float8_output_diverges": "fail",
+        "sparse_coo_output": "pass",
+        "sparse_csr_output_diverges": "fail",
+        "nested_output": "error",
+    }, statuses
+    diverged = found["float8_output_diverges"]["outputs"][0]
+    assert diverged["dtype"] == "float8_e5m2" and diverged["rtol"] == 0.25, diverged
+    nested = found["nested_output"]["error"]
+    assert nested["type"] == "OutputNotComparable" and "harness bug" not in nested["message"], nested
+    assert "harness bug" not in result.stdout
+
+
+def test_the_compile_caches_of_a_killed_run_are_removed_by_the_next(tmp_path, monkeypatch):
+    # A SIGKILLed harness cannot remove its run's caches (a precompiled header of 155 MB per worker).
+    import tempfile
+
+    from harness.isolation import pool
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    orphaned = tmp_path / f"{pool.COMPILE_ROOT_PREFIX}{gone.pid}-abc"
+    live = tmp_path / f"{pool.COMPILE_ROOT_PREFIX}{os.getpid()}-def"
+    for folder in (orphaned, live):
+        (folder / "worker-1").mkdir(parents=True)
+    pool._remove_orphaned_compile_roots()
+    assert not orphaned.exists() and live.exists()

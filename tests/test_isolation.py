@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from processes import processes_marked
+from processes import processes_marked, writable_by_cases
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -606,14 +606,14 @@ def test_a_case_that_clears_its_death_signal_and_ignores_signals_dies_with_a_sig
     cases = tmp_path / "cases"
     cases.mkdir()
     (cases / "hides.py").write_text(HANGS_AND_HIDES)
-    started = tmp_path / "started"
+    started = tmp_path / "case_writes" / "started"
     marker = f"HARNESS_HIDES_MARKER_{os.getpid()}"
     run = subprocess.Popen(
         [sys.executable, "-m", "harness", "run", "--tag", "hides", "--case-path", str(cases), "--backend", "eager"],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, marker: "1", "HARNESS_TEST_STARTED": str(started)},
+        env={**os.environ, marker: "1", "HARNESS_TEST_STARTED": str(started), **writable_by_cases(started.parent)},
     )
     deadline = time.time() + 180
     while not started.exists() and time.time() < deadline:

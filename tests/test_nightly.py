@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from harness.frontends.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from processes import alive, processes_marked
+from processes import alive, processes_marked, writable_by_cases
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -136,7 +136,7 @@ def test_sigkill_mid_run_then_resume_gives_every_run_once(cases, tmp_path):
 @pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_leaves_a_partial_report_and_no_process(cases, tmp_path, signum, code):
     report = tmp_path / "report"
-    child_pid = tmp_path / "child.pid"
+    child_pid = tmp_path / "case_writes" / "child.pid"
     run = subprocess.Popen(
         [
             sys.executable,
@@ -153,7 +153,7 @@ def test_a_signal_leaves_a_partial_report_and_no_process(cases, tmp_path, signum
             str(report),
         ],
         cwd=REPO,
-        env={**os.environ, "HARNESS_TEST_CHILD_PID": str(child_pid)},
+        env={**os.environ, "HARNESS_TEST_CHILD_PID": str(child_pid), **writable_by_cases(child_pid.parent)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -173,7 +173,7 @@ def test_a_signal_leaves_a_partial_report_and_no_process(cases, tmp_path, signum
 
 
 def test_a_hanging_case_and_its_child_are_gone_after_the_timeout(cases, tmp_path):
-    child_pid = tmp_path / "child.pid"
+    child_pid = tmp_path / "case_writes" / "child.pid"
     result = harness(
         "run",
         "hangs_with_a_child",
@@ -186,7 +186,7 @@ def test_a_hanging_case_and_its_child_are_gone_after_the_timeout(cases, tmp_path
         "5",
         "--json",
         str(tmp_path / "r.json"),
-        env={"HARNESS_TEST_CHILD_PID": str(child_pid)},
+        env={"HARNESS_TEST_CHILD_PID": str(child_pid), **writable_by_cases(child_pid.parent)},
     )
     assert result.returncode == EXIT_FAILED
     found = records_of(tmp_path / "r.json")
@@ -734,3 +734,30 @@ def test_the_nightly_finds_the_checkouts_python_or_says_in_one_line_how_to_name_
     )
     assert named.returncode == 0, named.stdout[-2000:] + named.stderr[-2000:]
     assert (tmp_path / "named" / "results.json").exists()
+
+
+def test_a_nightly_whose_select_names_no_option_says_one_line_even_in_last_nights_folder(cases, tmp_path):
+    # A bad SELECT printed the run's error, then the merge's "no such results file"; in a folder reused from last
+    # night, the merge would have published last night's results as tonight's.
+    out = tmp_path / "night"
+    env = {**os.environ, "OUT": str(out), "HARNESS": f"{sys.executable} -m harness"}
+    good = nightly_sh(env, "all", SELECT=f"--tag nightly --case-path {cases} --backend eager -k adds_one")
+    assert good.returncode == EXIT_OK and (out / "all.json").is_file(), good.stdout + good.stderr
+    bad = nightly_sh(env, "all", SELECT="--no-such-option")
+    assert bad.returncode == EXIT_USAGE
+    assert bad.stderr.strip().splitlines() == ["error: harness: unrecognized arguments: --no-such-option (see --help)"]
+    assert not (out / "all.json").exists()
+
+
+def test_a_report_dir_that_held_another_selections_report_says_it_replaced_it(cases, tmp_path):
+    # The tour's `harness run -k "seed and int64" --report-dir reports` silently replaced the main job's report.
+    reports = tmp_path / "reports"
+    base = ["run", "--case-path", str(cases), "--backend", "eager", "--report-dir", str(reports)]
+    first = harness(*base, "-k", "adds_one")
+    assert first.returncode == EXIT_OK and "note:" not in first.stdout, first.stdout + first.stderr
+    again = harness(*base, "-k", "adds_one")
+    assert "note:" not in again.stdout  # the same selection's report, made again
+    other = harness(*base, "-k", "doubles")
+    assert other.returncode == EXIT_OK, other.stdout + other.stderr
+    assert f"note: {reports} held the report of another selection (harness run " in other.stdout, other.stdout
+    assert "-k adds_one" in other.stdout and "): replaced" in other.stdout

@@ -1085,3 +1085,16 @@ def test_a_pass_by_a_rule_says_which_in_the_console_the_report_row_and_junit():
     assert f'<property name="passed_by" value="{said}"/>' in junit_xml([passed])
     plain = record("ops.add", "pass", outputs=[passing_output()])
     assert plain.passed_by_rules() == [] and "<properties>" not in junit_xml([plain])
+
+
+def test_a_clean_runs_known_failures_are_drawn_apart_and_counted_as_known():
+    # The chart of a run with "no failures" showed a red bar at ">100": the declared known failures' outputs.
+    far = failing_output()
+    records = [record("known", "xfail", outputs=[far]), record("fine", "pass", outputs=[passing_output("out0")])]
+    html = render_html(records, RUN_META)
+    header = re.search(r'<div class="verdict">(.*?)</div>', html, re.S).group(1)
+    assert "no failures" in header and "1 known failure</strong> (declared, failing as expected)" in header
+    ratios = re.search(r'<svg[^>]*class="chart tolerance-ratio".*?</svg>', section(html, "summary"), re.S).group(0)
+    assert "outputs failed as declared (known failures)" in ratios
+    assert not re.search(r"1 outputs failed<", ratios), ratios
+    assert 'fill="#d64545"' not in ratios  # no bar in the failure's red

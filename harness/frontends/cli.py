@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import re
 import signal
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from harness import records as R
+from harness.frontends import colour
+from harness.isolation import confine
 from harness.records.journal import Journal, journal_path, read_records
 from harness.frontends.options import (
     RUN_OPTIONS,
@@ -35,6 +38,10 @@ _CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x08\x0b-\x1f\x7
 
 class UsageError(Exception):
     pass
+
+
+class _ErrorsSaid(UsageError):
+    """A usage error whose lines were said already (the load errors that left nothing to run): no line more."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -104,8 +111,9 @@ def _add_run_arguments(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--timeout",
         type=_seconds,
-        default=1800.0,
-        help="seconds one case may run, from its start in the worker (default 1800)",
+        default=None,
+        help="seconds one case may run, from its start in the worker (default: 300, or 1800 for a case tagged "
+        "model or of size full)",
     )
     run.add_argument(
         "--isolation",
@@ -135,9 +143,19 @@ class _Progress:
 
     EVERY_S = 30.0
 
-    def __init__(self, total: int, quiet: bool = False):
+    # A run this many times longer than the median finished one (and running long) may hang: the line says how
+    # to stop such runs sooner.
+    HANG_FACTOR = 10
+
+    def __init__(self, total: int, quiet: bool = False, timeout_option: str = "--timeout"):
         self.total, self.quiet, self.done = total, quiet, 0
         self.started = self.last = time.perf_counter()
+        self.finished_s: list[float] = []
+        self.timeout_option = timeout_option
+
+    def finished(self, seconds: float) -> None:
+        self.done += 1
+        self.finished_s.append(seconds)
 
     def waiting(self, running: list[tuple[str, float]]) -> None:
         now = time.perf_counter()
@@ -157,9 +175,17 @@ class _Progress:
             for run, seconds in sorted(running, key=lambda r: -r[1])
             if seconds >= self.EVERY_S
         ]
-        return f"progress: {self.done}/{self.total} done in {_duration(elapsed)}, {eta}" + (
+        line = f"progress: {self.done}/{self.total} done in {_duration(elapsed)}, {eta}" + (
             f"; running long: {', '.join(long[:3])}" if long else ""
         )
+        if self.finished_s and long:
+            median = sorted(self.finished_s)[len(self.finished_s) // 2]
+            if max(seconds for _, seconds in running) > self.HANG_FACTOR * max(median, 1.0):
+                line += (
+                    f" (over {self.HANG_FACTOR}x the median run, {_duration(median)}: if it hangs, "
+                    f"{self.timeout_option} SECONDS stops such a run sooner)"
+                )
+        return line
 
 
 def _duration(seconds: float) -> str:
@@ -220,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with stop:
             _import_torch(argv)
             args = build_parser().parse_args(argv)
+            if getattr(args, "keyword", None):
+                _check_keyword(args.keyword)  # before any case module loads: seconds, for a typo
             if args.command == "extract":  # a run that localizes and extracts
                 if args.extract and args.extract != args.output:
                     raise UsageError("extract writes into -o DIR: --extract names another directory")
@@ -228,7 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _run(args, stop)
             return {"list": _list, "report": _report}[args.command](args)
     except UsageError as exc:
-        say(f"error: {exc}", error=True)
+        if not isinstance(exc, _ErrorsSaid):
+            say(f"error: {exc}", error=True)
         return EXIT_USAGE
     except _Stopped as exc:  # before the run had anywhere to publish
         say(f"stopped by {exc} before any case ran", error=True)
@@ -249,12 +278,15 @@ def _import_torch(argv: list[str]) -> None:
             raise UsageError(problem)
 
 
-def say(text: str, error: bool = False) -> None:
-    """Print a line with control characters removed and unprintable bytes escaped, whatever the encoding."""
+def say(text: str, error: bool = False, paint: Callable[[str], str] | None = None) -> None:
+    """Print a line with control characters removed and unprintable bytes escaped, whatever the encoding; `paint`
+    colours the clean line where the stream takes colour (`colour.enabled`)."""
     stream = sys.stderr if error else sys.stdout
     text = _CONTROL.sub("", text)
     encoding = getattr(stream, "encoding", None) or "utf-8"
     text = text.encode(encoding, errors="backslashreplace").decode(encoding, errors="replace")
+    if paint is not None and colour.enabled(stream):
+        text = paint(text)
     try:
         print(text, file=stream, flush=True)
     except BrokenPipeError:  # `harness run | head`: the reader left; the run goes on, quietly
@@ -296,6 +328,8 @@ def _select(args: argparse.Namespace, in_process: bool = False):
         say(f"error: {error}", error=True)
     if loaded.usage:
         raise UsageError(loaded.usage)
+    if loaded.errors and not loaded.chosen:  # (the errors said why: "no case matches" would be a second line)
+        raise _ErrorsSaid()
     if not loaded.case_count and not loaded.errors:
         raise UsageError(
             f"no cases found: this installation has no cases/ directory ({loaded.describe_sources()}); "
@@ -489,6 +523,36 @@ def _distinct_files(outputs: list[tuple[str, str]], inputs: list[tuple[str, str]
             )
 
 
+def _check_keyword(expression: str) -> None:
+    """A `-k` expression pytest's grammar parses (`_pytest.mark.expression`, as the selection uses), else one
+    usage line as pytest words it (`at column 11: expected not OR left parenthesis OR identifier; got end of
+    input`). pytest 9 raises SyntaxError (column in `offset`); pytest 7 and 8 their ParseError (`column`)."""
+    from _pytest.mark.expression import Expression
+
+    try:
+        Expression.compile(expression)
+    except Exception as exc:  # noqa: BLE001 - SyntaxError or ParseError, by pytest's version
+        column = getattr(exc, "offset", None) or getattr(exc, "column", None)
+        message = getattr(exc, "msg", None) or getattr(exc, "message", None) or str(exc)
+        raise UsageError(f"wrong -k expression {expression!r}: at column {column}: {message}") from None
+
+
+def _other_selection_in(report_dir: str | None, json_path: str | None, selection: str | None) -> str | None:
+    """The command of the run whose report `report_dir` holds, when it was another selection than this run's
+    (its results file's `selection` fingerprint differs); None when there is none, or it is this selection's."""
+    if not report_dir or not selection:
+        return None
+    previous = json_path or os.path.join(report_dir, "results.json")
+    try:
+        with R.open_input(previous) as handle:
+            meta = json.load(handle).get("run") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(meta, dict) or meta.get("selection") == selection:
+        return None
+    return str(meta.get("command") or "a run of another selection")[:500]
+
+
 def _check_cache_dir() -> None:
     """Inductor's cache directory, where every compile writes: one that cannot be made (TORCHINDUCTOR_CACHE_DIR
     under a regular file) failed every worker at its first compile, with nothing said of why."""
@@ -671,6 +735,8 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any, stop: _StopSigna
             + (f", {_plural(len(plan.carried), 'run')} carried from {args.resume}" if plan.carried else "")
             + (f", shard {args.shard[0]}/{args.shard[1]}" if args.shard else "")
         )
+        if pool is not None and (unconfined := confine.unconfined_reason()):
+            say(f"note: case processes run unconfined ({unconfined}): a case can write any file this user can")
         stop.raising()
         progress = _Progress(len(plan.tasks), quiet=args.quiet)
         records = (
@@ -679,13 +745,16 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any, stop: _StopSigna
             else run_in_process(plan.tasks, config, inputs.expectations)
         )
         for position, record in enumerate(records, 1):
-            progress.done = position
+            progress.finished(record.duration_s)
             results.append(record)
             if journal:
                 journal.append(record)
             if args.quiet and not R.is_failing(record.status):
                 continue
-            say(f"[{position}/{len(plan.tasks)}] {record.summary(verbose=args.verbose)}")
+            say(
+                f"[{position}/{len(plan.tasks)}] {record.summary(verbose=args.verbose)}",
+                paint=lambda line, status=record.status: colour.status_word(line, status),
+            )
             if record.command and (R.is_failing(record.status) or args.verbose):
                 say(f"    reproduce: {record.command}")
             if record.status == R.FAIL and not config.bisect and record.command:
@@ -721,9 +790,12 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any, stop: _StopSigna
         stopped_by=str(stopped) if stopped else None,
         journal=journal_file,
     )
+    replaced = _other_selection_in(args.report_dir, args.json_path, meta.get("selection"))
     written, problems = publish(results, meta, args.json_path, args.report_dir, args.junit, inputs.baseline)
     for kind, path in written:
         say(f"{kind}: {path}")
+    if replaced and any(kind == "report" for kind, _ in written):
+        say(f"note: {args.report_dir} held the report of another selection ({replaced}): replaced")
     if journal is not None and journal.problem:
         problems.insert(0, journal.problem)
     for problem in problems:
@@ -734,7 +806,8 @@ def _run_with(args: argparse.Namespace, config: Any, pool: Any, stop: _StopSigna
 
     for line in console_lines(results):
         say(line)
-    say(totals(results))
+    statuses = {r.status for r in results}
+    say(totals(results, len(load_errors)), paint=lambda line: colour.totals_line(line, statuses, len(load_errors)))
     if stopped is not None:
         return 128 + stopped.signum
     if load_errors:
@@ -901,6 +974,10 @@ def _report(args: argparse.Namespace) -> int:
     return code if args.check else EXIT_OK
 
 
-def totals(results: Sequence[R.CaseResult]) -> str:
+def totals(results: Sequence[R.CaseResult], load_errors: int = 0) -> str:
+    """The last line: each status's count, and the case modules that did not load (they make the exit code 2)."""
     counts = {status: sum(r.status == status for r in results) for status in R.Status}
-    return "== " + (", ".join(f"{n} {status}" for status, n in counts.items() if n) or "no run finished") + " =="
+    said = [f"{n} {status}" for status, n in counts.items() if n]
+    if load_errors:
+        said.append(_plural(load_errors, "load error"))
+    return "== " + (", ".join(said) or "no run finished") + " =="

@@ -37,9 +37,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--harness-timeout",
         type=_seconds,
-        default=1800.0,
+        default=None,
         metavar="SECONDS",
-        help="seconds one case may run in its worker process (default 1800)",
+        help="seconds one case may run in its worker process (default: 300, or 1800 for a case tagged model or "
+        "of size full)",
     )
     group.addoption(
         "--harness-shipped-cases",
@@ -109,8 +110,7 @@ def _in_play(config: pytest.Config) -> bool:
     for option in RUN_OPTIONS + SELECTION_OPTIONS:
         if option.pytest and config.getoption(option.dest) not in (None, False, [], option.default):
             return True
-    defaults = {"harness_timeout": 1800.0}
-    if any(config.getoption(name) not in (None, False, defaults.get(name)) for name in _PLUGIN_OPTIONS):
+    if any(config.getoption(name) not in (None, False) for name in _PLUGIN_OPTIONS):
         return True
     asked = [Path(arg.split("::")[0]).resolve() for arg in config.args] or [Path.cwd()]
     # A directory above a case root is collected, unless the root lies in a virtual environment (an installed
@@ -335,8 +335,11 @@ class CaseItem(pytest.Item):
             if record.error is not None:
                 text += "\n" + record.error.traceback
             text += f"\n    node: {self.nodeid}"
-            if record.status == R.FAIL and not session_run_config(self.config).bisect:
-                text += f"\n    localize: pytest '{self.nodeid}' --bisect"
+            if record.status == R.FAIL and not session_run_config(self.config).bisect and record.command:
+                # The CLI's command: it selects exactly this run, with the session's options, from this directory
+                # (a node id of a `--case-path` module is not found without the option, and collects the whole
+                # folder with it).
+                text += f"\n    localize: {record.command} --bisect"
             return text + f"\n    reproduce: {record.command}"
         return super().repr_failure(excinfo, style=style)
 
@@ -372,6 +375,7 @@ class _CaseRunner:
                 isolation=self.config.getoption("harness_isolation"),
                 expectations=self.config.stash.get(EXPECTATIONS_KEY, None),
             )
+            self.pool.timeout_option = "--harness-timeout"
         return self.pool.run_one(task)
 
     def close(self) -> None:

@@ -47,6 +47,10 @@ What is relied on, and why there is no public API for it:
   pattern rewrite runs through (torch 2.13's source; the same in 2.11).
 - `cache_dir.py`: Inductor's cache directory, where the harness keeps what
   it learns once per host (the ISA verdicts below, the OpInfo catalogue).
+- `compile_caches.py`: each case process compiles into caches of its own
+  (`TORCHINDUCTOR_CACHE_DIR`, `TRITON_CACHE_DIR`); Inductor's precompiled
+  C++ header (`codecache._HEADER_DIR`; torch 2.11 and 2.13, where it was checked)
+  built once per worker.
 - `cpu_isa.py`: Inductor's CPU vector-ISA build checks, remembered on disk
   (each process would otherwise probe again: tens of seconds on torch 2.11).
 - `kernel_variants.py`: the text of generated reduction kernels (C++ and
@@ -56,7 +60,7 @@ What is relied on, and why there is no public API for it:
 """
 
 from harness.inductor_compat import torch_state
-from harness.inductor_compat.cache_dir import inductor_cache_dir
+from harness.inductor_compat.cache_dir import inductor_cache_dir, shared_cache_dir
 from harness.inductor_compat.cpu_isa import pick_cpu_vec_isa, remember_vec_isa_checks
 from harness.inductor_compat.versions import OLDEST_TORCH, NEWEST_TESTED_TORCH, torch_version_problem
 from harness.inductor_compat.dynamo import (

@@ -6,6 +6,9 @@ Inductor's own `cache_dir()` (`torch._inductor.runtime.cache_dir_utils`, earlier
 torch 2.6 to 2.13) is asked where the compiler is loaded already. Elsewhere (the harness process,
 which never compiles) its rule is applied here: importing `torch._inductor` imports Dynamo, about
 2 s of a run's start.
+
+A case's process compiles into a directory of its own (`compile_caches`); the harness's remembered files stay in
+the directory shared by the run (`shared_cache_dir`).
 """
 
 from __future__ import annotations
@@ -32,3 +35,18 @@ def inductor_cache_dir() -> str:
     except (KeyError, ModuleNotFoundError, OSError):
         user = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
     return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+
+
+_shared: list[str] = []
+
+
+def remember_shared() -> None:
+    """Called once a process's compiles are sent elsewhere (`compile_caches.use_private_caches`)."""
+    if not _shared:
+        _shared.append(inductor_cache_dir())
+
+
+def shared_cache_dir() -> str:
+    """Where the harness keeps what it learns once per host: Inductor's cache directory, as it was before this
+    process's compiles were made private."""
+    return _shared[0] if _shared else inductor_cache_dir()

@@ -26,13 +26,13 @@ import platform
 import sys
 import tempfile
 
-from harness.inductor_compat.cache_dir import inductor_cache_dir
+from harness.inductor_compat.cache_dir import shared_cache_dir
 
 _VERDICTS_FILE = "harness-vec-isa-checks.json"
 
 
 def _verdicts_path() -> str:
-    return os.path.join(inductor_cache_dir(), _VERDICTS_FILE)
+    return os.path.join(shared_cache_dir(), _VERDICTS_FILE)
 
 
 @functools.cache

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import sys
@@ -62,6 +63,7 @@ class _CaseProcess:
     receiver: Receiver
     origin: str
     values: socket.socket  # the values it sends (`judge.values.send_values`)
+    compiles: str | None  # its own compile caches (`inductor_compat.compile_caches`), removed when it ends
     retiring: bool = False
 
 
@@ -117,6 +119,11 @@ class Template:
         values_here, values_there = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
         token = new_token()
         worker = os.getpid()
+        compiles = None
+        if self.setup.get("worker_root"):
+            from harness.inductor_compat import compile_caches
+
+            compiles = compile_caches.new_case_dir(self.setup["worker_root"])
         pid = os.fork()
         if pid == 0:  # the case process: never returns
             try:
@@ -133,6 +140,10 @@ class Template:
                 os.close(task_read)
                 os.close(result_write)
                 values_there.close()
+                if compiles:
+                    _confine_to(
+                        compiles, self.setup.get("header_stamps") or {}, getattr(self.config, "extract_dir", None)
+                    )
                 code = _case_loop(tasks, Sender(results, token), values, self.setup, self.config, self.isolation)
             except BaseException as exc:  # noqa: BLE001 - whatever happened, this process must not run the template's loop
                 import traceback
@@ -146,7 +157,13 @@ class Template:
         os.close(result_write)
         values_there.close()
         return _CaseProcess(
-            pid, os.fdopen(task_write, "w", encoding="utf-8"), result_read, Receiver(token), origin, values_here
+            pid,
+            os.fdopen(task_write, "w", encoding="utf-8"),
+            result_read,
+            Receiver(token),
+            origin,
+            values_here,
+            compiles,
         )
 
     def end_child(self) -> None:
@@ -162,6 +179,8 @@ class Template:
             child.values.close()
         process_tree.kill_descendants(os.getpid())
         _reap()
+        if child is not None and child.compiles:
+            shutil.rmtree(child.compiles, ignore_errors=True)
 
     def _relay(self, child: _CaseProcess, task: dict[str, Any]) -> None:
         run = task["run"]
@@ -216,6 +235,12 @@ class Template:
         if record.status in R.EXPECTED_STATUSES:  # the pool's to give (`harness.run.expectations`), never a case's
             raise ChannelCorrupted(f"a {kind} with the status {record.status}, which no case's process gives")
         record = self._judged(record, task, child)
+        if record.first_divergent_kernel is not None and child.compiles:
+            # Its kernel source lies in the case's own caches, removed when it ends: the record names a copy.
+            from harness.inductor_compat import compile_caches
+
+            located = record.first_divergent_kernel
+            located.module_path = compile_caches.kept(located.module_path, child.compiles)
         if kind == "verdict":
             self.answer.send({"verdict": encode_json(record.to_dict()), "run": run})
             return False
@@ -279,15 +304,39 @@ class Template:
             return record
 
 
+def _confine_to(compiles: str, header_stamps: dict, extract_dir: str | None) -> None:
+    """Before any case code: this process compiles into `compiles`, keeps its temporary files beneath it, and may
+    change no file elsewhere but the repros it is asked to write (`--extract`; `confine`: unconfined where the
+    kernel cannot, as the run's header says)."""
+    import tempfile
+
+    from harness.inductor_compat import compile_caches
+    from harness.isolation import confine
+
+    compile_caches.use_private_caches(compiles, header_stamps)
+    temporary = os.path.join(compiles, "tmp")
+    os.makedirs(temporary, exist_ok=True)
+    os.environ["TMPDIR"] = temporary
+    tempfile.tempdir = temporary
+    own = [compiles]
+    if extract_dir:
+        os.makedirs(extract_dir, exist_ok=True)
+        own.append(extract_dir)
+    if unconfined := confine.confine(own):  # (the run's header says so only where the kernel lacks Landlock)
+        print(f"harness: this case process runs unconfined: {unconfined}", file=sys.stderr, flush=True)
+
+
 def _case_loop(
     tasks: IO[str], results: Sender, values: socket.socket, setup: dict[str, Any], config: Any, isolation: str
 ) -> int:
     """The case process: its tasks, one (isolation `case`) or those of one module until something is left
     behind (isolation `module`)."""
+    import faulthandler
     import gc
 
     from harness.isolation import residue as case_residue
     from harness.isolation.pool import task_config
+    from harness.isolation.stacks import before_timeout
     from harness.judge.values import send_values
     from harness.records import encode_json
     from harness.registry import CASE_SOURCE_ORIGIN, DEFAULT_IMPORT_TIMEOUT_S, Registry, load_registry
@@ -336,6 +385,8 @@ def _case_loop(
         def on_values(sizes: list, run: str = run) -> None:
             send_values(values, run, sizes)
 
+        if task.get("timeout_s"):  # where each thread is, in the log, shortly before the run is stopped
+            faulthandler.dump_traceback_later(before_timeout(float(task["timeout_s"])), exit=False)
         record = run_case(
             case,
             dtype_named(task["dtype"]),
@@ -344,6 +395,7 @@ def _case_loop(
             on_verdict=lambda judged, run=run: results.send({"verdict": encode_json(judged.to_dict()), "run": run}),
             on_values=on_values,
         )
+        faulthandler.cancel_dump_traceback_later()
         residue = case_residue.left_behind(clean, ending=isolation == "case")
         record.warnings.extend(residue)
         retire = bool(residue) or not _device_usable(config.device)

@@ -37,6 +37,7 @@ from harness import records as R
 from harness.isolation import child as child_process
 from harness.isolation.channel import ChannelCorrupted, Receiver, new_token
 from harness.isolation.child import IMPORT_GRACE_S
+from harness.isolation.stacks import STACKS_CHARS, case_frames, stacks_in
 
 if TYPE_CHECKING:  # the registry imports torch: imported where it is used, not with this module
     import torch
@@ -96,6 +97,8 @@ class _Worker:
     started: float | None = None
     # The system's count of out-of-memory kills when the task was sent (None where the kernel does not say).
     oom_kills_before: int | None = None
+    # The size of the worker's log when the task was sent: what the task's process printed comes after it.
+    log_offset: int = 0
     # The worker said it cannot run another case (its device faulted): replaced before the next task.
     retiring: bool = False
     # The task's record as judged, sent before `--extract` writes its repros: what stands if extraction then
@@ -106,8 +109,9 @@ class _Worker:
     def busy(self) -> bool:
         return self.task is not None
 
-    def send(self, task: Task, config) -> None:
-        """Give the worker its next task; OSError (a broken pipe) when the worker is gone."""
+    def send(self, task: Task, config, timeout_s: float) -> None:
+        """Give the worker its next task; OSError (a broken pipe) when the worker is gone. `timeout_s`: the case's
+        own, after which its process prints where each of its threads is (`case_process`)."""
         from harness.judge.values import policy_of
 
         run = new_token()[:16]  # every answer to this task names it
@@ -121,6 +125,7 @@ class _Worker:
                     "localize": task.localize,
                     "run": run,
                     "policy": policy_of(task.case, config),
+                    "timeout_s": timeout_s,
                 }
             )
             + "\n"
@@ -128,6 +133,10 @@ class _Worker:
         self.process.stdin.flush()
         self.task, self.run, self.loading, self.started, self.verdict = task, run, None, None, None
         self.oom_kills_before = oom_kills()
+        try:
+            self.log_offset = os.path.getsize(self.log_path)
+        except OSError:
+            self.log_offset = 0
 
     def kill(self) -> None:
         """Kill the worker and every process it started (a case's children, in any session) and reap it."""
@@ -143,10 +152,21 @@ class _Worker:
                 pass
         self.process.wait()
 
-    def log_tail(self) -> str:
+    def log_tail(self, chars: int = child_process.LOG_TAIL_CHARS) -> str:
         try:
             with open(self.log_path, "rb") as handle:
-                return child_process.read_tail(handle)
+                return child_process.read_tail(handle, chars)
+        except OSError:
+            return ""
+
+    def task_stacks(self) -> str:
+        """The stacks the task in flight's process printed before its timeout (`stacks`), never an earlier
+        task's: only what the log gained since the task was sent is read."""
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                handle.seek(max(self.log_offset, handle.tell() - 4 * STACKS_CHARS))
+                return stacks_in(handle.read().decode("utf-8", errors="backslashreplace")[-STACKS_CHARS:])
         except OSError:
             return ""
 
@@ -157,14 +177,15 @@ class WorkerPool:
 
     config: object | None  # None until `configure`: a pool spawned before the run's options are known
     case_paths: list[str]
-    timeout_s: float
+    timeout_s: float | None  # None: each case's own default (`Case.default_timeout_s`)
     size: int = 1
     log_dir: str | None = None
     workers: dict[int, _Worker] = field(default_factory=dict)
     selector: selectors.BaseSelector = field(default_factory=selectors.DefaultSelector)
     # Worker logs go to `log_dir`, or to a temporary directory removed on close (a lost worker's
-    # record carries the end of its log).
-    _temporary_logs: list[str] = field(default_factory=list)
+    # record carries the end of its log); the compile caches (`compile_root`) are removed on close too.
+    _temporary_dirs: list[str] = field(default_factory=list)
+    compile_root: str | None = None
     # The device a pool started before its run's config (`configure`) is for: workers on several devices are
     # pinned to one each from the start.
     early_device: str = "cpu"
@@ -180,7 +201,7 @@ class WorkerPool:
         self,
         config: object,
         case_paths: list[str],
-        timeout_s: float,
+        timeout_s: float | None,
         size: int = 1,
         log_dir: str | None = None,
         broken_modules: Iterable[str] = (),
@@ -254,7 +275,7 @@ class WorkerPool:
                 if worker is None:
                     worker = self.workers[slot] = self._start(slot)
                 try:
-                    worker.send(task, self.config)
+                    worker.send(task, self.config, self.timeout_of(task))
                     break
                 except OSError as exc:
                     tail = worker.log_tail()
@@ -301,8 +322,12 @@ class WorkerPool:
                 continue
             if worker.process.poll() is not None:
                 yield self._lost(worker, R.Symptom.CRASH, _exit_text(worker.process.returncode))
-            elif worker.started is not None and now - worker.started > self.timeout_s:
-                yield self._lost(worker, R.Symptom.TIMEOUT, f"no result after {self.timeout_s:g}s (--timeout)")
+            elif worker.started is not None and now - worker.started > self.timeout_of(worker.task):
+                yield self._lost(
+                    worker,
+                    R.Symptom.TIMEOUT,
+                    f"no result after {self.timeout_of(worker.task):g}s ({self.timeout_option})",
+                )
             elif worker.started is None and worker.loading is not None and now - worker.loading > import_deadline_s():
                 # The module's own import deadline did not fire (an import stuck in C code).
                 yield self._lost(
@@ -379,6 +404,8 @@ class WorkerPool:
         elapsed = time.perf_counter() - (worker.started or time.perf_counter())
         task, verdict = worker.task, worker.verdict
         tail = worker.log_tail()
+        # A timed-out run's stacks (`stacks`): every thread's, up to 100 frames each, longer than the tail quoted.
+        stacks = worker.task_stacks() if symptom == R.Symptom.TIMEOUT else ""
         if stop:
             self._stop(worker)
         else:
@@ -403,9 +430,13 @@ class WorkerPool:
                 symptom, message = R.Symptom.OOM, message + " (the kernel's out-of-memory killer acted meanwhile)"
             else:
                 message += " (not by the harness, and not by the out-of-memory killer: by the case, or another process)"
+        if frames := case_frames(stacks):
+            message += f"; stopped in {' <- '.join(frames)}"
         kind = kind or ("WorkerCrash" if symptom != R.Symptom.TIMEOUT else "Timeout")
         record = _failed(task, self.config, R.Stage.WORKER, symptom, kind, message, elapsed)
-        if tail:
+        if stacks:
+            record.error.traceback = f"where each thread of the case's process was ({worker.log_path}):\n{stacks}"
+        elif tail:
             record.error.traceback = f"last output of the worker ({worker.log_path}):\n{tail}"
         return record
 
@@ -425,7 +456,7 @@ class WorkerPool:
             env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // self.size)))
         if self.log_dir is None:
             self.log_dir = tempfile.mkdtemp(prefix="harness-workers-")
-            self._temporary_logs.append(self.log_dir)
+            self._temporary_dirs.append(self.log_dir)
         os.makedirs(self.log_dir, exist_ok=True)
         log_path = os.path.join(self.log_dir, f"worker-{slot}-{time.strftime('%H%M%S')}-{os.getpid()}.log")
         log = open(log_path, "w")
@@ -443,12 +474,28 @@ class WorkerPool:
             "case_paths": self.case_paths,
             "broken_modules": sorted(self.broken_modules),
             "isolation": self.isolation,
+            "compile_root": self._compile_root(),
         }
         try:
             worker.process.stdin.write(json.dumps(setup) + "\n")
             worker.process.stdin.flush()
         except OSError:  # the worker is gone already: the first task sent to it finds out and replaces it
             pass
+
+    def _compile_root(self) -> str:
+        """The run's directory for its workers' and case processes' compile caches (`inductor_compat.compile_caches`),
+        removed with the pool."""
+        if self.compile_root is None:
+            _remove_orphaned_compile_roots()
+            self.compile_root = tempfile.mkdtemp(prefix=f"{COMPILE_ROOT_PREFIX}{os.getpid()}-")
+            self._temporary_dirs.append(self.compile_root)
+        return self.compile_root
+
+    # The option a user changes the timeout with, as the message of a timed-out run names it.
+    timeout_option: str = "--timeout"
+
+    def timeout_of(self, task: Task) -> float:
+        return self.timeout_s if self.timeout_s is not None else task.case.default_timeout_s
 
     def _stop(self, worker: _Worker) -> None:
         try:
@@ -462,9 +509,33 @@ class WorkerPool:
         for worker in list(self.workers.values()):
             self._stop(worker)
         self.selector.close()
-        for directory in self._temporary_logs:
+        for directory in self._temporary_dirs:
             shutil.rmtree(directory, ignore_errors=True)
-        self._temporary_logs.clear()
+        self._temporary_dirs.clear()
+
+
+# A run's compile caches: `<temp>/harness-compile-<the harness's pid>-<random>`.
+COMPILE_ROOT_PREFIX = "harness-compile-"
+
+
+def _remove_orphaned_compile_roots() -> None:
+    """The compile caches of runs whose harness is gone (killed with SIGKILL: nothing of it could remove them),
+    each holding a precompiled header per worker (155 MB): removed by the next run in the same temp dir."""
+    root = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(COMPILE_ROOT_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        owner = name[len(COMPILE_ROOT_PREFIX) :].split("-", 1)[0]
+        if not owner.isdigit():
+            continue
+        try:
+            os.kill(int(owner), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        except OSError:  # alive, another user's
+            pass
 
 
 def _failed(task: Task, config, stage: str, symptom: str, kind: str, message: str, elapsed: float) -> R.CaseResult:

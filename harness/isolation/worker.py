@@ -113,6 +113,16 @@ def main() -> int:
         return 0
     setup = json.loads(line)
     config = pickle.loads(base64.b64decode(setup["config"]))
+    if setup.get("compile_root"):
+        from harness.inductor_compat import compile_caches
+
+        # Every compile of this worker and of its case processes under a directory of the run's own.
+        from harness.isolation import confine
+
+        setup["worker_root"] = compile_caches.new_root(setup["compile_root"], prefix="worker-")
+        # The store of built headers is trusted where no case can write it: where case processes are confined.
+        setup["headers_stored"] = confine.unconfined_reason() is None
+        compile_caches.use_worker_caches(setup["worker_root"], stored=setup["headers_stored"])
     if getattr(config, "device", "") == "cpu":  # Inductor's CPU ISA probe, before the first case's clock starts
         pick_cpu_vec_isa()
     if setup.get("isolation") == "case" and config.backend == "inductor" and _compiles_keep_forks_usable(config):
@@ -120,6 +130,10 @@ def main() -> int:
 
         # Every case process is forked from here: its first compile's set-up is done once.
         warm_compiler(get_device(config.device).compile_options(config))
+    if setup.get("worker_root"):
+        if setup["headers_stored"]:
+            compile_caches.store_headers()
+        setup["header_stamps"] = compile_caches.header_stamps()
     gc.collect()
     gc.freeze()
 

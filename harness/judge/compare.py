@@ -59,6 +59,7 @@ from harness.records import (
 )
 from harness.judge.tolerances import (
     DEFAULT_TOLERANCES,
+    FLOAT8_DTYPES,
     RMSE_FLOOR_ULPS,
     Tolerance,
     is_exact_dtype,
@@ -154,6 +155,8 @@ class VerdictPolicy:
         if is_exact_dtype(expected.dtype):
             return bool(torch.equal(actual, expected))
         tol = tolerance_for(expected.dtype, self.tolerances)
+        if expected.dtype in FLOAT8_DTYPES:  # (no arithmetic on float8: compared through float32, exactly)
+            actual, expected = actual.float(), expected.float()
         return bool(torch.isclose(actual, expected, rtol=tol.rtol, atol=tol.atol, equal_nan=True).all())
 
     def wants_reference(self, comparison: OutputComparison) -> bool:
@@ -182,6 +185,28 @@ def compare_tensors(
     atomic_baseline: torch.Tensor | None = None,
 ) -> OutputComparison:
     """Compare `actual` (compiled) with `expected` (eager) under the verdict policy (module docstring)."""
+    if expected.dtype in FLOAT8_DTYPES or actual.dtype in FLOAT8_DTYPES:
+        # torch has almost no arithmetic on float8 (not even isfinite): its values are compared through float32,
+        # which holds every one of them exactly, under float8's own tolerance.
+        own = tolerance_for(expected.dtype, tolerances)
+        result = compare_tensors(
+            name,
+            actual.float(),
+            expected.float(),
+            tolerances={torch.float32: own},
+            reference=reference.float() if reference is not None and reference.dtype in FLOAT8_DTYPES else reference,
+            cosine_fallback=cosine_fallback,
+            strict_eager=strict_eager,
+            accumulated=accumulated,
+            pictures=pictures,
+            eager_repeat=eager_repeat,
+            atomic_baseline=atomic_baseline,
+        )
+        result.dtype = dtype_name(expected.dtype)
+        if actual.dtype != expected.dtype:
+            result.layout_notes.append(f"dtype {dtype_name(actual.dtype)} != {dtype_name(expected.dtype)}")
+            result.passed = False
+        return result
     tol = tolerance_for(_real_dtype(expected.dtype), tolerances)
     notes: list[str] = []
     if actual.shape != expected.shape:

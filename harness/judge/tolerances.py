@@ -29,6 +29,24 @@ DEFAULT_TOLERANCES: Mapping[torch.dtype, Tolerance] = {
     torch.complex128: Tolerance(1e-7, 1e-7),
 }
 
+
+def _float8_tolerance(dtype: torch.dtype) -> Tolerance:
+    """torch.testing has no entry for float8 (it compares them exactly), yet a compiled program that rounds a float32
+    value once where eager rounded it differently is one float8 step off at a rounding boundary: as the half
+    types' entries allow a step or two, one step relative (eps: 0.125 for e4m3, 0.25 for e5m2) and the smallest
+    subnormal absolute."""
+    info = torch.finfo(dtype)
+    return Tolerance(info.eps, info.tiny * info.eps)
+
+
+# The float8 types this torch has (e4m3fn, e5m2 and their fnuz forms, e8m0fnu), by name: older torch lacks some.
+FLOAT8_DTYPES = tuple(
+    getattr(torch, name)
+    for name in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")
+    if hasattr(torch, name)
+)
+DEFAULT_TOLERANCES = {**DEFAULT_TOLERANCES, **{d: _float8_tolerance(d) for d in FLOAT8_DTYPES}}
+
 # torchbench's RMSE rule (torch._dynamo.utils.same with an fp64 reference):
 # compiled passes when rmse(compiled, fp64) <= multiplier * rmse(eager, fp64) + atol / 10.
 # Multipliers as torchbench uses them: 3 for half types, 2 otherwise, 3 for
@@ -66,6 +84,6 @@ def rmse_floor(dtype: torch.dtype, reference_rms: float) -> float:
 
 
 def rmse_multiplier(dtype: torch.dtype, numel: int) -> float:
-    if dtype in (torch.float16, torch.bfloat16) or numel < RMSE_SMALL_TENSOR_NUMEL:
+    if dtype in (torch.float16, torch.bfloat16, *FLOAT8_DTYPES) or numel < RMSE_SMALL_TENSOR_NUMEL:
         return RMSE_MULTIPLIER_HALF
     return RMSE_MULTIPLIER

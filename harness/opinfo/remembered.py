@@ -92,9 +92,9 @@ def _key() -> str:
 
 
 def path() -> str:
-    from harness.inductor_compat import inductor_cache_dir
+    from harness.inductor_compat import shared_cache_dir
 
-    return os.path.join(inductor_cache_dir(), f"harness-opinfo-catalogue-{_key()}.json")
+    return os.path.join(shared_cache_dir(), f"harness-opinfo-catalogue-{_key()}.json")
 
 
 def _read() -> dict:

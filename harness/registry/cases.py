@@ -129,6 +129,11 @@ class Program:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
 
 
+# The default timeouts (`Case.default_timeout_s`; `--timeout` / `--harness-timeout` override them).
+SMALL_TIMEOUT_S = 300.0
+MODEL_TIMEOUT_S = 1800.0
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -208,6 +213,13 @@ class Case:
     @property
     def keywords(self) -> tuple[str, ...]:
         return (self.name, *self.tags, self.size)
+
+    @property
+    def default_timeout_s(self) -> float:
+        """How long one run may take when `--timeout` does not say: minutes for a model (a Longformer training
+        step compiles for two and a half minutes on a loaded two-core machine) or a full-size case, less for a
+        small program, so that one that hangs is named in minutes, not half an hour."""
+        return MODEL_TIMEOUT_S if (self.size == "full" or "model" in self.tags) else SMALL_TIMEOUT_S
 
     def run_keywords(self, dtype: torch.dtype, mode: str, dynamic: bool = False) -> tuple[str, ...]:
         """What `-k` matches for one run: the case's keywords, the dtype, the mode, and "dynamic" for a dynamic

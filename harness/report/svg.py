@@ -287,19 +287,24 @@ def status_by_family_svg(rows: Sequence[tuple[str, Sequence[tuple[str, int]]]]) 
     return _svg(BARS_WIDTH, height, "runs by family and status", body, "chart status-by-family")
 
 
-def tolerance_ratio_svg(buckets: Sequence[tuple[str, int, int]], limit_at: int | None = None) -> Markup:
-    """How far each compared output's largest difference is from its tolerance, as bars of (passed, failed)
-    outputs per decade; a dashed line before bucket `limit_at` marks the tolerance."""
-    if not any(passed or failed for _, passed, failed in buckets):
+def tolerance_ratio_svg(buckets: Sequence[tuple[str, int, int, int]], limit_at: int | None = None) -> Markup:
+    """How far each compared output's largest difference is from its tolerance, as bars of (passed, failed,
+    failed as declared) outputs per decade, the declared ones in the expected failure's own colour; a dashed line
+    before bucket `limit_at` marks the tolerance."""
+    if not any(sum(counts) for _, *counts in buckets):
         return Markup("")
-    largest = max(passed + failed for _, passed, failed in buckets) or 1
+    largest = max(sum(counts) for _, *counts in buckets) or 1
     column = (HIST_WIDTH - 20) / len(buckets)
     plot = HIST_HEIGHT - 34
     body = []
-    for index, (label, passed, failed) in enumerate(buckets):
+    for index, (label, passed, failed, expected) in enumerate(buckets):
         x = 10 + index * column
         y = 8 + plot
-        for count, fill, what in ((passed, HIST_BAR_BELOW_ATOL, "passed"), (failed, HIST_BAR_ABOVE_ATOL, "failed")):
+        for count, fill, what in (
+            (passed, HIST_BAR_BELOW_ATOL, "passed"),
+            (expected, STATUS_FILL["xfail"], "failed as declared (known failures)"),
+            (failed, HIST_BAR_ABOVE_ATOL, "failed"),
+        ):
             if not count:
                 continue
             height = max(plot * count / largest, 1)

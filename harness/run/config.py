@@ -79,9 +79,11 @@ class RunConfig:
         return self.dynamic or case.always_dynamic
 
     def command_for(self, case: str, dtype: str, mode: str, shipped: bool = False) -> str:
-        """The command that runs this one case again. A `shipped` case run beside `--case-path` cases needs
-        `--shipped-cases` (a case path replaces the shipped cases otherwise)."""
-        parts = ["python -m harness run", case, f"--device {self.device}", f"--dtype {dtype}", f"--mode {mode}"]
+        """The command that runs this one case again: `extract` where the run wrote repros (`--extract`, or the
+        `extract` command: it localizes and extracts again), else `run`. A `shipped` case run beside `--case-path`
+        cases needs `--shipped-cases` (a case path replaces the shipped cases otherwise)."""
+        verb = f"extract -o {shlex.quote(self.extract_dir)}" if self.extract_dir else "run"
+        parts = [f"python -m harness {verb}", case, f"--device {self.device}", f"--dtype {dtype}", f"--mode {mode}"]
         parts += [f"--case-path {shlex.quote(path)}" for path in self.case_paths]
         if shipped and self.case_paths:
             parts.append("--shipped-cases")
@@ -96,7 +98,7 @@ class RunConfig:
             parts.append(f"--reference {self.reference}")
         if self.inject:
             parts.append(f"--inject {self.inject}")
-        if self.bisect:
+        if self.bisect and not (self.extract_dir and self.bisect == "on-failure"):  # (extract's own default)
             parts.append("--bisect" if self.bisect == "on-failure" else f"--bisect {self.bisect}")
         if self.strict_eager:
             parts.append("--strict-eager")

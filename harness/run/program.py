@@ -217,12 +217,31 @@ COMPARABLE_VALUES = (
 )
 
 
+# Layouts compared through their dense values (`Tensor.to_dense`): what is compared is the values the tensor
+# stands for, not how it stores them.
+DENSIFIED_LAYOUTS = tuple(
+    getattr(torch, name)
+    for name in ("sparse_coo", "sparse_csr", "sparse_csc", "sparse_bsr", "sparse_bsc", "_mkldnn")
+    if hasattr(torch, name)
+)
+
+
+def _comparable_tensor(path: str, leaf: torch.Tensor) -> torch.Tensor:
+    """The tensor whose values are compared for this output: itself, or its dense values."""
+    if leaf.device.type == "meta":
+        raise OutputNotComparable(f"output {path or 'out'} is a tensor on the meta device: it has no values to compare")
+    if leaf.is_nested:
+        raise OutputNotComparable(
+            f"output {path or 'out'} is a nested tensor, which is not comparable element by element: "
+            "return its components (`.unbind()`) instead"
+        )
+    if leaf.layout in DENSIFIED_LAYOUTS:
+        return leaf.to_dense()
+    return leaf
+
+
 def _check_comparable(path: str, leaf: Any) -> None:
     if isinstance(leaf, torch.Tensor):
-        if leaf.device.type == "meta":
-            raise OutputNotComparable(
-                f"output {path or 'out'} is a tensor on the meta device: it has no values to compare"
-            )
         return
     if not isinstance(leaf, COMPARABLE_VALUES):
         raise OutputNotComparable(
@@ -238,6 +257,7 @@ def _forward(fn: Callable[..., Any], inputs: Inputs) -> tuple[Results, list[torc
     for path, leaf in leaves:
         _check_comparable(keystr(path), leaf)
         if isinstance(leaf, torch.Tensor):
+            leaf = _comparable_tensor(keystr(path), leaf)
             name = f"out{len(tensors)}"
             tensors.append(leaf)
             results.values[name] = leaf.detach()

@@ -352,14 +352,6 @@ def program(x):
 @case(tags=("hangs",))
 def hangs_in_its_own_call(dtype):
     return Program(program, [contiguous((4,))])
-
-@case(tags=("hangs",))
-def small(dtype):
-    return Program(lambda x: x + 1, [contiguous((4,))])
-
-@case(tags=("hangs", "model"))
-def a_model(dtype):
-    return Program(lambda x: x + 1, [contiguous((4,))])
 """
 
 

@@ -147,11 +147,10 @@ class _Progress:
     # to stop such runs sooner.
     HANG_FACTOR = 10
 
-    def __init__(self, total: int, quiet: bool = False, timeout_option: str = "--timeout"):
+    def __init__(self, total: int, quiet: bool = False):
         self.total, self.quiet, self.done = total, quiet, 0
         self.started = self.last = time.perf_counter()
         self.finished_s: list[float] = []
-        self.timeout_option = timeout_option
 
     def finished(self, seconds: float) -> None:
         self.done += 1
@@ -183,7 +182,7 @@ class _Progress:
             if max(seconds for _, seconds in running) > self.HANG_FACTOR * max(median, 1.0):
                 line += (
                     f" (over {self.HANG_FACTOR}x the median run, {_duration(median)}: if it hangs, "
-                    f"{self.timeout_option} SECONDS stops such a run sooner)"
+                    "--timeout SECONDS stops such a run sooner)"
                 )
         return line
 

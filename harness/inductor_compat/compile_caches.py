@@ -180,8 +180,3 @@ def kept(path: str | None, case_dir: str | None) -> str | None:
     except OSError:
         return path
     return destination
-
-
-def remove(directory: str | None) -> None:
-    if directory:
-        shutil.rmtree(directory, ignore_errors=True)

@@ -71,15 +71,15 @@ def start(
     return child
 
 
-def tail(text: str, chars: int = LOG_TAIL_CHARS) -> str:
+def tail(text: str) -> str:
     """The end of a child's log, as records quote it."""
-    return text[-chars:]
+    return text[-LOG_TAIL_CHARS:]
 
 
-def read_tail(handle: Any, chars: int = LOG_TAIL_CHARS) -> str:
+def read_tail(handle: Any) -> str:
     """The end of a log open in binary mode, read from its end (a case can write gigabytes to its log)."""
     handle.seek(0, os.SEEK_END)
     size = handle.tell()
     # 4 bytes a character at most: enough bytes for the characters quoted, whatever the text.
-    handle.seek(max(0, size - 4 * chars))
-    return tail(handle.read().decode("utf-8", errors="backslashreplace"), chars)
+    handle.seek(max(0, size - 4 * LOG_TAIL_CHARS))
+    return tail(handle.read().decode("utf-8", errors="backslashreplace"))

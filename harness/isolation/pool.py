@@ -152,10 +152,10 @@ class _Worker:
                 pass
         self.process.wait()
 
-    def log_tail(self, chars: int = child_process.LOG_TAIL_CHARS) -> str:
+    def log_tail(self) -> str:
         try:
             with open(self.log_path, "rb") as handle:
-                return child_process.read_tail(handle, chars)
+                return child_process.read_tail(handle)
         except OSError:
             return ""
 

@@ -3,7 +3,7 @@
     python benchmarks/bench_stages.py [--device cpu|cuda] [--json out.json]
 
 For each failure whose answer is a stage (Dynamo, AOT autograd, decompositions) or an Inductor graph pass (the
-upstream cases answered so, and the Dynamo emulation of tests/test_stages.py), in one process with warm caches:
+upstream cases answered so, and the Dynamo emulation of tests/probe/test_stages.py), in one process with warm caches:
 the plain check (eager, compiled, compare, the retry) and the same run with `--bisect`, three times each (the
 median is kept). Reported per case: the answer, the compiles localization made (the record's `compiles`), and
 the ratio of the two times.
@@ -56,7 +56,7 @@ def main() -> int:
     from harness.registry import load_registry
     from harness.run.case import RunConfig
 
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "probe"))
     from test_stages import DYNAMO_BUG
 
     registry = load_registry().cases

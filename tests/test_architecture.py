@@ -51,6 +51,7 @@ ALLOWED: dict[str, set[str]] = {
         "inductor_compat",
         "inject",
         "isolation",
+        "judge",
         "layout",
         "records",
         "registry",
@@ -59,7 +60,6 @@ ALLOWED: dict[str, set[str]] = {
         "torch_import",
     },
     # The old entry points, kept as re-exports.
-    "worker": {"isolation"},
     "emulation": {"inject"},
     "pytest_plugin": {"frontends"},
     "__main__": {"frontends"},
@@ -156,3 +156,47 @@ def test_the_code_keeps_its_format_and_line_length():
     assert checked.returncode == 0, checked.stdout[-3000:]
     formatted = subprocess.run([ruff, "format", "--check", "."], cwd=root, capture_output=True, text=True)
     assert formatted.returncode == 0, formatted.stdout[-3000:]
+
+
+def test_no_two_modules_share_a_file_name():
+    """A module's file name says which room it is in: `grep` and a traceback name one module."""
+    names: dict[str, list[str]] = {}
+    for path in HARNESS.rglob("*.py"):
+        if path.name not in ("__init__.py", "__main__.py"):
+            names.setdefault(path.name, []).append(str(path.relative_to(HARNESS)))
+    assert not {n: p for n, p in names.items() if len(p) > 1}
+
+
+def _verdict_writers() -> dict[str, set[str]]:
+    """Module -> how it sets a record's verdict: a record's `.conclude(...)`, `x.status = ...`, `x.symptom = ...`,
+    `record.stage = ...` (a localization's own `stage`, an exception's own fields are others), and calls of
+    `decide(...)`. (`decision.conclude(...)`, the one way in, is not among them.)"""
+    found: dict[str, set[str]] = {}
+    for path in HARNESS.rglob("*.py"):
+        module = str(path.relative_to(HARNESS))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+                receiver = node.func.value if isinstance(node.func, ast.Attribute) else None
+                if name == "decide" or (
+                    name == "conclude" and not (isinstance(receiver, ast.Name) and receiver.id == "decision")
+                ):
+                    found.setdefault(module, set()).add(f"{name}()")
+            for target in node.targets if isinstance(node, ast.Assign) else []:
+                for element in target.elts if isinstance(target, ast.Tuple) else [target]:
+                    if not isinstance(element, ast.Attribute):
+                        continue
+                    owner = element.value.id if isinstance(element.value, ast.Name) else ""
+                    if owner == "self" and module != "records/schema.py":
+                        continue
+                    if element.attr in ("status", "symptom") or (element.attr == "stage" and owner == "record"):
+                        found.setdefault(module, set()).add(f".{element.attr} =")
+    return found
+
+
+def test_a_records_verdict_is_set_in_one_place_and_decided_in_one_function():
+    """`decision.conclude` decides (`decide`, its one caller) and writes through `CaseResult.conclude`, which
+    refuses a second verdict: the status, stage and symptom of a record are set in those two modules only."""
+    writers = _verdict_writers()
+    assert set(writers) <= {"judge/decision.py", "records/schema.py"}, writers
+    assert writers["judge/decision.py"] == {"decide()", "conclude()"}, writers

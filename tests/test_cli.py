@@ -211,7 +211,7 @@ def test_console_diagnoses_only_failing_runs_and_points_at_the_kernel(tmp_path):
 
 def test_baseline_of_another_setup_is_a_console_warning(capsys):
     from harness import records as R
-    from harness.frontends.cli import _against_baseline
+    from harness.frontends.cli_session import against_baseline as _against_baseline
 
     def run(status, emulation):
         return R.CaseResult(
@@ -305,7 +305,7 @@ def test_run_help_gives_the_legend_of_a_failures_line(capsys):
 
 
 def test_a_progress_line_says_done_total_an_eta_and_the_runs_that_run_long(capsys):
-    from harness.frontends.cli import _Progress
+    from harness.frontends.cli_session import Progress as _Progress
 
     progress = _Progress(10)
     progress.started -= 40
@@ -327,7 +327,7 @@ def test_a_progress_line_says_done_total_an_eta_and_the_runs_that_run_long(capsy
 
 def test_a_progress_line_names_the_timeout_when_a_run_takes_ten_times_the_median(capsys):
     # A hang ran to the default 1800 s with the estimate growing, and no word of --timeout.
-    from harness.frontends.cli import _Progress
+    from harness.frontends.cli_session import Progress as _Progress
 
     progress = _Progress(10)
     for seconds in (4.0, 5.0, 6.0):
@@ -391,11 +391,10 @@ def test_the_default_timeout_is_minutes_for_a_model_and_less_for_a_small_case():
     assert "default: 300, or 1800 for a case tagged model" in " ".join(help_text.split())
 
 
-@pytest.mark.parametrize("module", ["harness.worker", "harness.isolation.worker"])
-def test_a_worker_started_by_hand_says_so_in_one_line(module):
+def test_a_worker_started_by_hand_says_so_in_one_line():
     env = {k: v for k, v in os.environ.items() if k not in ("HARNESS_RESULT_FD", "HARNESS_PARENT_PID")}
     done = subprocess.run(
-        [sys.executable, "-m", module],
+        [sys.executable, "-m", "harness.isolation.worker"],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -405,7 +404,8 @@ def test_a_worker_started_by_hand_says_so_in_one_line(module):
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines() == [
-        "error: harness.worker is started by the harness (its pool), not by hand: no result channel (HARNESS_RESULT_FD)"
+        "error: harness.isolation.worker is started by the harness (its pool), not by hand: no result channel "
+        "(HARNESS_RESULT_FD)"
     ]
 
 

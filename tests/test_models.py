@@ -62,7 +62,7 @@ def test_longformer_with_values_kept_ahead_in_host_memory_gets_the_same_answers(
     # Longformer's forward has launches asking for values late in its graph (an attention-mask term every
     # layer shares): the values the stepper keeps on the way go to host memory, as on a device, and every
     # answer, of a passing run and of a failing one, stays what it was with everything kept in place.
-    from harness.probe import values
+    from harness.probe import node_values as values
 
     runs = {}
     for ahead in (10**9, 0):

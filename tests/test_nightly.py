@@ -598,7 +598,7 @@ def test_the_pool_applies_every_expected_failure_to_the_records_it_hands_over(tm
     from harness.frontends.options import run_config_from
     from harness.isolation.pool import Task, WorkerPool, run_in_process
     from harness.registry import KnownFailure, load_registry
-    from harness.run.expectations import Expectations, KnownIssue
+    from harness.judge.known_failures import Expectations, KnownIssue
 
     (tmp_path / "expected_cases.py").write_text(EXPECTED)
     registry = load_registry([str(tmp_path)], include_default=False)

@@ -24,7 +24,7 @@ import torch
 
 from harness.judge.results import same_values
 from harness.inductor_compat import GraphInfo, Launch
-from harness.probe.isolation import fill_in
+from harness.probe.kernel_rerun import fill_in
 from harness.extraction import subgraph as S
 
 # How many rings of neighbouring kernels a graph-level repro may widen to.

@@ -44,6 +44,8 @@ from harness.extraction.kernel_repro import LAUNCH_FILE, MANIFEST, MODULE_FILE
 from harness.extraction import kernel_repro
 from harness.layout import dtype_name
 from harness.extraction import subgraph as S
+from harness.records.run_config import RunConfig
+from harness.registry import Case
 
 CASE_PREFIX = "extracted_"
 PLAIN_FILE = "plain_repro.py"
@@ -52,13 +54,13 @@ REPRO_FILE = "repro.py"
 
 
 @dataclasses.dataclass
-class Parent:
+class FailingRun:
     """The run a repro is extracted from."""
 
-    case: Any  # registry.Case
+    case: Case
     dtype: torch.dtype
     mode: str
-    config: Any  # RunConfig
+    config: RunConfig
     record: R.CaseResult
     # How a candidate case is run to verify it: the runner's `run_case(case, dtype, mode, config) -> CaseResult`,
     # handed in so that extraction never imports the runner that calls it.
@@ -87,7 +89,7 @@ def discard_unfinished(extract_dir: str, case: str, dtype_name: str, mode: str) 
     return True
 
 
-def extract(captured: CapturedLaunch, parent: Parent) -> R.Extraction:
+def extract(captured: CapturedLaunch, parent: FailingRun) -> R.Extraction:
     started = time.perf_counter()
     name = folder_name(parent.case.name, dtype_name(parent.dtype), parent.mode)
     directory = Path(parent.config.extract_dir).resolve() / name
@@ -148,7 +150,7 @@ def _narrowed(inject: str | None, kernel: str) -> str | None:
     return f"{inject.partition('@')[0]}@{kernel}"
 
 
-def _manifest(captured: CapturedLaunch, parent: Parent, found: R.Extraction) -> dict[str, Any]:
+def _manifest(captured: CapturedLaunch, parent: FailingRun, found: R.Extraction) -> dict[str, Any]:
     tolerances = {dtype_name(d): {"rtol": t.rtol, "atol": t.atol} for d, t in (parent.case.tolerances or {}).items()}
     return {
         "parent": {
@@ -180,7 +182,7 @@ def _manifest(captured: CapturedLaunch, parent: Parent, found: R.Extraction) -> 
 # --- The kernel-level repro ---------------------------------------------------------------------------------
 
 
-def _kernel_form(captured: CapturedLaunch, parent: Parent, directory: Path, found: R.Extraction) -> None:
+def _kernel_form(captured: CapturedLaunch, parent: FailingRun, directory: Path, found: R.Extraction) -> None:
     if not captured.rings or not captured.own_nodes_known:
         found.notes.append("kernel-level repro not written: codegen did not say which nodes the kernel computes")
         return
@@ -250,7 +252,7 @@ def _kernel_form(captured: CapturedLaunch, parent: Parent, directory: Path, foun
 
 
 def _graph_forms(
-    captured: CapturedLaunch, parent: Parent, directory: Path, found: R.Extraction, case_name: str
+    captured: CapturedLaunch, parent: FailingRun, directory: Path, found: R.Extraction, case_name: str
 ) -> None:
     """The smallest subgraph that reproduces: parts of the kernel's own subgraph first (`_parts`), then the
     whole of it, then each wider ring; the first that reproduces is written."""
@@ -304,7 +306,7 @@ Kept = tuple  # (Subgraph, values: "regenerated" | "saved", specs or None, the i
 
 def _candidate(
     captured: CapturedLaunch,
-    parent: Parent,
+    parent: FailingRun,
     sub: S.Subgraph,
     case_name: str,
     widened: int,
@@ -345,7 +347,7 @@ def _candidate(
 MAX_PARTS = 2
 
 
-def _parts(captured: CapturedLaunch, parent: Parent, ring: list[str]) -> list[list[str]]:
+def _parts(captured: CapturedLaunch, parent: FailingRun, ring: list[str]) -> list[list[str]]:
     """Parts of the kernel's own subgraph to try before the whole, in order, each a node with what it is
     computed from inside the subgraph (as the only output): the smallest ones that read an input (the
     seed's index producer inside a fused scatter is its view and copy), at most MAX_PARTS, then the part
@@ -380,7 +382,7 @@ def _fault_follows_selector(inject: str | None) -> bool:
 
 def _verify_graph(
     captured: CapturedLaunch,
-    parent: Parent,
+    parent: FailingRun,
     sub: S.Subgraph,
     specs: list[forms.InputSpec] | None,
     case_name: str,
@@ -440,7 +442,7 @@ def _ops(kernel: str) -> set[str]:
 
 def _case_text(
     captured: CapturedLaunch,
-    parent: Parent,
+    parent: FailingRun,
     sub: S.Subgraph,
     specs: list[forms.InputSpec] | None,
     case_name: str,
@@ -531,12 +533,12 @@ def _literal(value: Any) -> str:
     raise ValueError(f"a compile option of type {type(value).__name__} cannot be written as a literal")
 
 
-def _extract_root(parent: Parent) -> str:
+def _extract_root(parent: FailingRun) -> str:
     return str(Path(parent.config.extract_dir).resolve())
 
 
 def _verify_case(
-    path: Path, case_name: str, parent: Parent, inject: str | None, launched: list[str] | None = None
+    path: Path, case_name: str, parent: FailingRun, inject: str | None, launched: list[str] | None = None
 ) -> str:
     """ "reproduces" (fails), "passes", or what else the run ended as; the names of the kernels it launched
     go to `launched` (a run without injection only: interception does not nest)."""
@@ -576,7 +578,7 @@ def _plain_form(
     sub: S.Subgraph,
     specs: list[forms.InputSpec] | None,
     tensors: list[torch.Tensor],
-    parent: Parent,
+    parent: FailingRun,
     directory: Path,
     found: R.Extraction,
 ) -> None:

@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from harness.judge.known_failures import Expectations
+
 # Names of the run modes and references, owned by the registry; repeated here only as strings would
 # duplicate them, so they are read from there lazily.
 
@@ -75,12 +77,12 @@ def parse_compile_option(text: str) -> tuple[str, Any]:
         return key, value
 
 
-def expectations(values: Mapping[str, Any]) -> Any:
-    """What the run expects to fail (`harness.run.expectations`): the cases' declarations and the known issues
+def expectations(values: Mapping[str, Any]) -> Expectations:
+    """What the run expects to fail (`harness.judge.known_failures`): the cases' declarations and the known issues
     the options name (none without `--known-issues`), read once the run's outputs are known not to collide with
-    the file. The CLI and pytest hand it to the pool, which applies it. ValueError naming a file that does not
-    read."""
-    from harness.run.expectations import Expectations, load_known_issues
+    the file. The CLI and pytest hand it to the pool, which sends each run's with its task, to decide the run by.
+    ValueError naming a file that does not read."""
+    from harness.judge.known_failures import load_known_issues
 
     return Expectations(tuple(load_known_issues(values["known_issues"])) if values.get("known_issues") else ())
 
@@ -116,12 +118,19 @@ class Option:
     bare: Any = None
     metavar: str | None = None
     pytest_name: str | None = None  # the pytest spelling, when it must differ (pytest owns --full-trace, ...)
+    # Where pytest keeps the value, when it must differ from `dest` (another plugin's `--timeout` keeps its own
+    # `timeout`). Such an option is parsed as pytest reads it (no `check_values` pass over it).
+    pytest_dest: str | None = None
     cli: bool = True
     pytest: bool = True
 
     @property
     def dest(self) -> str:
         return self.name.replace("-", "_")
+
+    @property
+    def dest_in_pytest(self) -> str:
+        return self.pytest_dest or self.dest
 
     def argparse_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"help": self.help, "dest": self.dest}
@@ -220,6 +229,45 @@ SELECTION_OPTIONS: tuple[Option, ...] = (
     Option("dtype", "only these dtypes, e.g. int64 (repeatable)", repeatable=True, parse=parse_dtype, pytest=False),
     Option("case-path", "more case modules: a directory, .py file or dotted module (repeatable)", repeatable=True),
     Option("full", "include full-size cases (real shapes, whole models)", flag=True, pytest_name="harness-full"),
+    Option(
+        "shipped-cases",
+        "with --case-path: the cases shipped with the harness too (without --case-path they are the default)",
+        flag=True,
+        pytest_name="harness-shipped-cases",
+        pytest_dest="harness_shipped_cases",
+    ),
+)
+
+
+# Where a run's cases run, and for how long.
+PROCESS_OPTIONS: tuple[Option, ...] = (
+    Option(
+        "timeout",
+        "seconds one case may run, from its start in the worker (default: 300, or 1800 for a case tagged "
+        "model or of size full)",
+        parse=parse_positive,
+        metavar="SECONDS",
+        pytest_name="harness-timeout",
+        pytest_dest="harness_timeout",
+    ),
+    Option(
+        "isolation",
+        "a fresh process for every case run (case, the default), or one for consecutive runs of one "
+        "case module, replaced when a case leaves something behind (module: faster where imports and "
+        "compiles dominate)",
+        default="case",
+        choices=lambda: ("case", "module"),
+        metavar="{case,module}",
+        pytest_name="harness-isolation",
+        pytest_dest="harness_isolation",
+    ),
+    Option(
+        "no-isolation",
+        "run cases in this process (for a debugger; a crash then ends the run)",
+        flag=True,
+        pytest_name="harness-no-isolation",
+        pytest_dest="harness_no_isolation",
+    ),
 )
 
 
@@ -233,7 +281,10 @@ def add_to_pytest(group: Any, options: Sequence[Option]) -> None:
     for option in options:
         if option.pytest:
             kwargs = option.argparse_kwargs()
-            kwargs.pop("type", None)  # pytest parses late; `check_values` checks them
+            if option.pytest_dest:
+                kwargs["dest"] = option.pytest_dest
+            else:
+                kwargs.pop("type", None)  # pytest parses late; `check_values` checks them
             group.addoption(f"--{option.pytest_name or option.name}", **kwargs)
 
 

@@ -41,7 +41,7 @@ What is relied on, and why there is no public API for it:
 - `torch_npu_backend.py`: torch_npu's Inductor backend registry (torch_npu
   2.7.1 to 2.14.0, read in its wheels): a backend loaded as a compile would
   load it, before the config is saved, and which backend did load.
-- `passes.py`: Inductor's FX graph passes, observed (which changed a graph)
+- `graph_passes.py`: Inductor's FX graph passes, observed (which changed a graph)
   and turned off one by one: `GraphTransformObserver.apply_graph_pass` /
   `apply_gm_pass` and `PatternEntry.apply`, the places every named pass and
   pattern rewrite runs through (torch 2.13's source; the same in 2.11).
@@ -79,7 +79,7 @@ from harness.inductor_compat.dynamo import (
     room_to_recompile,
     warm_compiler,
 )
-from harness.inductor_compat.passes import GraphPass, left_in_lowered, observing_passes
+from harness.inductor_compat.graph_passes import GraphPass, left_in_lowered, observing_passes
 from harness.inductor_compat.graphs import (
     LOW_PRECISION,
     STATE_BEFORE_IN_PLACE,

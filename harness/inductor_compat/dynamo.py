@@ -44,22 +44,25 @@ def reset_dynamo_counters() -> None:
     counters.clear()
 
 
-def compile_ids() -> set[str]:
-    """The compile ids (`frame/recompile`) in Dynamo's compilation metrics so far (`recompile_reasons`)."""
+def compile_ids() -> tuple[object, ...]:
+    """Dynamo's compilation metrics so far, as a mark for `recompile_reasons`. The entries themselves, not their
+    compile ids (`frame/recompile`): those start again after every `torch.compiler.reset()`, so a "0/1" of an
+    earlier case in this process would hide this one's (held here, no entry's identity is reused meanwhile)."""
     from torch._dynamo.utils import get_compilation_metrics
 
-    return {str(m.compile_id) for m in get_compilation_metrics()}
+    return tuple(get_compilation_metrics())
 
 
-def recompile_reasons(before: set[str]) -> list[str]:
+def recompile_reasons(before: tuple[object, ...]) -> list[str]:
     """Why Dynamo compiled a frame again since `compile_ids` returned `before`: the guard that failed, as its
     compilation metrics keep it (`CompilationMetrics.recompile_reason`, torch 2.5 on)."""
     from torch._dynamo.utils import get_compilation_metrics
 
+    seen = {id(m) for m in before}
     return [
         str(reason).strip()
         for m in get_compilation_metrics()
-        if str(m.compile_id) not in before
+        if id(m) not in seen
         if (reason := getattr(m, "recompile_reason", None))
     ]
 

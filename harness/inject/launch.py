@@ -44,6 +44,8 @@ import torch
 from harness.inductor_compat import ROLE_INOUT, ROLE_OUT, Launch
 from harness.layout import extent, is_non_overlapping_and_dense, span
 from harness.records import InjectionStats
+from harness.inject.ascend import LAUNCH_CLASSES, REWRITE_CLASSES
+from harness.inject.rewritten import REWRITE_INJECTIONS, RewrittenKernels
 from harness.inject.selectors import FALLBACK_SELECTOR, selects, unselected
 
 # What the NPU vector core cannot hold, and what the launcher narrows it to.
@@ -408,8 +410,6 @@ def make_handler(text: str) -> Callable[[Launch], Any]:
 
 
 # --- Rewritten kernels (seed 002's reduction bugs): harness/inject/rewritten.py -----------------
-from harness.inject.rewritten import REWRITE_INJECTIONS, RewrittenKernels  # noqa: E402
-
 INJECTIONS.update(
     {
         name: Injection(
@@ -425,8 +425,6 @@ INJECTIONS.update(
 
 
 # --- triton-ascend's silent wrong-result classes: harness/inject/ascend/ ----------------------------
-from harness.inject.ascend import LAUNCH_CLASSES, REWRITE_CLASSES  # noqa: E402
-
 INJECTIONS.update(
     {
         name: Injection(name, summary, handler, source=source, first_launches=name == "first-launch-dropped-stores")

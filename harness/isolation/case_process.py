@@ -1,18 +1,20 @@
 """One case, one clean process: the worker forks a process per task (or per case module), and one to judge it.
 
 The worker (`harness.isolation.worker`) imports torch, the compiler and the harness,
-and then runs no case code: it is a template. For each task it forks a case
-process, which imports the case's module, builds, runs and judges the case
-as `harness.run.case.run_case` does, and sends its messages on a pipe of its own to
+and then runs no case code: it is a template the case processes are forked from. For each task it forks a case
+process, which imports the case's module, builds and runs the case as
+`harness.run.case.gather` does (its record undecided, with what the run found),
+and sends its messages on a pipe of its own to
 the worker, never to the harness. So a case meets only the state the
 template left; nothing one case changes (the tolerance table, `builtins`,
 the dispatcher, `sys.modules`, an entered mode, the residue check itself)
 reaches another case.
 
 The worker checks every message against the task in flight (its run id; a
-record must name the task's case, dtype and mode), has the values the
-case's process sent judged in a process forked from it for that
-(`harness.judge.values`), and only then answers the harness. The values come
+record must name the task's case, dtype and mode, and carry no status), has
+the values the case's process sent judged, and the run decided, in a process
+forked from it for that (`harness.judge.sent_values`, `harness.judge.decision`,
+with the task's expectation), and only then answers the harness. The values come
 as an anonymous file over a socket each case process shares with its worker
 alone: no path under a folder every case can reach.
 When the case's process is done, the worker kills whatever it left running
@@ -40,6 +42,7 @@ from typing import Any, Callable, IO
 from harness import records as R
 from harness.isolation import process_tree
 from harness.isolation.channel import ChannelCorrupted, Receiver, Sender, new_token, private_copy
+from harness.records.run_config import RunConfig
 
 ISOLATIONS = ("case", "module")
 POLL_S = 0.25
@@ -62,24 +65,42 @@ class _CaseProcess:
     results: int  # its messages (a descriptor)
     receiver: Receiver
     origin: str
-    values: socket.socket  # the values it sends (`judge.values.send_values`)
+    values: socket.socket  # the values it sends (`judge.sent_values.send_values`)
     compiles: str | None  # its own compile caches (`inductor_compat.compile_caches`), removed when it ends
     retiring: bool = False
 
 
-class Template:
+@dataclass
+class _Decided:
+    """A task's record as decided when its case's process sent it before extracting, and how many warnings that
+    process had given it then."""
+
+    record: R.CaseResult
+    sent_warnings: int
+
+    def with_extraction_of(self, final: R.CaseResult) -> R.CaseResult:
+        """The decided record with what the case's process added since: its repros, timings and warnings."""
+        record = self.record
+        record.extraction, record.extracted, record.timings = final.extraction, final.extracted, final.timings
+        record.warnings.extend(final.warnings[self.sent_warnings :])
+        return record
+
+
+class CaseForker:
     """The worker's side: forks case processes, relays and checks their messages, has them judged, answers the
     harness."""
 
-    def __init__(self, setup: dict[str, Any], config: Any, answer: Sender, forget: Callable[[], None]):
+    def __init__(self, setup: dict[str, Any], config: RunConfig, answer: Sender, forget: Callable[[], None]):
         self.setup, self.config, self.answer = setup, config, answer
         # Closes the worker's channel to the harness: a case process never holds it.
         self.forget = forget
         self.isolation = setup.get("isolation") or "case"
         self.child: _CaseProcess | None = None
-        # What the case process sent for the task in flight (`judge.values.received_values`), kept for its verdict
+        # What the case process sent for the task in flight (`judge.sent_values.received_values`), kept for its verdict
         # and its record alike.
         self._values: int | str | None = None
+        # The task's record as decided on its `verdict` message (before `--extract`), which its `record` completes.
+        self._decided: _Decided | None = None
 
     def run(self, task: dict[str, Any]) -> None:
         """Run one task in a case process and answer the harness; returns when the task has its answer."""
@@ -100,6 +121,7 @@ class Template:
             self._relay(self.child, task)
         finally:
             self._forget_values()
+            self._decided = None
             if self.isolation == "case":
                 self.end_child()
 
@@ -141,9 +163,7 @@ class Template:
                 os.close(result_write)
                 values_there.close()
                 if compiles:
-                    _confine_to(
-                        compiles, self.setup.get("header_stamps") or {}, getattr(self.config, "extract_dir", None)
-                    )
+                    _confine_to(compiles, self.setup.get("header_stamps") or {}, self.config.extract_dir)
                 code = _case_loop(tasks, Sender(results, token), values, self.setup, self.config, self.isolation)
             except BaseException as exc:  # noqa: BLE001 - whatever happened, this process must not run the template's loop
                 import traceback
@@ -232,15 +252,22 @@ class Template:
             raise ChannelCorrupted(f"a {kind} that is no record ({type(exc).__name__})") from None
         if not same_task:
             raise ChannelCorrupted(f"a {kind} for {record.case}[{record.dtype}-{record.mode}], not this task's case")
-        if record.status in R.EXPECTED_STATUSES:  # the pool's to give (`harness.run.expectations`), never a case's
-            raise ChannelCorrupted(f"a {kind} with the status {record.status}, which no case's process gives")
-        record = self._judged(record, task, child)
-        if record.first_divergent_kernel is not None and child.compiles:
-            # Its kernel source lies in the case's own caches, removed when it ends: the record names a copy.
-            from harness.inductor_compat import compile_caches
+        if record.status is not None:  # the judge's to give (`harness.judge.decision`), never a case's
+            raise ChannelCorrupted(f"a {kind} with the status {record.status}, where no case's process gives one")
+        if kind == "record" and self._decided is not None:
+            # Decided when the case's process sent it before extracting: the repros are added to that record.
+            record = self._decided.with_extraction_of(record)
+        else:
+            sent_warnings = len(record.warnings)
+            record = self._judged(record, task, child)
+            if record.first_divergent_kernel is not None and child.compiles:
+                # Its kernel source lies in the case's own caches, removed when it ends: the record names a copy.
+                from harness.inductor_compat import compile_caches
 
-            located = record.first_divergent_kernel
-            located.module_path = compile_caches.kept(located.module_path, child.compiles)
+                located = record.first_divergent_kernel
+                located.module_path = compile_caches.kept(located.module_path, child.compiles)
+            if kind == "verdict":
+                self._decided = _Decided(record, sent_warnings)
         if kind == "verdict":
             self.answer.send({"verdict": encode_json(record.to_dict()), "run": run})
             return False
@@ -248,14 +275,20 @@ class Template:
         self.answer.send({"record": encode_json(record.to_dict()), "retire": False, "run": run})
         return True
 
-    def _judged(self, record: Any, task: dict[str, Any], child: _CaseProcess) -> Any:
-        """The record once its values are judged (`judge.judge_record`), in a process forked for it: the worker
-        itself runs no tensor operation (an OpenMP thread pool made here would deadlock every later fork). The
-        values came before the message that carries the record (the case's process sends them first)."""
-        from harness.judge.values import JUDGED_STATUSES, received_values
+    def _judged(self, record: R.CaseResult, task: dict[str, Any], child: _CaseProcess) -> R.CaseResult:
+        """The record decided: where its values decide it, once they are judged (`judge_record`), in a process
+        forked for it (the worker itself runs no tensor operation: an OpenMP thread pool made here would deadlock
+        every later fork); else (an error, a skip) here. The values came before the message that carries the
+        record (the case's process sends them first)."""
+        from harness.judge import decision
+        from harness.judge.known_failures import Expectation
+        from harness.judge.sent_values import received_values
 
-        if record.status not in JUDGED_STATUSES:
-            return record  # an error or a skip: no value decided it
+        expectation = Expectation.from_dict(task.get("expectation"))
+        facts = record.facts
+        if not facts.compared or facts.error is not None or facts.untested is not None:
+            decision.conclude(record, facts, expectation)  # an error or a skip: no value decides it
+            return record
         latest = received_values(child.values, task["run"])
         if latest is not None:
             self._forget_values()
@@ -270,9 +303,9 @@ class Template:
                 os.close(read_end)
                 self.forget()
                 process_tree.signal_on_parent_death(signal.SIGKILL)
-                from harness.judge.values import judge_record
+                from harness.judge.sent_values import judge_record
 
-                judged = judge_record(record, self._values, task.get("policy") or {})
+                judged = judge_record(record, self._values, task.get("policy") or {}, expectation)
                 with os.fdopen(write_end, "wb") as out:
                     out.write(json.dumps(R.encode_json(judged.to_dict()), allow_nan=False).encode())
             except BaseException:  # noqa: BLE001 - told to the worker by the exit code and the log
@@ -294,13 +327,13 @@ class Template:
                 raise ValueError(_exit_text(-os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)))
             return R.CaseResult.from_dict(json.loads(b"".join(chunks)))
         except Exception as exc:  # noqa: BLE001 - the judge died or answered what is no record
-            record.conclude(R.ERROR, R.Stage.COMPARE, R.Symptom.CRASH)
-            record.verdict_source = None
+            facts.failed(R.Stage.COMPARE, R.Symptom.CRASH)
             record.error = R.ErrorInfo(
                 "JudgeFailed",
                 f"the values this run sent could not be judged apart from the "
                 f"case's code ({str(exc).replace('case process', 'judge process')})",
             )
+            decision.conclude(record, facts, expectation)
             return record
 
 
@@ -327,7 +360,7 @@ def _confine_to(compiles: str, header_stamps: dict, extract_dir: str | None) -> 
 
 
 def _case_loop(
-    tasks: IO[str], results: Sender, values: socket.socket, setup: dict[str, Any], config: Any, isolation: str
+    tasks: IO[str], results: Sender, values: socket.socket, setup: dict[str, Any], config: RunConfig, isolation: str
 ) -> int:
     """The case process: its tasks, one (isolation `case`) or those of one module until something is left
     behind (isolation `module`)."""
@@ -337,11 +370,11 @@ def _case_loop(
     from harness.isolation import residue as case_residue
     from harness.isolation.pool import task_config
     from harness.isolation.stacks import before_timeout
-    from harness.judge.values import send_values
+    from harness.judge.sent_values import send_values
     from harness.records import encode_json
     from harness.registry import CASE_SOURCE_ORIGIN, DEFAULT_IMPORT_TIMEOUT_S, Registry, load_registry
     from harness.layout import dtype_named
-    from harness.run.case import run_case
+    from harness.run.case import gather
 
     broken = set(setup.get("broken_modules") or ())
     clean = case_residue.snapshot()
@@ -387,19 +420,21 @@ def _case_loop(
 
         if task.get("timeout_s"):  # where each thread is, in the log, shortly before the run is stopped
             faulthandler.dump_traceback_later(before_timeout(float(task["timeout_s"])), exit=False)
-        record = run_case(
+        record = gather(
             case,
             dtype_named(task["dtype"]),
             task["mode"],
             task_config(config, task.get("localize", True)),
-            on_verdict=lambda judged, run=run: results.send({"verdict": encode_json(judged.to_dict()), "run": run}),
+            on_verdict=lambda found, run=run: results.send(
+                {"verdict": encode_json(found.to_dict(with_facts=True)), "run": run}
+            ),
             on_values=on_values,
         )
         faulthandler.cancel_dump_traceback_later()
         residue = case_residue.left_behind(clean, ending=isolation == "case")
         record.warnings.extend(residue)
         retire = bool(residue) or not _device_usable(config.device)
-        results.send({"record": encode_json(record.to_dict()), "retire": retire, "run": run})
+        results.send({"record": encode_json(record.to_dict(with_facts=True)), "retire": retire, "run": run})
         sys.stdout.flush()
         sys.stderr.flush()
         if retire or isolation == "case":

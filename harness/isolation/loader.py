@@ -13,7 +13,7 @@ its own module as its source (what does not is a load error of that module
 alone), and the harness makes the selection itself from the descriptions.
 Case sources (OpInfo) generate the cases a selection can match in their
 module's process too. The harness rebuilds `Case` objects from the
-descriptions; their `build` only says where it runs (`BuiltInWorker`),
+descriptions; their `build` only says where it runs (`BuiltInCaseProcess`),
 because a case is built in the process that runs it, which imports the
 module itself.
 
@@ -54,7 +54,7 @@ class LoaderFailed(Exception):
 
 
 @dataclass(frozen=True)
-class BuiltInWorker:
+class BuiltInCaseProcess:
     """The `build` of a case described by the loader: only a process that imports the case's module builds it."""
 
     name: str
@@ -113,7 +113,7 @@ def undescribe(description: dict[str, Any]) -> Any:
     for name in ("tags", "modes", "requires"):
         plain[name] = tuple(plain[name])
     return Case(
-        build=BuiltInWorker(plain["name"]),
+        build=BuiltInCaseProcess(plain["name"]),
         **plain,
         dtypes=tuple(dtype_named(d) for d in description["dtypes"]),
         tolerances={dtype_named(d): Tolerance(*t) for d, t in description["tolerances"].items()},

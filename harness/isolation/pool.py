@@ -2,7 +2,7 @@
 
 Each worker (`harness.isolation.worker`) runs no case code: it forks a process for
 each task (`harness.isolation.case_process`), judges the values that process sends
-(`harness.judge.values`) and answers here. Workers run in a process session of
+(`harness.judge.sent_values`) and answers here. Workers run in a process session of
 their own: a timeout, a signal to the harness or its exit kills the worker
 and every process it started (the worker is a subreaper: a case's children
 stay its descendants, even in a session of their own). Every answer names
@@ -19,10 +19,8 @@ Inductor's compile cache.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
-import pickle
 import selectors
 import shutil
 import signal
@@ -39,11 +37,13 @@ from harness.isolation.channel import ChannelCorrupted, Receiver, new_token
 from harness.isolation.child import IMPORT_GRACE_S
 from harness.isolation.stacks import STACKS_CHARS, case_frames, stacks_in
 
+from harness.judge.known_failures import Expectation, Expectations
+from harness.records.run_config import RunConfig
+
 if TYPE_CHECKING:  # the registry imports torch: imported where it is used, not with this module
     import torch
 
     from harness.registry import Case
-    from harness.run.expectations import Expectations
 
 POLL_S = 0.25
 # What a worker answers a task with (`harness.isolation.worker`); each message names the task's run id.
@@ -73,15 +73,17 @@ class Task:
         return "{}[{}-{}]".format(*self.key)
 
 
-def run_in_process(tasks: Iterable[Task], config, expectations: Expectations | None = None) -> Iterator[R.CaseResult]:
-    """No isolation: for debugging under pdb. Each record has its expected failure applied, as the pool's."""
+def run_in_process(
+    tasks: Iterable[Task], config: RunConfig, expectations: Expectations | None = None
+) -> Iterator[R.CaseResult]:
+    """No isolation: for debugging under pdb. Each run decided in this process, with its expected failure."""
     from harness.run.case import run_case
-    from harness.run.expectations import Expectations
 
     expectations = expectations or Expectations()
     for task in tasks:
-        record = run_case(task.case, task.dtype, task.mode, task_config(config, task.localize))
-        yield expectations.settle(record, task.case)
+        yield run_case(
+            task.case, task.dtype, task.mode, task_config(config, task.localize), expectations.for_case(task.case)
+        )
 
 
 @dataclass
@@ -109,10 +111,11 @@ class _Worker:
     def busy(self) -> bool:
         return self.task is not None
 
-    def send(self, task: Task, config, timeout_s: float) -> None:
-        """Give the worker its next task; OSError (a broken pipe) when the worker is gone. `timeout_s`: the case's
+    def send(self, task: Task, config: RunConfig, timeout_s: float, expectation: Expectation) -> None:
+        """Give the worker its next task, with what it is expected to fail (the run is decided in the worker's
+        judge: `harness.judge.decision`); OSError (a broken pipe) when the worker is gone. `timeout_s`: the case's
         own, after which its process prints where each of its threads is (`case_process`)."""
-        from harness.judge.values import policy_of
+        from harness.judge.sent_values import policy_of
 
         run = new_token()[:16]  # every answer to this task names it
         self.process.stdin.write(
@@ -125,6 +128,7 @@ class _Worker:
                     "localize": task.localize,
                     "run": run,
                     "policy": policy_of(task.case, config),
+                    "expectation": expectation.to_dict(),
                     "timeout_s": timeout_s,
                 }
             )
@@ -175,7 +179,7 @@ class _Worker:
 class WorkerPool:
     """Worker processes running tasks side by side; `close()` kills them all."""
 
-    config: object | None  # None until `configure`: a pool spawned before the run's options are known
+    config: RunConfig | None  # None until `configure`: a pool spawned before the run's options are known
     case_paths: list[str]
     timeout_s: float | None  # None: each case's own default (`Case.default_timeout_s`)
     size: int = 1
@@ -194,12 +198,12 @@ class WorkerPool:
     # One case, one process ("case"), or one process for consecutive cases of a module ("module"):
     # `harness.isolation.case_process`.
     isolation: str = "case"
-    # What the run expects to fail (`harness.run.expectations`): applied to every record `run` yields.
+    # What the run expects to fail (`harness.judge.known_failures`): sent with each task, to decide its run by.
     expectations: Expectations | None = None
 
     def configure(
         self,
-        config: object,
+        config: RunConfig,
         case_paths: list[str],
         timeout_s: float | None,
         size: int = 1,
@@ -237,15 +241,11 @@ class WorkerPool:
     def run(
         self, tasks: list[Task], on_wait: Callable[[list[tuple[str, float]]], None] | None = None
     ) -> Iterator[R.CaseResult]:
-        """The tasks' records as they end, each with its expected failure applied (the one place a run's status
-        turns xfail or xpass: `Expectations.settle`). `on_wait` hears, at every poll, the runs in flight and how
-        long each has run (a progress line's material)."""
-        from harness.run.expectations import Expectations
-
+        """The tasks' records as they end, decided (by the worker's judge, or here for a run whose worker never
+        answered), each with its expected failure applied. `on_wait` hears, at every poll, the runs in flight and
+        how long each has run (a progress line's material)."""
         if self.config is None:
             raise RuntimeError("WorkerPool.run before configure()")
-        expectations = self.expectations or Expectations()
-        cases = {task.key: task.case for task in tasks}
         pending = list(tasks)
         undelivered = self._dispatch(pending)
         while pending or undelivered or any(w.busy for w in self.workers.values()):
@@ -253,8 +253,7 @@ class WorkerPool:
             # Idle workers get their next task before the caller sees these records: its bookkeeping (the
             # journal's fsync, the console) then overlaps the workers' cases instead of holding them up.
             undelivered = self._dispatch(pending)
-            for record in finished:
-                yield expectations.settle(record, cases.get((record.case, record.dtype, record.mode)))
+            yield from finished
             if on_wait is not None:
                 now = time.perf_counter()
                 on_wait([(w.task.label, now - (w.started or now)) for w in self.workers.values() if w.busy])
@@ -275,23 +274,20 @@ class WorkerPool:
                 if worker is None:
                     worker = self.workers[slot] = self._start(slot)
                 try:
-                    worker.send(task, self.config, self.timeout_of(task))
+                    worker.send(task, self.config, self.timeout_of(task), self.expectation_of(task))
                     break
                 except OSError as exc:
                     tail = worker.log_tail()
                     self._stop(worker)
                     worker = None
                     if attempt:
-                        record = _failed(
+                        record = self._failed(
                             task,
-                            self.config,
                             R.Stage.WORKER,
                             R.Symptom.CRASH,
-                            "WorkerCrash",
-                            f"no worker process would take the case ({exc})",
+                            R.ErrorInfo("WorkerCrash", f"no worker process would take the case ({exc})", tail),
                             0.0,
                         )
-                        record.error.traceback = tail
                         undelivered.append(record)
         return undelivered
 
@@ -370,14 +366,15 @@ class WorkerPool:
             )
         if kind == "missing":
             task, worker.task = worker.task, None
-            return _failed(
+            return self._failed(
                 task,
-                self.config,
                 R.Stage.SETUP,
                 R.Symptom.CRASH,
-                "CaseNotLoaded",
-                f"the worker could not load case {message['missing']!r}: "
-                f"{message.get('reason') or 'see the load errors'}",
+                R.ErrorInfo(
+                    "CaseNotLoaded",
+                    f"the worker could not load case {message['missing']!r}: "
+                    f"{message.get('reason') or 'see the load errors'}",
+                ),
                 0.0,
             )
         record = self._record_of(worker, message["record"])
@@ -433,12 +430,11 @@ class WorkerPool:
         if frames := case_frames(stacks):
             message += f"; stopped in {' <- '.join(frames)}"
         kind = kind or ("WorkerCrash" if symptom != R.Symptom.TIMEOUT else "Timeout")
-        record = _failed(task, self.config, R.Stage.WORKER, symptom, kind, message, elapsed)
         if stacks:
-            record.error.traceback = f"where each thread of the case's process was ({worker.log_path}):\n{stacks}"
-        elif tail:
-            record.error.traceback = f"last output of the worker ({worker.log_path}):\n{tail}"
-        return record
+            traceback = f"where each thread of the case's process was ({worker.log_path}):\n{stacks}"
+        else:
+            traceback = f"last output of the worker ({worker.log_path}):\n{tail}" if tail else ""
+        return self._failed(task, R.Stage.WORKER, symptom, R.ErrorInfo(kind, message, traceback), elapsed)
 
     def _start(self, slot: int) -> _Worker:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -470,7 +466,7 @@ class WorkerPool:
 
     def _send_setup(self, worker: _Worker) -> None:
         setup = {
-            "config": base64.b64encode(pickle.dumps(self.config)).decode("ascii"),
+            "config": self.config.to_json(),
             "case_paths": self.case_paths,
             "broken_modules": sorted(self.broken_modules),
             "isolation": self.isolation,
@@ -493,6 +489,26 @@ class WorkerPool:
 
     # The option a user changes the timeout with, as the message of a timed-out run names it.
     timeout_option: str = "--timeout"
+
+    def expectation_of(self, task: Task) -> Expectation:
+        return (self.expectations or Expectations()).for_case(task.case)
+
+    def _failed(self, task: Task, stage: str, symptom: str, error: R.ErrorInfo, elapsed: float) -> R.CaseResult:
+        """The record of a run whose worker never answered, decided here: it stopped at `stage` with `error`."""
+        from harness.run.case import not_run
+
+        record = not_run(
+            task.case,
+            task.dtype,
+            task.mode,
+            self.config,
+            stage,
+            error=error,
+            symptom=symptom,
+            expectation=self.expectation_of(task),
+        )
+        record.duration_s = round(elapsed, 3)
+        return record
 
     def timeout_of(self, task: Task) -> float:
         return self.timeout_s if self.timeout_s is not None else task.case.default_timeout_s
@@ -538,17 +554,7 @@ def _remove_orphaned_compile_roots() -> None:
             pass
 
 
-def _failed(task: Task, config, stage: str, symptom: str, kind: str, message: str, elapsed: float) -> R.CaseResult:
-    from harness.run.config import new_record
-
-    record = new_record(task.case, task.dtype, task.mode, config)
-    record.conclude(R.ERROR, stage, symptom)
-    record.error = R.ErrorInfo(kind, message)
-    record.duration_s = round(elapsed, 3)
-    return record
-
-
-def task_config(config, localize: bool):
+def task_config(config: RunConfig, localize: bool) -> RunConfig:
     """The run's configuration for one task: without localization (nor extraction, which starts from it) when
     the task is not to be localized."""
     import dataclasses

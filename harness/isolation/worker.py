@@ -5,7 +5,7 @@ session of its own, with stdout and stderr going to a log file (a case's own
 output, or a child process it starts, never holds the harness's console).
 It imports torch, the compiler and the harness, and runs no case code: each
 task runs in a case process forked from it (`harness.isolation.case_process`), whose
-values a process forked from it judges (`harness.judge.values`). Its two channels to the harness
+values a process forked from it judges (`harness.judge.sent_values`). Its two channels to the harness
 (`harness.isolation.channel`) are closed in every case process: tasks arrive as JSON
 lines on what was stdin, answers go out as framed lines on the pipe
 HARNESS_RESULT_FD named, each naming the task's run id: `{"loading": ...}`
@@ -23,10 +23,8 @@ handler cannot run); no case code runs here, so neither can be undone.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
-import pickle
 import signal
 import sys
 import threading
@@ -34,6 +32,7 @@ import time
 
 from harness.isolation import child as child_process, process_tree
 from harness.isolation.channel import Sender, closer, take_private
+from harness.records.run_config import RunConfig
 
 PARENT_POLL_S = 0.25
 
@@ -60,7 +59,7 @@ def _die_with_parent(parent: int) -> None:
         _die()
 
 
-def _compiles_keep_forks_usable(config) -> bool:
+def _compiles_keep_forks_usable(config: RunConfig) -> bool:
     """Whether this process may compile and still fork case processes that can use their device. Not where a
     GPU is visible, whatever the run's device: every Dynamo compile saves CUDA's RNG state when CUDA is available
     (`preserve_global_state`, torch/_dynamo/convert_frame.py, torch 2.11 and 2.13), which initialises CUDA, and a
@@ -78,7 +77,7 @@ def _compiles_keep_forks_usable(config) -> bool:
 def main() -> int:
     if child_process.RESULT_FD_VARIABLE not in os.environ:
         print(
-            "error: harness.worker is started by the harness (its pool), not by hand: no result channel "
+            "error: harness.isolation.worker is started by the harness (its pool), not by hand: no result channel "
             f"({child_process.RESULT_FD_VARIABLE})",
             file=sys.stderr,
         )
@@ -96,9 +95,9 @@ def main() -> int:
     import torch  # noqa: F401 - imported once here, by every case process through the fork
 
     from harness.isolation import residue as case_residue
-    from harness.judge import values as judge
+    from harness.judge import sent_values as judge
     from harness.run import case as runner
-    from harness.isolation.case_process import Template
+    from harness.isolation.case_process import CaseForker
     from harness.inductor_compat import pick_cpu_vec_isa, preload_compiler, warm_compiler
 
     case_residue.track_thread_starts()
@@ -112,7 +111,7 @@ def main() -> int:
     if not line:  # the harness stopped before there was a run (a usage error)
         return 0
     setup = json.loads(line)
-    config = pickle.loads(base64.b64decode(setup["config"]))
+    config = RunConfig.from_json(setup["config"])
     if setup.get("compile_root"):
         from harness.inductor_compat import compile_caches
 
@@ -137,12 +136,12 @@ def main() -> int:
     gc.collect()
     gc.freeze()
 
-    template = Template(setup, config, results, closer(tasks, result_stream))
+    forker = CaseForker(setup, config, results, closer(tasks, result_stream))
     try:
         for line in tasks:
-            template.run(json.loads(line))
+            forker.run(json.loads(line))
     finally:
-        template.close()
+        forker.close()
     return 0
 
 

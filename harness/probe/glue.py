@@ -18,7 +18,7 @@ import torch
 from harness.judge.compare import VerdictPolicy
 from harness.inductor_compat import GraphInfo, Launch
 from harness.probe.regions import RegionMap
-from harness.probe.values import GraphValues
+from harness.probe.node_values import GraphValues
 
 
 @dataclass

@@ -27,11 +27,11 @@ from harness.inductor_compat.graphs import ancestors
 from harness.inductor_compat.launches import handles_fallbacks
 from harness.layout import clone_exact, dtype_name, is_non_overlapping, is_non_overlapping_and_dense, span
 from harness.probe.glue import check_glue
-from harness.probe.isolation import ALIASING, DRIFT, GLUE, LAYOUT, WRONG, ExactInputs, Isolation, isolate, replay
+from harness.probe.kernel_rerun import ALIASING, DRIFT, GLUE, LAYOUT, WRONG, ExactInputs, Isolation, isolate, replay
 from harness.probe.dropped import DroppedUpdate, dropped_updates
 from harness.probe.shares import share_answer
 from harness.probe.regions import Region, RegionMap, describe_reason, region_key
-from harness.probe.values import GraphValues, storage_pointer
+from harness.probe.node_values import GraphValues, storage_pointer
 
 MAX_SOURCE_CHARS = 20_000
 # A failing run's probe stops comparing after this many differences from upstream (a kernel right on eager

@@ -31,7 +31,7 @@ import torch
 
 from harness.inductor_compat import GraphInfo, Launch
 from harness.layout import clone_exact, is_non_overlapping, is_non_overlapping_and_dense, span
-from harness.probe.values import GraphValues
+from harness.probe.node_values import GraphValues
 
 Layout = Callable[[torch.Tensor], "torch.Tensor | None"]
 

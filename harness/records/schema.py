@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from harness.records.facts import JudgedValues, RunFacts  # noqa: F401 - re-exported
 from harness.records.text import _dims, _first_line, _fmt, injection_label, one_line, safe_text
 
 
@@ -52,7 +53,7 @@ class Status(_Named):
         return list(Status).index(self)
 
 
-# The statuses an expected failure makes (only `harness.run.expectations` gives them).
+# The statuses an expected failure makes (only `harness.judge.decision` gives them).
 EXPECTED_STATUSES = (Status.XFAIL, Status.XPASS)
 
 
@@ -659,7 +660,8 @@ class CaseResult:
     backend: str
     dtype: str
     mode: str
-    status: Status
+    # None until the run is decided (`harness.judge.decision`).
+    status: Status | None
     outputs: list[OutputComparison] = field(default_factory=list)
     duration_s: float = 0.0
     # Seconds per phase: build, eager, compile (compile + first run), reference, compare; when they ran,
@@ -705,8 +707,8 @@ class CaseResult:
     # The device the float64 reference ran on, when it ran somewhere other than the case's device (the NPU
     # has no float64: "cpu", from copies of the inputs); None when it ran on the case's device or not at all.
     reference_device: str | None = None
-    # Who decided the status that stands (`harness.judge.values`): "judge" (the values judged again in a process where
-    # no case code ran, agreeing with the case's process), "judge-overruled" (the judge's verdict replaced the
+    # Who decided the status that stands (`harness.judge.decision`): "judge" (the values judged again in a process
+    # where no case code ran, agreeing with the case's process), "judge-overruled" (the judge's verdict replaced the
     # case's process's), "case-process" (no values reached the judge; why is a warning), None (no value verdict:
     # an error, a skip, or a run in the harness's own process).
     verdict_source: str | None = None
@@ -743,12 +745,17 @@ class CaseResult:
     run_identity: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    # What the run found, for the verdict (`harness.judge.decision`); never written to a results file.
+    facts: RunFacts = field(default_factory=RunFacts, repr=False, compare=False)
+
     def conclude(
         self, status: str, stage: str | None = None, symptom: str | None = None, reason: str | None = None
     ) -> None:
-        """Set what the run ended as, whole: its status, the stage it stopped at and what went wrong there (None
-        for a run that did not stop), and, when given, the reason. The one place a record's verdict is set
-        (pytest's `TestReport.from_item_and_call` and lit's `Test.setResult` are the models)."""
+        """Set what the run ended as, whole and once: its status, the stage it stopped at and what went wrong there
+        (None for a run that did not stop), and, when given, the reason. Only `harness.judge.decision.conclude`
+        calls it, with the verdict it decided; a second verdict is an error (lit's `Test.setResult`)."""
+        if self.status is not None:
+            raise RuntimeError(f"{self.run_id}: its verdict is {self.status} already; a run is decided once")
         self.status, self.stage, self.symptom = status, stage, symptom
         if reason is not None:
             self.reason = reason
@@ -822,17 +829,22 @@ class CaseResult:
         recompiled = " (recompiled at size 2)" if self.recompiled else ""
         return f"dynamic sizes: {' -> '.join(parts)}{recompiled}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, with_facts: bool = False) -> dict[str, Any]:
+        """The record as JSON; `with_facts`: with what the run found, for the process that decides it."""
         data = dataclasses.asdict(self)
+        if not with_facts:
+            del data["facts"]
         if self.injection_stats is not None:
             data["injection_stats"] = self.injection_stats.to_dict()
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CaseResult":
-        known = {f.name for f in dataclasses.fields(cls)}
-        extra = {k: v for k, v in data.items() if k not in known}
+        known = {f.name for f in dataclasses.fields(cls)} - {"facts"}
+        extra = {k: v for k, v in data.items() if k not in known and k != "facts"}
         record = _decode(cls, {k: v for k, v in data.items() if k in known})
+        if "facts" in data:
+            record.facts = RunFacts.from_dict(data["facts"])
         # Fields written by newer versions survive a round trip through older readers.
         record.extra.update(extra)
         return record
@@ -882,7 +894,7 @@ def _decode(cls: type, data: dict[str, Any]) -> Any:
         elif "float" in str(f.type) and isinstance(value, str) and value in _NONFINITE:
             value = _NONFINITE[value]
         elif f.name == "status":
-            value = status_of(value)
+            value = None if value is None else status_of(value)
         elif isinstance(value, str):
             value = safe_text(value)
         values[f.name] = value

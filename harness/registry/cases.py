@@ -17,7 +17,6 @@ import difflib
 import importlib
 import importlib.util
 import os
-import re
 import signal
 import sys
 import threading
@@ -32,6 +31,7 @@ from harness.layout import dtype_name
 from harness.records import exception_line
 from harness.registry.shipped import SHIPPED_CASE_DIR
 from harness.registry.selection import wanted
+from harness.judge.known_failures import KnownFailure, torch_version_matches  # noqa: F401 - case authors' names
 from harness.judge.tolerances import Tolerance
 
 MODES = ("inference", "training", "train_step")
@@ -42,77 +42,6 @@ REFERENCES = ("auto", "fp64", "none")
 DEFAULT_CASE_DIR = SHIPPED_CASE_DIR
 # Seconds one case module may take to import before it counts as hanging.
 DEFAULT_IMPORT_TIMEOUT_S = 120.0
-
-
-@dataclass(frozen=True)
-class KnownFailure:
-    """A declared failure: the run it matches becomes a strict expected failure.
-
-    Every field left None matches anything. A matching run that passes is
-    reported as `xpass`, which fails the run: the fix is visible at once.
-    `torch` is a version range the failure is known on, as comma-separated
-    clauses (`">=2.11,<2.14"`) or a release prefix (`"2.13"` matches 2.13.x).
-    `torch_npu` is the same for the torch_npu release whose compiler ran (a
-    bug found in torch_npu's own code: the torch_npu mode of the surrogate runs
-    it, whose label names the release); a stand-in's own version
-    (`2.14.0+surrogate`, no torch_npu code ran) matches none.
-    A failure that shows in some runs only (a race between thread blocks) is
-    declared `strict=False`: a matching run that passes then stays `pass`, with
-    a reason saying the known failure did not show. A declaration naming a
-    device is about that device: a surrogate standing in for it (a CPU-backed
-    NPU) runs other kernels, and none of it applies there.
-    """
-
-    reason: str
-    device: str | None = None
-    backend: str | None = None
-    npu_backend: str | None = None
-    dtype: str | None = None
-    mode: str | None = None
-    emulation: str | None = None
-    torch: str | None = None
-    torch_npu: str | None = None
-    # A class of failure, by the run's symptom ("precision-cast-elided": a known-issues line declares it known).
-    symptom: str | None = None
-    strict: bool = True
-
-    def matches(self, surrogate: bool = False, **run: str | None) -> bool:
-        if surrogate and self.device is not None:
-            return False
-        for field_name in ("torch", "torch_npu"):
-            spec, version = getattr(self, field_name), run.pop(field_name, None)
-            if spec is not None and (version is None or not torch_version_matches(version, spec)):
-                return False
-        return all(getattr(self, key) in (None, value) for key, value in run.items())
-
-
-def torch_version_matches(version: str, spec: str) -> bool:
-    """Whether a torch (or torch_npu) version (`2.13.0+cpu`) is in `spec`: `>=2.11,<2.14`, `==2.13.0`, or a
-    prefix `2.13`. A surrogate's own version (`+surrogate`) is no release: it matches nothing."""
-    from torch.torch_version import TorchVersion
-
-    if version.endswith("+surrogate"):
-        return False
-    current = TorchVersion(version)
-    for clause in (c.strip() for c in spec.split(",") if c.strip()):
-        operator_text = re.match(r"^(>=|<=|==|!=|>|<)?", clause).group(1)
-        bound = clause[len(operator_text or "") :].strip()
-        if not operator_text:
-            release = current.split("+")[0].split(".")
-            if release[: len(bound.split("."))] != bound.split("."):
-                return False
-            continue
-        checks = {
-            ">=": current >= bound,
-            "<=": current <= bound,
-            ">": current > bound,
-            "<": current < bound,
-            "==": current == bound,
-            "!=": current != bound,
-        }
-        if not checks[operator_text]:
-            return False
-    return True
 
 
 @dataclass

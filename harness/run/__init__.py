@@ -1,4 +1,5 @@
-"""One case run, in the order it happens: `config` (what to run), `sides` (eager twice, then compiled),
-`verdict` (settled from both, with `diagnoses` and, under `--bisect`, `localize`), `errors` (how a run fails),
-and `case` (`run_case`, which turns a case into a record); `expectations` applies expected failures to it after.
+"""One case run, in the order it happens: `config` (its record), `sides` (eager twice, then compiled), `verdict`
+(what both sides found, with `diagnoses` and, under `--bisect`, `localize_run`), `errors` (how a run fails), and
+`case` (`gather`, which turns a case into an undecided record and its facts; `run_case`, which also decides it).
+The verdict is `harness.judge.decision`'s.
 """

@@ -1,7 +1,7 @@
 """Run one case: eager and compiled on identical inputs, judge, and localize a divergence.
 
-`run_case` never raises for a problem of the case itself: whatever happens
-(build error, compile crash, OOM, divergence) comes back as a `CaseResult`.
+`gather` (and `run_case`, which also decides the run) never raises for a problem of the case itself: whatever happens
+(build error, compile crash, OOM, divergence) comes back as a `CaseResult` and the facts it holds.
 Global torch state (Dynamo/Inductor config, default dtype, grad mode, ...) is
 restored after every case, so no verdict depends on the cases run before it.
 """
@@ -15,7 +15,9 @@ import torch
 
 from harness import records as R
 from harness.devices import BackendMismatch, Device, get_device
-from harness.judge.values import SizeValues
+from harness.judge import decision
+from harness.judge.known_failures import Expectation
+from harness.judge.sent_values import SizeValues
 from harness.registry import Case
 from harness.run import process_state
 from harness.run.config import EXTRA_FOR, RunConfig, missing_requirements, new_record
@@ -30,13 +32,47 @@ from harness.run.errors import (
     symptom_of,
     traceback_text,
 )
-from harness.run.localize import captured_launch
+from harness.run.localize_run import captured_launch
 from harness.run.sides import EagerSide, compiled_run, dynamic_run
 from harness.run.verdict import conclude_sizes, settle_verdict, values_of
 from harness.torch_import import NPU_PATCHES, npu_patches_active
 
 
 def run_case(
+    case: Case, dtype: torch.dtype, mode: str, config: RunConfig, expectation: Expectation | None = None
+) -> R.CaseResult:
+    """One run of a case in this process, decided here (`harness.judge.decision`) with its `expectation` (None:
+    the verdict as it is, no expected failure applied)."""
+    record = gather(case, dtype, mode, config)
+    decision.conclude(record, record.facts, expectation)
+    return record
+
+
+def not_run(
+    case: Case,
+    dtype: torch.dtype,
+    mode: str,
+    config: RunConfig,
+    stage: str | None,
+    *,
+    error: R.ErrorInfo | None = None,
+    symptom: str | None = None,
+    skipped: str | None = None,
+    expectation: Expectation | None = None,
+) -> R.CaseResult:
+    """The record of a run that never ran, or whose process never answered, decided: a skip (`skipped`: why) or
+    an error at `stage` with its `symptom`."""
+    record = new_record(case, dtype, mode, config)
+    if skipped is not None:
+        record.facts.tested_nothing(stage, skipped)
+    else:
+        record.error = error
+        record.facts.failed(stage, symptom)
+    decision.conclude(record, record.facts, expectation)
+    return record
+
+
+def gather(
     case: Case,
     dtype: torch.dtype,
     mode: str,
@@ -44,11 +80,12 @@ def run_case(
     on_verdict: Callable[[R.CaseResult], None] | None = None,
     on_values: Callable[[list[SizeValues]], None] | None = None,
 ) -> R.CaseResult:
-    """One run of a case, its verdict as it is: a declared known failure is applied by whoever runs it
-    (`harness.run.expectations`). With `--extract`, a failure's repros are written after it was judged; `on_verdict`
-    gets the judged record first (a worker sends it, so a crash while extracting cannot cost the verdict).
-    `on_values` gets what each size was judged on, once the run is concluded (for the judge, `harness.judge.values`).
-    torch runs as it does outside its own CI, whatever `CI` says here (`inductor_compat.torch_ci`)."""
+    """One run of a case, undecided: its record with what the run found (`record.facts`), for whoever decides it
+    (`run_case` here; a case process's worker has it judged and decided apart from the case's code). With
+    `--extract`, a failure's repros are written once the run is over; `on_verdict` gets the record first (a worker
+    has it decided then, so a crash while extracting cannot cost the verdict). `on_values` gets what each size was
+    judged on, once the run is over (for the judge, `harness.judge.sent_values`). torch runs as it does outside
+    its own CI, whatever `CI` says here (`inductor_compat.torch_ci`)."""
     from harness.inductor_compat import torch_ci
 
     with torch_ci.hidden():
@@ -74,7 +111,7 @@ def _run(
         extras = sorted({EXTRA_FOR.get(name, "models") for name in missing})
         reason = f"needs {', '.join(missing)}: pip install -e '.[{','.join(extras)}]'"
     if reason is not None:
-        record.conclude(R.SKIP, reason=reason)
+        record.facts.tested_nothing(None, reason)
         return record
 
     record.versions = device.versions()
@@ -84,57 +121,53 @@ def _run(
     started = time.perf_counter()
     changed: list[str] = []
     captured: Any = None  # the localized launch, kept for `--extract` (written once the run is over)
-    observed: EagerSide | None = None
+    eager_side: EagerSide | None = None
     with device.numerics(), torch_state.preserved(changed), process_state.preserved(changed):
         record.compile_config = {**torch_state.config_set(), NPU_PATCHES: npu_patches_active()}
         try:
-            observed = EagerSide.make(case, dtype, mode, config, device, record)
+            eager_side = EagerSide.make(case, dtype, mode, config, device, record)
             if config.runs_dynamic(case):
-                observed, compiled, sizes = dynamic_run(observed, dtype, config, device, record)
-                settle_verdict(observed, compiled, config, record)
-                conclude_sizes(sizes, record, observed.case, config.dynamic_strict)
+                eager_side, compiled, sizes = dynamic_run(eager_side, dtype, config, device, record)
+                settle_verdict(eager_side, compiled, config, record)
+                conclude_sizes(sizes, record, eager_side.case, config.dynamic_strict)
                 judged = sizes.judged
             else:
-                compiled = compiled_run(observed, config, record)
-                settle_verdict(observed, compiled, config, record)
-                judged = [(observed, compiled)]
-            say_low_precision_atomics(observed, record)
+                compiled = compiled_run(eager_side, config, record)
+                settle_verdict(eager_side, compiled, config, record)
+                judged = [(eager_side, compiled)]
+            say_low_precision_atomics(eager_side, record)
             if on_values is not None:
                 on_values([values_of(*pair) for pair in judged])
-            if config.extract_dir and record.status == R.FAIL:
-                captured = captured_launch(observed, compiled, config, record)
+            if config.extract_dir and decision.outcome(record.facts).status == R.FAIL:
+                captured = captured_launch(eager_side, compiled, config, record)
         except CaseFailure as failure:
             if isinstance(failure.cause, NoSecondSize):
-                record.conclude(R.SKIP, failure.stage, reason=f"dynamic: {failure.cause}")
+                record.facts.tested_nothing(failure.stage, f"dynamic: {failure.cause}")
             elif (limit := device.unsupported(failure.cause)) is not None:
-                record.conclude(R.SKIP, failure.stage, reason=limit)
+                record.facts.tested_nothing(failure.stage, limit)
             elif case.generated and isinstance(failure.cause, NoEagerReference):
-                record.conclude(R.SKIP, failure.stage, reason=str(failure.cause))
+                record.facts.tested_nothing(failure.stage, str(failure.cause))
             elif case.generated and failure.stage == R.Stage.EAGER:
                 # No eager result, no reference: the inputs are not a test of the compiler.
                 cause = failure.cause
-                record.conclude(
-                    R.SKIP,
-                    failure.stage,
-                    reason=f"eager raises on these inputs ({type(cause).__name__}: {R.exception_line(cause)})",
+                record.facts.tested_nothing(
+                    failure.stage, f"eager raises on these inputs ({type(cause).__name__}: {R.exception_line(cause)})"
                 )
             elif case.generated and isinstance(failure.cause, NothingCompiled):
                 breaks = "; ".join(record.graph_break_reasons[:3]) or "no graph break reported"
-                record.conclude(
-                    R.SKIP,
-                    failure.stage,
-                    reason=f"Dynamo compiled nothing of this sample ({breaks}): no test of Inductor",
+                record.facts.tested_nothing(
+                    failure.stage, f"Dynamo compiled nothing of this sample ({breaks}): no test of Inductor"
                 )
             else:
-                record.conclude(R.ERROR, failure.stage, failure.symptom or symptom_of(failure.cause))
+                record.facts.failed(failure.stage, failure.symptom or symptom_of(failure.cause))
                 record.error = R.ErrorInfo(
                     type(failure.cause).__name__, R.exception_text(failure.cause), traceback_text(failure.cause)
                 )
-                if observed is not None and failure.stage != R.Stage.EAGER and (breach := first_breach(observed)):
+                if eager_side is not None and failure.stage != R.Stage.EAGER and (breach := first_breach(eager_side)):
                     # Eager ran and the compiled side broke: a custom op's broken contract says why.
                     record.diagnosis = breach_answer(breach)
         except CASE_RAISES as exc:  # noqa: BLE001 - the harness's own bug: this run errs, the worker and the run go on
-            record.conclude(R.ERROR, R.Stage.WORKER, R.Symptom.CRASH)
+            record.facts.failed(R.Stage.WORKER, R.Symptom.CRASH)
             record.error = R.ErrorInfo(
                 type(exc).__name__,
                 f"{R.HARNESS_FAILED} on this case (a harness bug): {R.exception_text(exc)}",
@@ -164,10 +197,10 @@ def _compiler_loaded(device: Device, case: Case, config: RunConfig, record: R.Ca
             setattr(record, key, value)
         return True
     except BackendMismatch as exc:
-        record.conclude(R.ERROR, R.Stage.SETUP, R.Symptom.BACKEND_MISMATCH)
+        record.facts.failed(R.Stage.SETUP, R.Symptom.BACKEND_MISMATCH)
         record.error = R.ErrorInfo(type(exc).__name__, str(exc))
     except Exception as exc:  # noqa: BLE001 - the device's own loader failed (a missing compiler package)
-        record.conclude(R.ERROR, R.Stage.SETUP, R.Symptom.CRASH)
+        record.facts.failed(R.Stage.SETUP, R.Symptom.CRASH)
         record.error = R.ErrorInfo(
             type(exc).__name__,
             f"loading the {device.name} compiler backend failed: {R.exception_text(exc)}",
@@ -182,7 +215,7 @@ def _release(device: Device, record: R.CaseResult) -> None:
         device.release()
     except Exception as exc:  # noqa: BLE001 - a kernel's asynchronous fault (misaligned address, illegal access)
         # Reported by the first device call after it: whatever this run concluded was computed on a faulted device.
-        record.conclude(R.ERROR, R.Stage.WORKER, R.Symptom.CRASH)
+        record.facts.failed(R.Stage.WORKER, R.Symptom.CRASH)
         record.error = R.ErrorInfo(
             type(exc).__name__,
             f"the device reported a fault after the run ({R.exception_text(exc)}): a kernel "
@@ -194,11 +227,11 @@ def _release(device: Device, record: R.CaseResult) -> None:
 
 def _extract(captured: Any, case: Case, dtype: torch.dtype, mode: str, config: RunConfig, record: R.CaseResult) -> None:
     """Write and verify the repros of a captured launch (after the run, with its state restored)."""
-    from harness.extraction.extract import Parent, extract
+    from harness.extraction.extract import FailingRun, extract
 
     started = time.perf_counter()
     try:
-        record.extraction = extract(captured, Parent(case, dtype, mode, config, record, run_case))
+        record.extraction = extract(captured, FailingRun(case, dtype, mode, config, record, run_case))
         record.extracted = record.extraction.extracted
     except Exception as exc:  # noqa: BLE001 - extraction must never cost the run its verdict
         record.extracted = R.Reproduction.DOES_NOT_REPRODUCE

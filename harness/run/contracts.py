@@ -109,12 +109,12 @@ def _in_words(test: str, message: str) -> str:
     return f"does what its schema does not say ({first[:200]})"
 
 
-def first_breach(observed: Any) -> Breach | None:
+def first_breach(eager_side: Any) -> Breach | None:
     """The first custom op of the case's program that breaks its contract, from one more eager run of it (an
     `EagerSide`); None when it calls none, or none breaks."""
     from harness.run.program import Session
 
-    session = Session(observed.program.fn, observed.inputs, observed.mode, observed.device, observed.seed)
+    session = Session(eager_side.program.fn, eager_side.inputs, eager_side.mode, eager_side.device, eager_side.seed)
     try:
         calls = custom_op_calls(session.run)
     except Exception:  # noqa: BLE001 - eager ran this program before: a failure now says nothing of a contract

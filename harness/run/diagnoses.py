@@ -6,11 +6,12 @@ from __future__ import annotations
 import torch
 
 from harness import records as R
+from harness.judge.decision import outcome
 from harness.inject.launch import NARROWED_DTYPES
 from harness.judge.compare import VerdictPolicy, differs_only_where_undefined
 from harness.judge.results import Results
-from harness.judge.values import all_pass
-from harness.judge.values import result_pairs as _result_pairs
+from harness.judge.sent_values import all_pass
+from harness.judge.sent_values import result_pairs as _result_pairs
 from harness.layout import clone_exact
 from harness.run.config import RunConfig
 from harness.run.errors import timed_stage
@@ -25,28 +26,30 @@ from harness.run.sides import (
 )
 
 
-def undefined_results(observed: EagerSide, compiled: CompiledSide) -> list[str]:
+def undefined_results(eager_side: EagerSide, compiled: CompiledSide) -> list[str]:
     """The failing results, if every one differs only where neither side nor float64 has a value
     (`differs_only_where_undefined`) and the inputs are finite; empty otherwise (a NaN input's NaN must
     propagate)."""
     failing = {o.name for o in compiled.comparisons if not o.passed}
     if any(o.bad != o.nan_mismatch + o.inf_mismatch for o in compiled.comparisons if o.name in failing):
         return []  # a finite element fails too: judged as it is
-    module = observed.program.fn if isinstance(observed.program.fn, torch.nn.Module) else None
-    tensors = [t for _, t in observed.inputs.named_tensors()] + [t for _, t in module_state(module)]
+    module = eager_side.program.fn if isinstance(eager_side.program.fn, torch.nn.Module) else None
+    tensors = [t for _, t in eager_side.inputs.named_tensors()] + [t for _, t in module_state(module)]
     if not all(bool(t.isfinite().all()) for t in tensors if t.is_floating_point()):
         return []
-    if observed.references is None and not observed.make_references():
+    if eager_side.references is None and not eager_side.make_references():
         return []
     undefined = [
         name
-        for name, actual, expected, reference in _result_pairs(compiled.results, observed.expected, observed.references)
-        if name in failing and differs_only_where_undefined(actual, expected, reference, observed.verdict.tolerances)
+        for name, actual, expected, reference in _result_pairs(
+            compiled.results, eager_side.expected, eager_side.references
+        )
+        if name in failing and differs_only_where_undefined(actual, expected, reference, eager_side.verdict.tolerances)
     ]
     return undefined if len(undefined) == len(failing) else []
 
 
-def overlapping_compiled_results(observed: EagerSide, compiled: CompiledSide) -> str | None:
+def overlapping_compiled_results(eager_side: EagerSide, compiled: CompiledSide) -> str | None:
     """What to say of failing results the compiled program wrote into memory whose elements overlap, where
     eager's do not: writes into such a result collide (a scatter given an expanded input's stride-0 layout)."""
     failing = {c.name for c in compiled.comparisons if not c.passed}
@@ -55,9 +58,9 @@ def overlapping_compiled_results(observed: EagerSide, compiled: CompiledSide) ->
         return None
     strides = ", ".join(
         f"{name} {tuple(compiled.results.values[name].stride())} where eager's is "
-        f"{tuple(observed.expected.values[name].stride())}"
+        f"{tuple(eager_side.expected.values[name].stride())}"
         for name in names[:3]
-        if isinstance(observed.expected.values.get(name), torch.Tensor)
+        if isinstance(eager_side.expected.values.get(name), torch.Tensor)
     )
     return (
         f"the compiled result is laid out with elements sharing memory ({strides}): its writes collide, so "
@@ -65,12 +68,12 @@ def overlapping_compiled_results(observed: EagerSide, compiled: CompiledSide) ->
     )
 
 
-def retyped_results(observed: EagerSide, compiled: CompiledSide) -> bool:
+def retyped_results(eager_side: EagerSide, compiled: CompiledSide) -> bool:
     """Whether a failing tensor result has another dtype than eager's (a type promotion lost)."""
     failing = {c.name for c in compiled.comparisons if not c.passed}
     return any(
         isinstance(a := compiled.results.values.get(name), torch.Tensor)
-        and isinstance(e := observed.expected.values.get(name), torch.Tensor)
+        and isinstance(e := eager_side.expected.values.get(name), torch.Tensor)
         and a.dtype != e.dtype
         for name in failing
     )
@@ -81,7 +84,7 @@ def narrowing_visible(record: R.CaseResult) -> bool:
     return any(not o.passed or (o.dtype in ("int64", "float64") and (o.max_abs > 0 or o.bad)) for o in record.outputs)
 
 
-def narrowing_diagnosis(observed: EagerSide, compiled: CompiledSide) -> str:
+def narrowing_diagnosis(eager_side: EagerSide, compiled: CompiledSide) -> str:
     """Tell precision narrowing from misaddressing: compare compiled with eager on narrowed inputs.
 
     If every compiled value equals eager computed from int32/float32-rounded
@@ -90,7 +93,7 @@ def narrowing_diagnosis(observed: EagerSide, compiled: CompiledSide) -> str:
     """
     from harness.judge.tolerances import DEFAULT_TOLERANCES
 
-    narrowed_inputs = observed.inputs.map_tensors(
+    narrowed_inputs = eager_side.inputs.map_tensors(
         lambda t: (
             clone_exact(clone_exact(t, NARROWED_DTYPES[t.dtype]), t.dtype)
             if t.dtype in NARROWED_DTYPES
@@ -98,7 +101,9 @@ def narrowing_diagnosis(observed: EagerSide, compiled: CompiledSide) -> str:
         )
     )
     narrowed = (
-        Session(observed.program.fn, narrowed_inputs, observed.mode, observed.device, observed.seed).run().tensors()
+        Session(eager_side.program.fn, narrowed_inputs, eager_side.mode, eager_side.device, eager_side.seed)
+        .run()
+        .tensors()
     )
     verdict = VerdictPolicy({torch.float64: DEFAULT_TOLERANCES[torch.float32]})
     actual = compiled.results.tensors()
@@ -120,25 +125,25 @@ def narrowing_diagnosis(observed: EagerSide, compiled: CompiledSide) -> str:
     )
 
 
-def passes_compiled_afresh(observed: EagerSide, config: RunConfig, record: R.CaseResult) -> bool:
+def passes_compiled_afresh(eager_side: EagerSide, config: RunConfig, record: R.CaseResult) -> bool:
     """Whether the program, compiled again with Inductor's and AOT autograd's caches off, passes."""
     from harness.inductor_compat import compile_caches_off
 
     torch.compiler.reset()
     try:
         with timed_stage("fresh_compile", record.timings, wrap=False), compile_caches_off():
-            session = observed.compiled_session(config.backend, **compile_kwargs(config, record.compile_options))
+            session = eager_side.compiled_session(config.backend, **compile_kwargs(config, record.compile_options))
             results = session.run()
     except Exception:  # no answer from this check: the verdict and the other diagnoses stand
         return False
-    return all_pass(results, observed.expected, observed.references, observed.verdict)
+    return all_pass(results, eager_side.expected, eager_side.references, eager_side.verdict)
 
 
-def say_low_precision_atomics(observed: EagerSide, record: R.CaseResult) -> None:
+def say_low_precision_atomics(eager_side: EagerSide, record: R.CaseResult) -> None:
     """A run that failed, or passed by the rounding of its float16/bfloat16 atomic adds, names those adds."""
-    found = observed.low_precision_atomics
+    found = eager_side.low_precision_atomics
     by_rounding = [o.name for o in record.outputs if o.passed_by == R.PASSED_BY_LOW_PRECISION_ATOMICS]
-    if not found or (record.status != R.FAIL and not by_rounding):
+    if not found or (outcome(record.facts).status != R.FAIL and not by_rounding):
         return
     shown = ", ".join(found[:4]) + (f" and {len(found) - 4} more" if len(found) > 4 else "")
     said = (
@@ -153,36 +158,38 @@ def say_low_precision_atomics(observed: EagerSide, record: R.CaseResult) -> None
     record.diagnosis = f"{record.diagnosis}; {said}" if record.diagnosis else said
 
 
-def reproduces(observed: EagerSide, compiled: CompiledSide) -> tuple[bool, bool]:
+def reproduces(eager_side: EagerSide, compiled: CompiledSide) -> tuple[bool, bool]:
     """Whether the compiled program, run once more (no recompilation), diverges again; and whether its result
     differs from the first run's (by the verdict's tolerances, as eager's two runs are compared)."""
     with launches_through(compiled.handler_factory()):
         again = compiled.session.run()
     return (
-        not all_pass(again, observed.expected, observed.references, observed.verdict),
-        not all_pass(again, compiled.results, None, observed.verdict),
+        not all_pass(again, eager_side.expected, eager_side.references, eager_side.verdict),
+        not all_pass(again, compiled.results, None, eager_side.verdict),
     )
 
 
-def first_launches_fail(observed: EagerSide, compiled: CompiledSide, config: RunConfig, record: R.CaseResult) -> bool:
+def first_launches_fail(eager_side: EagerSide, compiled: CompiledSide, config: RunConfig, record: R.CaseResult) -> bool:
     """Whether a divergence that did not come back on a second run is one of first launches: loaded afresh
     (caches warm, every kernel made anew, as a new process would load it), the program fails again on its
     first run and passes on the next. If so the run fails with symptom `first-launch`, and the compiled side
     is the program loaded afresh (every later probe run loads it afresh too)."""
     try:
         with timed_stage("first_launch", record.timings, wrap=False):
-            session = loaded_afresh(observed, config, record)
+            session = loaded_afresh(eager_side, config, record)
             outcomes = []
             for _ in range(2):
                 with launches_through(compiled.handler_factory()):
-                    outcomes.append(all_pass(session.run(), observed.expected, observed.references, observed.verdict))
+                    outcomes.append(
+                        all_pass(session.run(), eager_side.expected, eager_side.references, eager_side.verdict)
+                    )
     except Exception:  # noqa: BLE001 - no answer from this check: the run stays what the retry made it
         return False
     if outcomes != [False, True]:
         return False
     compiled.session, compiled.first_launch = session, True
     record.reproduced, record.diverged_runs = True, [1, 3]
-    record.conclude(record.status, record.stage, R.Symptom.FIRST_LAUNCH)
+    record.facts.first_launch = True
     said = (
         "the compiled program diverges on its kernels' first launches only: run again it passed; loaded "
         "afresh (its kernels made anew, the compile caches warm) it diverged again on its first run and "
@@ -200,7 +207,7 @@ def settle_reproduction(record: R.CaseResult, reproduced: bool, runs_differ: boo
     record.diverged_runs = [1, 2] if reproduced else [1]
     if reproduced and not runs_differ:
         return
-    record.conclude(record.status, record.stage, R.Symptom.RUN_TO_RUN)
+    record.facts.run_to_run = True
     said = (
         "the compiled result changes from run to run while eager's does not: "
         + (
@@ -253,7 +260,7 @@ class _EagerCasts(torch.utils._python_dispatch.TorchDispatchMode):
 
 
 def _compiled_cold(
-    observed: EagerSide, config: RunConfig, options: dict, disabled: frozenset[str] = frozenset()
+    eager_side: EagerSide, config: RunConfig, options: dict, disabled: frozenset[str] = frozenset()
 ) -> tuple[Results, list, list] | None:
     """The program compiled afresh (caches off) with `options` and the graph passes `disabled` turned off, and run
     once: its results, the explicit casts of the graphs Inductor lowered, and the passes that changed the graphs;
@@ -269,7 +276,7 @@ def _compiled_cold(
     torch.compiler.reset()
     try:
         with compile_caches_off(), capture_graphs(cold=True) as capture, observing_passes(disabled) as passes:
-            results = observed.compiled_session(config.backend, **compile_kwargs(config, options)).run()
+            results = eager_side.compiled_session(config.backend, **compile_kwargs(config, options)).run()
     except Exception:  # noqa: BLE001 - no answer from this check: the verdict and the other diagnoses stand
         return None
     finally:
@@ -284,11 +291,11 @@ def _compiled_cold(
 PASSES_TRIED_WITH_THE_SWITCH = 8
 
 
-def program_casts(observed: EagerSide) -> list:
+def program_casts(eager_side: EagerSide) -> list:
     """The explicit casts to float16/bfloat16 the program makes when it runs eagerly (one more eager run): those a
     graph pass may have removed before Inductor lowered the graphs (torch 2.11's `pointless_convert` folds
     `x.half().float()` into nothing; torch 2.13 keeps a narrowing round trip)."""
-    session = Session(observed.program.fn, observed.inputs, observed.mode, observed.device, observed.seed)
+    session = Session(eager_side.program.fn, eager_side.inputs, eager_side.mode, eager_side.device, eager_side.seed)
     recorder = _EagerCasts()
     try:
         with recorder:
@@ -298,7 +305,7 @@ def program_casts(observed: EagerSide) -> list:
     return recorder.casts
 
 
-def elided_casts(observed: EagerSide, compiled: CompiledSide, config: RunConfig, record: R.CaseResult) -> str | None:
+def elided_casts(eager_side: EagerSide, compiled: CompiledSide, config: RunConfig, record: R.CaseResult) -> str | None:
     """A failing run whose program casts to float16/bfloat16 on purpose (`program_casts`): compiled again (caches
     off) with eager's rounding at casts emulated, does it pass? Then the compiled program kept a value in float32
     that the program rounds. The diagnosis says which casts and where they went: a program's cast whose dtypes no
@@ -307,22 +314,22 @@ def elided_casts(observed: EagerSide, compiled: CompiledSide, config: RunConfig,
     them (caches off), so that the answer is the same on a cold and a warm cache."""
     if config.inject:  # (an injected fault fails whatever the casts do)
         return None
-    explicit = program_casts(observed)
+    explicit = program_casts(eager_side)
     if not explicit:
         return None
     emulate = {**record.compile_options, **emulated_casts_options()}
     with timed_stage("emulated_casts", record.timings, wrap=False):
-        emulated = _compiled_cold(observed, config, emulate)
+        emulated = _compiled_cold(eager_side, config, emulate)
         if emulated is None:
             return None
         removers: list = []
-        if not _passes(observed, emulated[0]):
+        if not _passes(eager_side, emulated[0]):
             # A graph pass that ignores the switch may remove the cast before any kernel sees it (torch 2.11's
             # `pointless_convert` folds any chain of casts).
-            removers = _removers(observed, config, emulate, emulated[2][:PASSES_TRIED_WITH_THE_SWITCH])
+            removers = _removers(eager_side, config, emulate, emulated[2][:PASSES_TRIED_WITH_THE_SWITCH])
             if not removers:
                 return None
-        if compiled.casts is None and (again := _compiled_cold(observed, config, record.compile_options)):
+        if compiled.casts is None and (again := _compiled_cold(eager_side, config, record.compile_options)):
             compiled.casts = again[1]
     if compiled.casts is None:
         return None
@@ -346,16 +353,16 @@ def elided_casts(observed: EagerSide, compiled: CompiledSide, config: RunConfig,
     )
 
 
-def _passes(observed: EagerSide, results: Results) -> bool:
-    return all_pass(results, observed.expected, observed.references, observed.verdict)
+def _passes(eager_side: EagerSide, results: Results) -> bool:
+    return all_pass(results, eager_side.expected, eager_side.references, eager_side.verdict)
 
 
-def _passes_without(observed: EagerSide, config: RunConfig, options: dict, graph_passes: list) -> bool:
-    again = _compiled_cold(observed, config, options, frozenset(p.key for p in graph_passes))
-    return again is not None and _passes(observed, again[0])
+def _passes_without(eager_side: EagerSide, config: RunConfig, options: dict, graph_passes: list) -> bool:
+    again = _compiled_cold(eager_side, config, options, frozenset(p.key for p in graph_passes))
+    return again is not None and _passes(eager_side, again[0])
 
 
-def _removers(observed: EagerSide, config: RunConfig, options: dict, passes: list) -> list:
+def _removers(eager_side: EagerSide, config: RunConfig, options: dict, passes: list) -> list:
     """The passes that, turned off beside the switch, let the program match eager. First those seen erasing a
     cast to float16/bfloat16, one more at a time: with one off, another may erase the cast it left (torch 2.11's
     `pointless_convert` before a later pattern that folds casts too). Where no pass erased one (it was rewritten in
@@ -368,14 +375,14 @@ def _removers(observed: EagerSide, config: RunConfig, options: dict, passes: lis
         if not erasing:
             break
         off.append(erasing[0])
-        again = _compiled_cold(observed, config, options, frozenset(p.key for p in off))
+        again = _compiled_cold(eager_side, config, options, frozenset(p.key for p in off))
         if again is None:
             return []
-        if _passes(observed, again[0]):
+        if _passes(eager_side, again[0]):
             return off
         passes = again[2]
     if off:
         return []
     return next(
-        ([p] for p in passes[:PASSES_TRIED_WITH_THE_SWITCH] if _passes_without(observed, config, options, [p])), []
+        ([p] for p in passes[:PASSES_TRIED_WITH_THE_SWITCH] if _passes_without(eager_side, config, options, [p])), []
     )

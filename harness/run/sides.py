@@ -19,7 +19,7 @@ from harness.inputs import seed_for
 from harness.judge.colliding_writes import CollidingWrites, LowPrecisionSums, undefined_elements
 from harness.judge.compare import VerdictPolicy
 from harness.judge.results import Results
-from harness.judge.values import all_pass, compare_results
+from harness.judge.sent_values import all_pass, compare_results
 from harness.layout import dtype_name, is_non_overlapping, overlaps_beyond_broadcast
 from harness.registry import Case, Program
 from harness.run.config import RunConfig
@@ -102,21 +102,21 @@ class EagerSide:
             use_reference=policy != "none",
             undefined=undefined,
         )
-        observed = cls(case, mode, device, seed, program, inputs, expected, policy, verdict, timings, record)
+        eager_side = cls(case, mode, device, seed, program, inputs, expected, policy, verdict, timings, record)
         # As torchbench: a program whose eager result is not repeatable cannot be judged (eager_two_runs_differ).
         with timed_stage(R.Stage.EAGER, timings):
-            again = observed.again = eager.run()
+            again = eager_side.again = eager.run()
         if not all_pass(again, expected, None, verdict):  # the quick check first: most runs repeat exactly
             comparisons = compare_results(again, expected, None, dataclasses.replace(verdict, eager_repeat=True))
-            observed.nondeterministic = [c.name for c in comparisons if not c.passed]
-            if observed.nondeterministic and case.generated:
+            eager_side.nondeterministic = [c.name for c in comparisons if not c.passed]
+            if eager_side.nondeterministic and case.generated:
                 # A generated sample whose eager result is not repeatable (an op's seed outputs, atomics beyond
                 # summation noise) tests nothing, like other undefined results; a hand-written case is reported
                 # `nondeterministic` as it is.
                 raise CaseFailure(
                     R.Stage.EAGER,
                     NoEagerReference(
-                        f"two eager runs differ ({', '.join(observed.nondeterministic[:5])}): eager's result is not "
+                        f"two eager runs differ ({', '.join(eager_side.nondeterministic[:5])}): eager's result is not "
                         "repeatable on these inputs, so no compiled result can be judged against it"
                     ),
                 )
@@ -127,7 +127,7 @@ class EagerSide:
                     f"{f' and {len(noisy) - 5} more' if len(noisy) > 5 else ''}): eager sums in a varying order "
                     "(atomic adds); the first run is the reference"
                 )
-        return observed
+        return eager_side
 
     @property
     def reference(self) -> str:
@@ -268,7 +268,7 @@ class CompiledSide:
     casts_removers: list[str] = field(default_factory=list)
 
 
-def compiled_run(observed: EagerSide, config: RunConfig, record: R.CaseResult) -> CompiledSide:
+def compiled_run(eager_side: EagerSide, config: RunConfig, record: R.CaseResult) -> CompiledSide:
     """The compiled run, through the injection when asked for; counts graphs; judges."""
     from harness.inductor_compat import (
         capture_graphs,
@@ -295,14 +295,14 @@ def compiled_run(observed: EagerSide, config: RunConfig, record: R.CaseResult) -
     # Lowering facts are kept beside Inductor's cache entries, so a later --bisect on a warm cache finds them.
     install_lowering_hook()
     reset_dynamo_counters()
-    with timed_stage(R.Stage.COMPILE, observed.timings), launches_through(handler), capture_graphs() as capture:
-        session = observed.compiled_session(config.backend, **kwargs)
+    with timed_stage(R.Stage.COMPILE, eager_side.timings), launches_through(handler), capture_graphs() as capture:
+        session = eager_side.compiled_session(config.backend, **kwargs)
         results = session.run()
     record.graphs = dynamo_graph_counts()
     record.graph_break_reasons = graph_break_reasons()
     # Summation noise is allowed only where the compiled program sums (no compiled graph: allowed).
-    observed.verdict = dataclasses.replace(observed.verdict, accumulated=program_accumulates(capture.called))
-    observed.low_precision_atomics = low_precision_atomics(capture.called)
+    eager_side.verdict = dataclasses.replace(eager_side.verdict, accumulated=program_accumulates(capture.called))
+    eager_side.low_precision_atomics = low_precision_atomics(capture.called)
     if handler is not None:
         record.injection_stats = copy.deepcopy(handler.stats)
         # An injection that changed nothing makes the verdict say nothing of it: a pass would read as evidence.
@@ -312,7 +312,7 @@ def compiled_run(observed: EagerSide, config: RunConfig, record: R.CaseResult) -
             )
 
     def compile_again() -> tuple[Session, Session]:
-        again = observed.compiled_session(config.backend, **kwargs)
+        again = eager_side.compiled_session(config.backend, **kwargs)
         return again, again
 
     # (None where a graph came from the caches: its facts carry no dtypes, unknown until lowered again.)
@@ -321,7 +321,7 @@ def compiled_run(observed: EagerSide, config: RunConfig, record: R.CaseResult) -
     return CompiledSide(
         session,
         results,
-        observed.judge(results),
+        eager_side.judge(results),
         handler_factory,
         compile_again,
         cache_hits=compile_cache_hits(),
@@ -342,7 +342,7 @@ class Sizes:
 
 
 def dynamic_run(
-    observed: EagerSide, dtype: torch.dtype, config: RunConfig, device: Device, record: R.CaseResult
+    eager_side: EagerSide, dtype: torch.dtype, config: RunConfig, device: Device, record: R.CaseResult
 ) -> tuple[EagerSide, CompiledSide, Sizes]:
     """Eager at the second size first (the first plan it accepts: which dims vary), then one compile at the
     declared size with those dims marked, and the same compiled program run at the second size. The size
@@ -350,9 +350,9 @@ def dynamic_run(
     from harness.inductor_compat import compile_ids, dynamo_graph_counts, recompile_reasons
     from harness.run.dynamic import BadDynamicDims, check_second_size, plans_for, shapes
 
-    program = observed.program
+    program = eager_side.program
     try:
-        plans = plans_for(program.inputs, program.kwargs, observed.case.dynamic_dims)
+        plans = plans_for(program.inputs, program.kwargs, eager_side.case.dynamic_dims)
     except BadDynamicDims as exc:
         raise CaseFailure(R.Stage.BUILD, exc) from None
     if isinstance(plans, str):
@@ -361,14 +361,14 @@ def dynamic_run(
     for plan in plans:
         args, kwargs = plan.second(program.inputs, program.kwargs)
         try:
-            check_second_size((program.inputs, program.kwargs), (args, kwargs), observed.case.dynamic_dims)
+            check_second_size((program.inputs, program.kwargs), (args, kwargs), eager_side.case.dynamic_dims)
         except BadDynamicDims as exc:
             raise CaseFailure(R.Stage.BUILD, exc) from None
         try:
             second = EagerSide.make(
-                observed.case,
+                eager_side.case,
                 dtype,
-                observed.mode,
+                eager_side.mode,
                 config,
                 device,
                 record,
@@ -385,12 +385,12 @@ def dynamic_run(
                 "chosen dims alone or with every dim of their sizes; declare the case's dynamic_dims"
             ),
         ) from None
-    observed.dynamic = second.dynamic = plan
-    compiled = compiled_run(observed, config, record)
+    eager_side.dynamic = second.dynamic = plan
+    compiled = compiled_run(eager_side, config, record)
     graphs, compiled_before = dynamo_graph_counts()["graphs"], compile_ids()
     # The compiled run's facts (what the program sums), with the second size's own undefined elements.
-    second.verdict = dataclasses.replace(observed.verdict, undefined=second.verdict.undefined, atomic_baseline={})
-    second.low_precision_atomics = observed.low_precision_atomics
+    second.verdict = dataclasses.replace(eager_side.verdict, undefined=second.verdict.undefined, atomic_baseline={})
+    second.low_precision_atomics = eager_side.low_precision_atomics
     handler_factory = compiled.handler_factory
     with timed_stage("second_size", record.timings, wrap=False), launches_through(handler_factory()):
         session = compiled.session.at(second.inputs)
@@ -409,7 +409,7 @@ def dynamic_run(
         cache_hits=compiled.cache_hits,
     )
     record.dynamic_sizes = [
-        shapes(observed.inputs.args, observed.inputs.kwargs),
+        shapes(eager_side.inputs.args, eager_side.inputs.kwargs),
         shapes(second.inputs.args, second.inputs.kwargs),
     ]
     recompiled = dynamo_graph_counts()["graphs"] > graphs
@@ -418,14 +418,14 @@ def dynamic_run(
         second_compiled.comparisons,
         recompiled=recompiled,
         recompile_reasons=recompile_reasons(compiled_before) if recompiled else [],
-        judged=[(observed, compiled), (second, second_compiled)],
+        judged=[(eager_side, compiled), (second, second_compiled)],
     )
     # The second size is concluded when only it fails, or when eager's result is not repeatable there (no verdict).
     if second.nondeterministic or (
         all(c.passed for c in compiled.comparisons) and not all(c.passed for c in second_compiled.comparisons)
     ):
         return second, second_compiled, sizes
-    return observed, compiled, sizes
+    return eager_side, compiled, sizes
 
 
 def self_overlapping_outputs(results: Results, session: Session, broadcast_too: bool = True) -> list[str]:
@@ -480,9 +480,9 @@ def rewriting_for(handler: Any) -> contextlib.AbstractContextManager:
     return rewriting(getattr(handler, "rewriters", ()))
 
 
-def loaded_afresh(observed: EagerSide, config: RunConfig, record: R.CaseResult) -> Session:
+def loaded_afresh(eager_side: EagerSide, config: RunConfig, record: R.CaseResult) -> Session:
     """The compiled session again, its kernels loaded as a new process would load them (from warm caches)."""
     from harness.inductor_compat import load_kernels_afresh
 
     load_kernels_afresh()
-    return observed.compiled_session(config.backend, **compile_kwargs(config, record.compile_options))
+    return eager_side.compiled_session(config.backend, **compile_kwargs(config, record.compile_options))

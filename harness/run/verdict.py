@@ -1,5 +1,6 @@
-"""A run's verdict, settled once both sides ran: status, stage and symptom through `CaseResult.conclude`, the
-analyses a divergence calls for, and a dynamic run's two sizes."""
+"""What a run found once both sides ran (`record.facts`: the comparisons, eager's repeat, the retry, elided
+casts, a dynamic run's recompilation), and the analyses a divergence calls for. The verdict they make is
+`harness.judge.decision`'s."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import dataclasses
 
 from harness import records as R
 from harness.inject.launch import parse_injection
-from harness.judge.values import SizeValues
+from harness.judge.decision import nondeterminism_said
+from harness.judge.sent_values import SizeValues
 from harness.registry import Case
 from harness.run.config import RunConfig
 from harness.run.diagnoses import (
@@ -22,12 +24,13 @@ from harness.run.diagnoses import (
     undefined_results,
 )
 from harness.run.errors import CaseFailure, NoEagerReference, NothingCompared, NothingCompiled, timed_stage
-from harness.run.localize import answer_elided_casts, localize_run
+from harness.run.localize_run import answer_elided_casts, localize_run
 from harness.run.sides import CompiledSide, EagerSide, Sizes
 
 
-def settle_verdict(observed: EagerSide, compiled: CompiledSide, config: RunConfig, record: R.CaseResult) -> None:
-    """Status, stage, symptom, and the follow-up analyses a divergence calls for."""
+def settle_verdict(eager_side: EagerSide, compiled: CompiledSide, config: RunConfig, record: R.CaseResult) -> None:
+    """The comparisons and the follow-up analyses a divergence calls for, into the record and its facts."""
+    facts = record.facts
     record.outputs = compiled.comparisons
     if not any(not (o.rule == "equal" and o.dtype == "NoneType") for o in record.outputs):
         raise CaseFailure(
@@ -38,7 +41,7 @@ def settle_verdict(observed: EagerSide, compiled: CompiledSide, config: RunConfi
             ),
             R.Symptom.NOTHING_COMPARED,
         )
-    if record.graphs and record.graphs["graphs"] == 0 and observed.case.compiles:
+    if record.graphs and record.graphs["graphs"] == 0 and eager_side.case.compiles:
         raise CaseFailure(
             R.Stage.COMPILE,
             NothingCompiled(
@@ -48,64 +51,62 @@ def settle_verdict(observed: EagerSide, compiled: CompiledSide, config: RunConfi
             R.Symptom.NOTHING_COMPILED,
         )
     diverged = not all(o.passed for o in record.outputs)
-    if diverged and (undefined := undefined_results(observed, compiled)):
+    if diverged and (undefined := undefined_results(eager_side, compiled)):
         why = NoEagerReference(
             f"{', '.join(undefined[:3])} {'is' if len(undefined) == 1 else 'are'} undefined where eager and compiled "
             "differ: each side has NaN or inf there, and so has a float64 run from the same finite inputs (NaN, "
             "or an inf eager does not match: a gradient at a singular point), so which of NaN, inf or -inf each "
             "side rounds to says nothing of the compiled code"
         )
-        if observed.case.generated:
+        if eager_side.case.generated:
             raise CaseFailure(R.Stage.EAGER, why)
         record.warnings.append(str(why))
-    if diverged:
-        record.conclude(R.FAIL, R.Stage.COMPARE, R.Symptom.DIVERGENCE)
-        if overlapping := overlapping_compiled_results(observed, compiled):
-            record.diagnosis = overlapping
-    else:
-        record.conclude(R.PASS, record.stage, record.symptom)
-    if observed.nondeterministic:
-        record.conclude(R.NONDETERMINISTIC, R.Stage.EAGER, R.Symptom.NONDETERMINISM)
-        record.diagnosis = f"two eager runs differ ({', '.join(observed.nondeterministic[:5])}): no verdict on compiled"
+    facts.compared = True
+    facts.failing = [o.name for o in record.outputs if not o.passed]
+    facts.nondeterministic = list(eager_side.nondeterministic)
+    if diverged and (overlapping := overlapping_compiled_results(eager_side, compiled)):
+        record.diagnosis = overlapping
+    if eager_side.nondeterministic:
+        record.diagnosis = nondeterminism_said(eager_side.nondeterministic)
     elif diverged and not config.bisect:
         # A divergence is retried once (no recompilation): one that does not come back is nondeterminism, or
         # a bug of first launches. (With --bisect, localization's first run, which changes no value, is that
         # retry.)
-        reproduced, runs_differ = reproduces(observed, compiled)
-        if reproduced or not first_launches_fail(observed, compiled, config, record):
+        reproduced, runs_differ = reproduces(eager_side, compiled)
+        if reproduced or not first_launches_fail(eager_side, compiled, config, record):
             settle_reproduction(record, reproduced, runs_differ)
-    if config.bisect and (record.status == R.FAIL or (config.bisect == "always" and record.status == R.PASS)):
+    passed = not diverged and not eager_side.nondeterministic
+    if config.bisect and (facts.diverged or (config.bisect == "always" and passed)):
         with timed_stage("localize", record.timings, wrap=False):
-            found = localize_run(observed, compiled, config, record)
-            if found is None and first_launches_fail(observed, compiled, config, record):
-                found = localize_run(observed, compiled, config, record) or R.Localization(
+            found = localize_run(eager_side, compiled, config, record)
+            if found is None and first_launches_fail(eager_side, compiled, config, record):
+                found = localize_run(eager_side, compiled, config, record) or R.Localization(
                     answer=R.Answer.UNLOCALIZED,
                     diverged=True,
                     reason="the probe's runs, each on first launches "
                     "of the kernels loaded afresh, did not diverge again",
                 )
-        if record.status == R.FAIL and record.symptom != R.Symptom.FIRST_LAUNCH:
+        if facts.diverged and not facts.first_launch:
             settle_reproduction(record, found is not None)
         record.first_divergent_kernel = found
     # (A divergence that came back alike: a run-to-run or first-launch one is no question of rounding.)
-    steady = record.status == R.FAIL and record.symptom == R.Symptom.DIVERGENCE
-    if steady and (elided := elided_casts(observed, compiled, config, record)):
+    if facts.steady and (elided := elided_casts(eager_side, compiled, config, record)):
         # Rounding the program asks for, kept in float32: one story in the symptom, the diagnosis and the answer.
-        record.conclude(R.FAIL, record.stage, R.Symptom.PRECISION_CAST_ELIDED)
+        facts.casts_elided = True
         record.diagnosis = f"{record.diagnosis}; {elided}" if record.diagnosis else elided
         if record.first_divergent_kernel is not None:
             record.first_divergent_kernel = answer_elided_casts(
                 record.first_divergent_kernel, compiled.casts, compiled.casts_removed, compiled.casts_removers
             )
-    if config.bisect and observed.case.culprit and record.status == R.FAIL and record.first_divergent_kernel:
-        record.culprit_found = record.first_divergent_kernel.names(observed.case.culprit)
+    if config.bisect and eager_side.case.culprit and facts.diverged and record.first_divergent_kernel:
+        record.culprit_found = record.first_divergent_kernel.names(eager_side.case.culprit)
     # (Not with an injected fault: it fails afresh too, by construction.)
     if (
         config.fresh_compile
-        and record.status == R.FAIL
+        and facts.diverged
         and compiled.cache_hits
         and not config.inject
-        and passes_compiled_afresh(observed, config, record)
+        and passes_compiled_afresh(eager_side, config, record)
     ):
         hits = f"{compiled.cache_hits} hit{'' if compiled.cache_hits == 1 else 's'}"
         cached = (
@@ -114,12 +115,12 @@ def settle_verdict(observed: EagerSide, compiled: CompiledSide, config: RunConfi
             "something the generated code depends on)"
         )
         record.diagnosis = f"{record.diagnosis}; {cached}" if record.diagnosis else cached
-    record.reference = observed.reference
+    record.reference = eager_side.reference
     stats = record.injection_stats or R.InjectionStats()
     narrows = config.inject is not None and parse_injection(config.inject)[0].narrows
     if narrows and stats.converted_args and narrowing_visible(record):
         with timed_stage(R.Stage.REFERENCE, record.timings):
-            record.diagnosis = narrowing_diagnosis(observed, compiled)
+            record.diagnosis = narrowing_diagnosis(eager_side, compiled)
 
 
 def conclude_sizes(sizes: Sizes, record: R.CaseResult, case: Case, strict: bool) -> None:
@@ -128,6 +129,8 @@ def conclude_sizes(sizes: Sizes, record: R.CaseResult, case: Case, strict: bool)
     (`strict`: a failure of its own, the second size ran no dynamic kernel); for a generated sample, a skip (no
     test of dynamic kernels, as a sample Dynamo compiles nothing of)."""
     record.outputs = sizes.first + [dataclasses.replace(c, name=f"{c.name}@size2") for c in sizes.second]
+    record.facts.failing = [o.name for o in record.outputs if not o.passed]
+    record.facts.generated, record.facts.dynamic_strict = case.generated, strict
     record.failed_sizes = [
         n for n, comparisons in ((1, sizes.first), (2, sizes.second)) if not all(c.passed for c in comparisons)
     ]
@@ -140,24 +143,24 @@ def conclude_sizes(sizes: Sizes, record: R.CaseResult, case: Case, strict: bool)
         f"the second size compiled again (guard failed: {guards}): its results come from a graph of that "
         "size, not from the dynamic one"
     )
-    if record.status == R.PASS and case.generated:
-        record.conclude(R.SKIP, R.Stage.COMPILE, reason=f"dynamic: {said}")
-    elif record.status == R.PASS and not strict:
+    record.facts.recompiled = said
+    passed = not record.facts.failing and not record.facts.nondeterministic
+    if passed and case.generated:
+        return
+    if passed and not strict:
         record.warnings.append(f"{said}; its values pass (--dynamic strict fails a recompilation)")
     else:
-        if record.status == R.PASS:
-            record.conclude(R.FAIL, R.Stage.COMPILE, R.Symptom.RECOMPILED)
         record.diagnosis = f"{record.diagnosis}; {said}" if record.diagnosis else said
 
 
-def values_of(observed: EagerSide, compiled: CompiledSide) -> SizeValues:
+def values_of(eager_side: EagerSide, compiled: CompiledSide) -> SizeValues:
     """What one size's verdict was computed from, as the run ends (the float64 reference made on need)."""
-    verdict = observed.verdict
+    verdict = eager_side.verdict
     return SizeValues(
         compiled.results,
-        observed.expected,
-        observed.references,
-        observed.again,
+        eager_side.expected,
+        eager_side.references,
+        eager_side.again,
         undefined=dict(verdict.undefined),
         atomic_baseline=dict(verdict.atomic_baseline),
         accumulated=verdict.accumulated,

@@ -41,9 +41,9 @@ from typing import Callable
 
 from harness import records as R
 from harness.judge.compare import VerdictPolicy
-from harness.probe.isolation import ALIASING, DRIFT, GLUE, NOT_ISOLATED, WRONG
+from harness.probe.kernel_rerun import ALIASING, DRIFT, GLUE, NOT_ISOLATED, WRONG
 from harness.judge.results import Results
-from harness.probe.passes import find_pass
+from harness.probe.pass_bisection import find_pass
 from harness.probe.probe import Divergence, KernelProbe
 
 # CompilerBisector's backends before Inductor, in pipeline order, with the stage each one's divergence names.

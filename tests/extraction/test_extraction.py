@@ -18,9 +18,9 @@ from harness import records as R
 from harness.extraction import forms
 from harness.extraction import subgraph as S
 from harness.registry import load_registry
-from harness.run.case import RunConfig, run_case
+from harness.run.case import RunConfig, gather, run_case
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SEED_FIGURES = (2260992, 2359296, 589824, 589823)
 
 
@@ -447,16 +447,17 @@ def test_a_repro_left_unfinished_by_a_lost_process_is_removed(tmp_path):
     assert repros.is_dir() and list(repros.iterdir()) == []
 
 
-def test_run_case_hands_over_the_judged_record_before_extracting(tmp_path):
-    judged = []
-    record = run_case(
+def test_a_run_hands_over_its_record_to_be_decided_before_extracting(tmp_path):
+    handed = []
+    record = gather(
         load_registry().cases["upstream_197895_float_floor_divide_off_by_one"],
         torch.float32,
         "inference",
         RunConfig(bisect=True, extract_dir=str(tmp_path)),
-        on_verdict=lambda r: judged.append((r.status, r.extracted)),
+        on_verdict=lambda r: handed.append((r.status, r.facts.diverged, r.extracted)),
     )
-    assert judged == [(R.FAIL, None)] and record.extracted == "reproduces"
+    # Undecided (the worker's judge decides it then), its divergence found, no repro written yet.
+    assert handed == [(None, True, None)] and record.extracted == "reproduces"
 
 
 class ReprIsCode(float):

@@ -14,7 +14,7 @@ import pytest
 
 from processes import processes_marked, writable_by_cases
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 HEADER = '''
 import builtins, gc, os, sys, time, types, zlib
@@ -287,6 +287,15 @@ def f7_declares_itself_a_known_failure(dtype):
 
 
 @case(tags=("forge",))
+def f8_says_it_passed(dtype):
+    sender, run = channel()
+    sender.send({"record": {"case": "f8_says_it_passed", "device": "cpu", "backend": "eager",
+                            "dtype": "float32", "mode": "inference", "status": "pass",
+                            "facts": {"compared": True}}, "run": run})
+    return Program(lambda x: x + 2 if torch.compiler.is_compiling() else x + 1, [contiguous((4,))])
+
+
+@case(tags=("forge",))
 def f6_adds_one(dtype):
     return Program(lambda x: x + 1, [contiguous((4,))])
 '''
@@ -324,8 +333,9 @@ def test_messages_a_case_forges_on_its_own_channel_are_its_own_error_and_never_e
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     records = {r["case"]: r for r in json.loads(out.read_text())["records"]}
     forged = ("f1_empty_record", "f2_bogus_message", "f3_verdict_not_a_record", "f4_record_for_another_case")
-    # f7 calls its own divergence expected: only the pool applies expectations, a case's process never gives one.
-    for name in (*forged, "f7_declares_itself_a_known_failure"):
+    # f7 calls its own divergence expected, f8 calls it a pass: a case's process gives no verdict at all (the
+    # judge decides the run, expectations included).
+    for name in (*forged, "f7_declares_itself_a_known_failure", "f8_says_it_passed"):
         assert (records[name]["status"], records[name]["error"]["type"]) == ("error", "ChannelCorrupted"), name
     slow = records["f5_keeps_saying_started"]
     assert (slow["status"], slow["symptom"]) == ("error", "timeout"), slow

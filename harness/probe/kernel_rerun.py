@@ -40,7 +40,7 @@ from harness.inductor_compat.launches import ROLE_INOUT
 from harness.inductor_compat.torch_npu_backend import LAUNCHER_NARROWING, narrowed_keeping_layout
 from harness.layout import clone_exact, is_non_overlapping_and_dense, overlap
 from harness.probe.regions import Region, RegionMap
-from harness.probe.values import GraphValues
+from harness.probe.node_values import GraphValues
 
 WRONG, ALIASING, DRIFT, NOT_ISOLATED = "wrong", "aliasing", "drift", "not-isolated"
 # The buffer's layout cannot hold its node's value: elements that eager keeps apart share memory (probe.py).

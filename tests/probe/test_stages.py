@@ -12,8 +12,8 @@ from harness import records as R
 from harness.judge.compare import differs_only_where_undefined
 from harness.inductor_compat import compile_caches_off
 from harness.inputs import broadcast, contiguous
-from harness.probe.localize import STAGE_BACKENDS, first_diverging_stage
-from harness.probe.passes import find_pass
+from harness.probe.search import STAGE_BACKENDS, first_diverging_stage
+from harness.probe.pass_bisection import find_pass
 from harness.registry import Case, Program, load_registry
 from harness.run.case import RunConfig, run_case
 
@@ -158,7 +158,7 @@ def test_without_the_wrong_rewrite_the_same_program_passes():
 
 
 def test_the_pass_search_halves_and_says_when_no_single_pass_is_to_blame():
-    from harness.inductor_compat.passes import NAMED, GraphPass
+    from harness.inductor_compat.graph_passes import NAMED, GraphPass
 
     changed = [GraphPass(NAMED, f"p{i}", "post_grad_passes", f"pass:p{i}") for i in range(12)]
     tried = []
@@ -178,7 +178,7 @@ def test_the_pass_search_halves_and_says_when_no_single_pass_is_to_blame():
 
 
 def test_with_few_passes_each_is_turned_off_alone_and_the_one_touching_the_diverging_nodes_is_named():
-    from harness.inductor_compat.passes import NAMED, PATTERN, GraphPass
+    from harness.inductor_compat.graph_passes import NAMED, PATTERN, GraphPass
 
     cleanup = GraphPass(NAMED, "remove_noop_ops", "joint_graph_passes", "pass:cleanup", touched=frozenset({"sin"}))
     rewrite = GraphPass(PATTERN, "wrong", "post_grad_passes", "pattern:1", touched=frozenset({"sin_1", "mul"}))
@@ -397,8 +397,8 @@ def test_a_real_mixed_float16_float32_op_is_a_failure_named_at_its_kernel_and_dt
 
 
 def test_a_stage_answer_never_calls_the_kernel_where_its_difference_shows_wrong():
-    from harness.probe.isolation import WRONG, Isolation
-    from harness.probe.localize import _seen_at
+    from harness.probe.kernel_rerun import WRONG, Isolation
+    from harness.probe.search import _seen_at
     from harness.probe.probe import Divergence
 
     metrics = R.OutputComparison(

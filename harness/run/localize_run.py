@@ -11,7 +11,7 @@ from harness import records as R
 from harness.inductor_compat.launches import KIND_FALLBACK
 from harness.inject.launch import parse_injection
 from harness.judge.results import Results
-from harness.judge.values import all_pass
+from harness.judge.sent_values import all_pass
 from harness.run.config import RunConfig
 from harness.run.contracts import breach_answer, first_breach
 from harness.run.diagnoses import (
@@ -25,16 +25,16 @@ from harness.run.sides import CompiledSide, EagerSide, compile_kwargs, launches_
 
 
 def localize_run(
-    observed: EagerSide, compiled: CompiledSide, config: RunConfig, record: R.CaseResult
+    eager_side: EagerSide, compiled: CompiledSide, config: RunConfig, record: R.CaseResult
 ) -> R.Localization | None:
     """Localization's answer; None when a failing run's first probe run (its retry) passed."""
     from harness.probe import LocalizationHooks, NotReproduced, localize
 
     def passes(results: Results) -> bool:
-        if all_pass(results, observed.expected, observed.references, observed.verdict):
+        if all_pass(results, eager_side.expected, eager_side.references, eager_side.verdict):
             return True
-        if observed.references is None and observed.reference_policy != "none" and observed.make_references():
-            return all_pass(results, observed.expected, observed.references, observed.verdict)
+        if eager_side.references is None and eager_side.reference_policy != "none" and eager_side.make_references():
+            return all_pass(results, eager_side.expected, eager_side.references, eager_side.verdict)
         return False
 
     # A failing run's candidate matters only if it moves a result that failed. One that moves only results
@@ -43,28 +43,28 @@ def localize_run(
     failed = {c.name for c in compiled.comparisons if not c.passed} or None
 
     def moved(results: Results) -> bool:
-        return not all_pass(results, compiled.results, None, observed.verdict, only=failed)
+        return not all_pass(results, compiled.results, None, eager_side.verdict, only=failed)
 
     def with_passes(disabled: frozenset) -> tuple[bool, list]:
-        return _compiled_with_passes(observed, compiled, config, record, disabled, passes)
+        return _compiled_with_passes(eager_side, compiled, config, record, disabled, passes)
 
     program = LocalizationHooks(
-        rerun=lambda probe: _probe_run(observed, compiled, config, record, probe),
+        rerun=lambda probe: _probe_run(eager_side, compiled, config, record, probe),
         passes=passes,
         moved=moved,
-        diverges_under=lambda backend: diverges_under(observed, backend),
+        diverges_under=lambda backend: diverges_under(eager_side, backend),
         injection=compiled.handler_factory,
         first_launches=compiled.first_launch,
         wrong_layout_or_dtype=(
-            overlapping_compiled_results(observed, compiled) is not None or retyped_results(observed, compiled)
+            overlapping_compiled_results(eager_side, compiled) is not None or retyped_results(eager_side, compiled)
         ),
         graph_passes=lambda: with_passes(frozenset())[1],
         passes_without=lambda keys: with_passes(keys)[0],
         graphs_pass_eagerly=lambda: _graphs_pass_eagerly(compiled, passes),
         graphs_without=lambda dropped: _graphs_eagerly(compiled, dropped),
     )
-    failing = record.status == R.FAIL
-    if failing and (breach := first_breach(observed)) is not None:
+    failing = record.facts.diverged
+    if failing and (breach := first_breach(eager_side)) is not None:
         # Before any kernel or pass is blamed: a custom op that breaks its own schema is the answer.
         return R.Localization(
             answer=R.Answer.KERNEL,
@@ -76,13 +76,13 @@ def localize_run(
             reason=f"torch.library.opcheck on the arguments the program gave {breach.op}: {breach.text}",
         )
     try:
-        found = localize(program, observed.verdict, failing)
-        found.check(record.status)
+        found = localize(program, eager_side.verdict, failing)
+        found.check(R.FAIL if failing else R.PASS)
         return _as_the_launcher_called_it(found, config)
     except NotReproduced:
         return None
     except Exception as exc:  # the probe's own failure must never cost the run its verdict
-        if failing and not compiled.first_launch and not reproduces(observed, compiled):
+        if failing and not compiled.first_launch and not reproduces(eager_side, compiled):
             return None
         answer = R.Answer.UNLOCALIZED if failing else R.Answer.NONE
         return R.Localization(
@@ -112,11 +112,11 @@ def _as_the_launcher_called_it(found: R.Localization, config: RunConfig) -> R.Lo
 
 
 def _probe_run(
-    observed: EagerSide, compiled: CompiledSide, config: RunConfig, record: R.CaseResult, probe: Any
+    eager_side: EagerSide, compiled: CompiledSide, config: RunConfig, record: R.CaseResult, probe: Any
 ) -> Results:
     """One more run of the compiled program with `probe` installed."""
     probe.copy_inputs = probe.copy_inputs or compiled.copy_graph_inputs
-    results = _probe_run_once(observed, compiled, config, record, probe)
+    results = _probe_run_once(eager_side, compiled, config, record, probe)
     if probe.unannounced_writes and not probe.copy_inputs:
         compiled.copy_graph_inputs = True
         graphs = ", ".join(probe.unannounced_writes)
@@ -125,17 +125,17 @@ def _probe_run(
             f"{graphs}: a graph input changed with no kernel launch writing it (an ATen call in "
             "the wrapper): probed again with every graph input copied up front"
         )
-        results = _probe_run_once(observed, compiled, config, record, probe)
+        results = _probe_run_once(eager_side, compiled, config, record, probe)
     return results
 
 
 def _probe_run_once(
-    observed: EagerSide, compiled: CompiledSide, config: RunConfig, record: R.CaseResult, probe: Any
+    eager_side: EagerSide, compiled: CompiledSide, config: RunConfig, record: R.CaseResult, probe: Any
 ) -> Results:
     from harness.inductor_compat import adopt_facts, capture_graphs, intercept_launches
 
     if compiled.first_launch:  # the probe judges the kernels' first launches
-        compiled.session = loaded_afresh(observed, config, record)
+        compiled.session = loaded_afresh(eager_side, config, record)
     with capture_graphs(probe.observe_graph) as capture, intercept_launches(probe.on_launch):
         results = compiled.session.run()
     if capture.missing:
@@ -218,7 +218,7 @@ def _graphs_eagerly(compiled: CompiledSide, without: dict[str, list[str]]) -> Re
     return None if capture.missing else results
 
 
-def diverges_under(observed: EagerSide, backend: str) -> bool:
+def diverges_under(eager_side: EagerSide, backend: str) -> bool:
     """Whether the program compiled with a backend before Inductor's (CompilerBisector's `eager`, `aot_eager`,
     `aot_eager_decomp_partition`) diverges from eager: judged against the same eager results, without the
     injection (injections act on generated kernels). A backend that raises where eager did not diverges too."""
@@ -226,14 +226,14 @@ def diverges_under(observed: EagerSide, backend: str) -> bool:
 
     try:
         with room_to_recompile():
-            results = observed.compiled_session(backend).run()
+            results = eager_side.compiled_session(backend).run()
     except Exception:  # noqa: BLE001 - eager ran this program: the stage's own failure is its divergence
         return True
-    return not all(c.passed for c in observed.judge(results))
+    return not all(c.passed for c in eager_side.judge(results))
 
 
 def _compiled_with_passes(
-    observed: EagerSide,
+    eager_side: EagerSide,
     compiled: CompiledSide,
     config: RunConfig,
     record: R.CaseResult,
@@ -255,12 +255,12 @@ def _compiled_with_passes(
     if config.backend != "inductor":
         return False, []
     backend = distinct_inductor(
-        compile_kwargs(config, record.compile_options).get("options", {}), observed.case.dynamic
+        compile_kwargs(config, record.compile_options).get("options", {}), eager_side.case.dynamic
     )
     with observing_passes(disabled) as changed, capture_graphs() as capture:
         try:
             with compile_caches_off(), room_to_recompile(), launches_through(compiled.handler_factory()):
-                results = observed.compiled_session(backend).run()
+                results = eager_side.compiled_session(backend).run()
         except Exception:  # noqa: BLE001 - a pass some other pass relies on, turned off: this set does not pass
             return False, list(changed)
     infos = [info for info in map(graph_info, capture.called) if info is not None]
@@ -268,7 +268,7 @@ def _compiled_with_passes(
     return passes(results), left_in_lowered(list(changed), lowered)
 
 
-def captured_launch(observed: EagerSide, compiled: CompiledSide, config: RunConfig, record: R.CaseResult) -> Any:
+def captured_launch(eager_side: EagerSide, compiled: CompiledSide, config: RunConfig, record: R.CaseResult) -> Any:
     """The kernel a failing run's localization named (a wrong kernel, or where a drift starts), captured on one
     more probe run for `--extract` (None, with the reason noted on the record, when there is none)."""
     from harness.probe import KernelProbe
@@ -289,7 +289,7 @@ def captured_launch(observed: EagerSide, compiled: CompiledSide, config: RunConf
         kept.append(capture_launch(launch, call, label, found.buffer))
 
     probe = KernelProbe(
-        observed.verdict,
+        eager_side.verdict,
         inner=compiled.handler_factory(),
         substitute=frozenset(),
         describe=frozenset({found.launch_index}),
@@ -299,7 +299,7 @@ def captured_launch(observed: EagerSide, compiled: CompiledSide, config: RunConf
     )
     with timed_stage("extract", record.timings, wrap=False):
         try:
-            _probe_run(observed, compiled, config, record, probe)
+            _probe_run(eager_side, compiled, config, record, probe)
         except Exception as exc:  # noqa: BLE001 - extraction must never cost the run its verdict
             record.extracted = R.Reproduction.DOES_NOT_REPRODUCE
             record.warnings.append(

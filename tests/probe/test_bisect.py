@@ -386,7 +386,7 @@ def test_the_buffer_completing_an_in_place_lowering_is_recorded():
 def test_only_a_live_unmapped_buffer_keeps_an_all_eager_failure_from_the_graph_passes(superseded, answer):
     # On CUDA, as_strided_scatter of an expanded input is a copy kernel, then an in-place kernel on the same
     # buffer, and a wrong output layout (wrapper glue): the copy's state is unmapped, then written over whole.
-    from harness.probe.localize import _after_aot
+    from harness.probe.search import _after_aot
 
     found = R.Localization(
         answer=R.Answer.UNLOCALIZED,
@@ -408,7 +408,7 @@ def test_an_eager_pass_lets_go_of_an_input_made_for_it_after_its_last_use():
 
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from harness.probe.values import _Stepper
+    from harness.probe.node_values import _Stepper
 
     gm = make_fx(lambda a, b: ((a * 2).sum() + 1) * b)(torch.ones(256), torch.ones(()))
     last = [node.name for node in gm.graph.nodes if node.op == "call_function"][-1]
@@ -434,7 +434,7 @@ def _chain_values(monkeypatch, program=_chain, wanted=()):
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from harness.inductor_compat.graphs import GraphInfo
-    from harness.probe import values as values_module
+    from harness.probe import node_values as values_module
 
     a, b = torch.randn(64, generator=torch.Generator().manual_seed(0)), torch.full((64,), 0.5)
     gm = make_fx(program)(a, b)
@@ -457,7 +457,7 @@ def test_float64_values_come_from_one_run_that_advances_with_the_requests(monkey
     # A model's graph can have a hundred buffers that need a float64 reference: each used to cost a
     # float64 copy of the graph and a run from the graph's start.
     from harness.inductor_compat import graphs
-    from harness.probe import values as values_module
+    from harness.probe import node_values as values_module
 
     copies = []
     original_copy = graphs.float64_copy
@@ -492,7 +492,7 @@ def test_float64_values_come_from_one_run_that_advances_with_the_requests(monkey
 def test_a_describing_probes_float64_run_keeps_only_what_it_is_asked_for(monkeypatch):
     # A probe comparing every launch asks for many float64 values, not in graph order, so the float64 run keeps
     # the wanted values it passes; one describing a single launch asks for that launch's only.
-    from harness.probe import values as values_module
+    from harness.probe import node_values as values_module
 
     for ahead in (True, False):
         values, computed, ran, (a, b) = _chain_values(monkeypatch, wanted=[])
@@ -505,7 +505,7 @@ def test_a_describing_probes_float64_run_keeps_only_what_it_is_asked_for(monkeyp
 def test_a_pass_makes_an_input_on_its_first_use_only(offloading, monkeypatch):
     # An input on host memory comes back only when a pass reaches its first use; a pass stopping before
     # that never brings it back.
-    from harness.probe.values import _OnHost
+    from harness.probe.node_values import _OnHost
 
     values, computed, ran, (a, b) = _chain_values(monkeypatch)
     brought_back = []
@@ -527,7 +527,7 @@ def _two_branches(a, b):
 
 
 def test_a_pass_of_a_graph_without_in_place_writes_runs_only_what_its_values_come_from(monkeypatch):
-    from harness.probe import values as values_module
+    from harness.probe import node_values as values_module
 
     monkeypatch.setattr(values_module, "RECENTLY_USED_KEPT", 0)
     values, computed, ran, (a, b) = _chain_values(monkeypatch, _two_branches, wanted=["exp"])
@@ -545,9 +545,9 @@ def test_a_pass_of_a_graph_without_in_place_writes_runs_only_what_its_values_com
 def _passes_per_replay(monkeypatch, case: str) -> list[list[int]]:
     """A passing `--bisect always` run of `case`; for each replay, the number of nodes each eager pass
     of its own (from the graph's start) was asked for."""
-    from harness.probe import isolation
+    from harness.probe import kernel_rerun as isolation
     from harness.probe import probe as probe_module
-    from harness.probe.values import GraphValues
+    from harness.probe.node_values import GraphValues
 
     passes: list[int] = []
     per_replay: list[list[int]] = []
@@ -576,7 +576,7 @@ def _passes_per_replay(monkeypatch, case: str) -> list[list[int]]:
 def test_a_replay_fetches_every_input_let_go_of_in_one_pass(monkeypatch):
     # Checking each argument's region computed its value on its own: one pass from the graph's start per
     # input already let go of, before the replay's own one-pass prefetch could run.
-    from harness.probe import values as values_module
+    from harness.probe import node_values as values_module
 
     monkeypatch.setattr(values_module, "RECENTLY_USED_KEPT", 0)
     per_replay = _passes_per_replay(monkeypatch, "correct_mlp_layernorm_gelu")
@@ -609,7 +609,7 @@ DEEP_MLP = Case(
 @pytest.fixture
 def offloading(monkeypatch):
     """Released graph inputs moved to host memory on CPU runs too: the path device runs take."""
-    from harness.probe import values
+    from harness.probe import node_values as values
 
     monkeypatch.setattr(values, "OFFLOAD_ON_CPU", True)
 
@@ -617,8 +617,8 @@ def offloading(monkeypatch):
 def test_values_kept_ahead_of_their_launch_wait_in_host_memory(offloading, monkeypatch):
     # A launch asking first for the graph's last value makes the stepper run, and keep, every wanted value
     # before it: on a device those beyond the first few go to host memory, and come back as they were.
-    from harness.probe import values as values_module
-    from harness.probe.values import _OnHost
+    from harness.probe import node_values as values_module
+    from harness.probe.node_values import _OnHost
 
     monkeypatch.setattr(values_module, "AHEAD_KEPT_ON_DEVICE", 1)
     values, computed, ran, (a, b) = _chain_values(monkeypatch, wanted=[])
@@ -642,7 +642,7 @@ def test_values_kept_ahead_of_their_launch_wait_in_host_memory(offloading, monke
 
 def test_inputs_the_compiled_backward_let_go_of_move_to_host_memory(offloading, monkeypatch):
     from harness.probe import probe as probe_module
-    from harness.probe.values import _OnHost
+    from harness.probe.node_values import _OnHost
 
     on_host: list[int] = []
     original_after = probe_module.KernelProbe._after
@@ -694,7 +694,7 @@ MANY_PARAMETERS = Case(
 def test_a_write_into_a_shared_input_moves_only_the_values_on_its_storage(monkeypatch):
     # The optimizer step writes every parameter in place: each write moves what eager holds on that storage
     # to a copy. Visiting every value the graph holds at each write made a large model's step quadratic.
-    from harness.probe import values
+    from harness.probe import node_values as values
 
     visits = {"writes": 0, "values": 0}
     real_mover = values._mover
@@ -729,7 +729,7 @@ def test_a_write_into_a_shared_input_moves_only_the_values_on_its_storage(monkey
     ],
 )
 def test_the_search_for_where_a_difference_matters_tries_the_first_divergence_first(culprit, hint, most_runs):
-    from harness.probe.localize import LocalizationHooks, _first_that_matters, _Substitution
+    from harness.probe.search import LocalizationHooks, _first_that_matters, _Substitution
 
     runs, described = [], []
 
@@ -797,7 +797,7 @@ def test_a_kernel_that_moves_only_passing_results_is_not_blamed_for_a_failing_on
     # the program there, so the kernel looked wrong on exact inputs, and making its outputs eager moved a
     # gradient that had passed; the kernel was named for a failing output it never touched. Here the first
     # launch's eager twin is made wrong on purpose; the fault is in the other chain's kernel.
-    from harness.probe import values as values_module
+    from harness.probe import node_values as values_module
 
     case = Case(
         name="two_chains",

@@ -3,7 +3,7 @@
 Asked once the probe has shown that the post-grad graph itself is wrong (no
 kernel is to blame) and the stages before Inductor pass. One compile
 observes the passes that changed the program's graphs
-(`inductor_compat.passes`). Then the program is compiled with some of them
+(`inductor_compat.graph_passes`). Then the program is compiled with some of them
 turned off, half at a time, keeping the half whose absence makes the run
 pass, until one pass is left: the run with that pass alone turned off
 passed, so the answer is its own verification. Passes that ran other
@@ -36,7 +36,7 @@ SINGLE_OFF_MAX = 8
 class PassFinding:
     """The pass to blame (None: none alone), the passes that changed the graphs, and what was shown."""
 
-    named: object | None  # inductor_compat.passes.GraphPass
+    named: object | None  # inductor_compat.graph_passes.GraphPass
     changed: list = field(default_factory=list)
     text: str = ""
     # Passes whose absence alone makes the run pass too, whose change does not touch the diverging nodes: they

@@ -6,7 +6,7 @@ from harness.inductor_compat import compile_caches_off
 from harness.registry import Case, KnownFailure, Program, load_registry
 from harness.inputs import contiguous
 from harness.run.case import RunConfig, run_case
-from harness.run.expectations import Expectations
+from harness.judge.known_failures import Expectations
 
 EAGER = RunConfig(backend="eager")  # the runner's own logic, without paying for Inductor
 
@@ -46,7 +46,7 @@ def test_a_harness_bug_on_one_case_is_an_error_record_not_a_crash(monkeypatch):
     monkeypatch.setattr(runner, "compare_results", broken_comparison)
     monkeypatch.setattr(runner, "all_pass", broken_comparison)  # the eager repeat's check, outside any stage
     declared = simple_case(known_failures=(KnownFailure("a real bug of this program"),))
-    record = Expectations().settle(run_case(declared, torch.float32, "inference", EAGER), declared)
+    record = run_case(declared, torch.float32, "inference", EAGER, Expectations().for_case(declared))
     assert (record.status, record.stage, record.symptom) == (R.ERROR, "worker", "crash")  # not the declared xfail
     assert record.error.type == "NotImplementedError"
     assert record.error.message.startswith("the harness failed on this case")
@@ -55,15 +55,17 @@ def test_a_harness_bug_on_one_case_is_an_error_record_not_a_crash(monkeypatch):
 
 
 def settled(case):
-    """A run of the case as the pool hands it over: its verdict, then its declared failure applied."""
-    return Expectations().settle(run_case(case, torch.float32, "inference", EAGER), case)
+    """A run of the case as the pool hands it over: decided with its declared failure."""
+    return run_case(case, torch.float32, "inference", EAGER, Expectations().for_case(case))
 
 
-def test_run_case_gives_the_verdict_as_it_is_and_the_expectations_decide_xfail():
+def test_run_case_gives_the_verdict_as_it_is_unless_given_the_expectation():
     declared = simple_case(known_failures=(KnownFailure("fixed already?", backend="eager"),))
     record = run_case(declared, torch.float32, "inference", EAGER)
     assert (record.status, record.reason) == (R.PASS, None)
-    assert Expectations().settle(record, declared).status == R.XPASS
+    assert run_case(declared, torch.float32, "inference", EAGER, Expectations().for_case(declared)).status == R.XPASS
+    with pytest.raises(RuntimeError, match="decided once"):
+        record.conclude(R.FAIL)
 
 
 def test_known_failure_is_strict():

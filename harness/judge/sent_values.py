@@ -1,7 +1,7 @@
 """The verdict from values: the results of both sides paired and compared, in whichever process holds them.
 
-A run's process computes its own verdict as it goes (localization and the
-follow-up checks need it), but that process ran the case's code, which can
+A run's process compares its results as it goes (localization and the
+follow-up checks start from that), but that process ran the case's code, which can
 change anything in it: the tolerance table, `harness.judge.compare`, `builtins`,
 torch's comparisons. So the case's process also writes the values it judged
 (`write_values`: eager's results, eager's second run, the compiled results,
@@ -11,9 +11,9 @@ socket of its own (`send_values`), so no other case can reach it by a path.
 A process forked for it from the worker (`harness.isolation.case_process`),
 where no case code ever ran, loads it with `torch.load(weights_only=True)`
 and judges it again with the policy the harness declared for the task
-(`judge_record`). Where both agree the record keeps its analyses with the
-judge's comparisons; where they differ the judge's verdict stands and the
-record says so.
+and decides the run there (`judge_record`, `harness.judge.decision`): where
+both agree the record keeps its analyses with the judge's comparisons; where
+they differ the judge's verdict stands and the record says so.
 """
 
 from __future__ import annotations
@@ -30,17 +30,13 @@ from typing import IO, Any, Iterator, Mapping
 import torch
 
 from harness import records as R
+from harness.judge import decision
 from harness.judge.compare import VerdictPolicy, missing_result
+from harness.judge.known_failures import Expectation
 from harness.judge.results import Results
 from harness.layout import clone_exact, dtype_name, dtype_named
+from harness.records.run_config import RunConfig
 from harness.judge.tolerances import Tolerance
-
-# `CaseResult.verdict_source`: who decided the status that stands.
-JUDGED = "judge"  # judged again apart from the case's code; the case's process agreed
-OVERRULED = "judge-overruled"  # judged again apart from the case's code, where the case's process said otherwise
-# No values the judge could read: a failure the case's process decided stands (its reason a warning), a pass is
-# an error (`judge_record`).
-CASE_PROCESS = "case-process"
 
 # How long a message on the values socket may be (a run id and, where no values could be written, why).
 VALUES_MESSAGE_BYTES = 4096
@@ -235,7 +231,7 @@ def _results(plain: Mapping[str, Any] | None) -> Results | None:
 # -- the judge ----------------------------------------------------------------------------------------------------
 
 
-def policy_of(case: Any, config: Any) -> dict[str, Any]:
+def policy_of(case: Any, config: RunConfig) -> dict[str, Any]:
     """The verdict policy the harness declares for a task (from the case's declaration as the loader described
     it, and the run's options): sent with the task, so the judge never takes it from the case's process."""
     reference = getattr(config, "reference", None) or case.reference
@@ -322,81 +318,21 @@ def _named_leaf(comparison: R.OutputComparison, expected: Results) -> R.OutputCo
     return comparison
 
 
-# The statuses a run's values decide (the judge leaves every other as it is).
-JUDGED_STATUSES = (R.PASS, R.FAIL, R.NONDETERMINISTIC)
-
-
-def judge_record(record: R.CaseResult, values: int | str | None, policy: Mapping[str, Any]) -> R.CaseResult:
-    """The record as it stands once its values (`judge_values`) are judged apart from the case's code. A status
-    that no value decided (an error, a skip) is left as it is."""
-    was = record.status
-    if was not in JUDGED_STATUSES:
-        return record
-    judged = judge_values(values, policy)
-    if isinstance(judged, str):
-        record.verdict_source = CASE_PROCESS
-        if was == R.PASS:  # (a case that removes or spoils its values must not pass on its own word)
-            record.conclude(R.ERROR, R.Stage.COMPARE, R.Symptom.UNJUDGED)
-            record.error = R.ErrorInfo(
-                "Unjudged",
-                f"the case's process said pass, and no values of it could be judged apart from its code: {judged}",
-            )
-            return record
-        record.warnings.append(
-            f"the verdict is the case's own process's, not checked apart from the case's code: {judged}"
-        )
-        return record
-    theirs = {o.name: o.passed for o in record.outputs}
-    ours = {o.name: o.passed for o in judged.outputs}
-    record.outputs = judged.outputs
-    if theirs == ours and (was == R.NONDETERMINISTIC) == bool(judged.nondeterministic):
-        record.verdict_source = JUDGED
-        return record
-    _overrule(record, was, judged, theirs, ours)
+def judge_record(
+    record: R.CaseResult, values: int | str | None, policy: Mapping[str, Any], expectation: Expectation
+) -> R.CaseResult:
+    """The record decided (`harness.judge.decision`), with what the judge found in the values the case's process
+    sent (`judge_values`: its comparisons replace the case's process's) among its facts."""
+    facts = record.facts
+    if facts.compared and facts.error is None and facts.untested is None:
+        judged = judge_values(values, policy)
+        if isinstance(judged, str):
+            facts.unjudged = judged
+        else:
+            theirs = {o.name: o.passed for o in record.outputs}
+            ours = {o.name: o.passed for o in judged.outputs}
+            record.outputs = judged.outputs
+            differing = sorted(name for name in ours.keys() | theirs.keys() if ours.get(name) != theirs.get(name))
+            facts.judged = R.JudgedValues(judged.failing, judged.nondeterministic, differing)
+    decision.conclude(record, facts, expectation)
     return record
-
-
-def _overrule(record: R.CaseResult, was: str, judged: Judgement, theirs: dict, ours: dict) -> None:
-    """The judge's status replaces the case's process's."""
-    record.verdict_source, record.reason = OVERRULED, None
-    stage, symptom = record.stage, record.symptom
-    if judged.nondeterministic:
-        status, stage, symptom = R.NONDETERMINISTIC, R.Stage.EAGER, R.Symptom.NONDETERMINISM
-        record.diagnosis = f"two eager runs differ ({', '.join(judged.nondeterministic[:5])}): no verdict on compiled"
-    elif judged.failing:
-        status = R.FAIL
-        if was != R.FAIL:
-            stage, symptom, record.diagnosis = R.Stage.COMPARE, R.Symptom.DIVERGENCE, None
-    elif was == R.FAIL and record.symptom == R.Symptom.RECOMPILED:
-        status = R.FAIL  # a failure no value decided (--dynamic strict): the case's process stands
-    else:
-        status, stage, symptom, record.diagnosis = R.PASS, None, None, None
-        record.reproduced = record.diverged_runs = None
-    if record.failed_sizes is not None:
-        record.failed_sizes = [
-            n
-            for n in (1, 2)
-            if any(
-                not o.passed
-                for o in record.outputs
-                if (o.name.endswith(f"@size{n}") if n > 1 else "@size" not in o.name)
-            )
-        ]
-    found = record.first_divergent_kernel
-    if status != R.FAIL:
-        record.first_divergent_kernel, record.culprit_found = None, None
-    elif found is not None and found.answer == R.Answer.NONE:
-        record.first_divergent_kernel = R.Localization(
-            answer=R.Answer.UNLOCALIZED,
-            diverged=True,
-            reason="not localized: the case's own process judged this run passing",
-        )
-        record.culprit_found = False if record.culprit else None
-    differing = sorted(name for name in ours.keys() | theirs.keys() if ours.get(name) != theirs.get(name))
-    shown = ", ".join(differing[:5]) or "eager's repeat"
-    record.warnings.append(
-        f"the verdict was computed again apart from the case's code, from the values its process sent: {status}, "
-        f"where the case's process said {was} ({shown}); its own judging was changed (a patched comparison, "
-        "tolerance or builtin), so the judge's verdict stands"
-    )
-    record.conclude(status, stage, symptom)

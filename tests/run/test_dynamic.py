@@ -190,6 +190,13 @@ def test_a_recompilation_whose_values_pass_is_a_pass_naming_the_guard():
     assert any("compiled again (guard failed: " in w and "--dynamic strict" in w for w in record.warnings)
 
 
+def test_the_guard_is_named_when_an_earlier_run_in_the_process_recompiled_too():
+    """Dynamo's compile ids start again after every reset: an earlier run's "0/1" must not hide this one's."""
+    for _ in range(2):
+        record = run_case(BRANCH, torch.float32, "inference", DYNAMIC)
+        assert record.recompiled and len(record.recompile_reasons) == 1, record.summary()
+
+
 def test_dynamic_strict_fails_a_recompilation_and_says_so_in_the_command():
     strict = RunConfig(dynamic=True, dynamic_strict=True)
     record = run_case(BRANCH, torch.float32, "inference", strict)

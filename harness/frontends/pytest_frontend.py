@@ -18,58 +18,23 @@ from typing import Any, Iterator
 import pytest
 
 from harness import records as R
+from harness.records.run_config import RunConfig
 
 RECORDS_KEY = pytest.StashKey[list]()
 RUN_CONFIG_KEY = pytest.StashKey[Any]()
-EXPECTATIONS_KEY = pytest.StashKey[Any]()  # harness.run.expectations.Expectations
+EXPECTATIONS_KEY = pytest.StashKey[Any]()  # harness.judge.known_failures.Expectations
 RUNNER_KEY = pytest.StashKey[Any]()
 CASE_ROOTS_KEY = pytest.StashKey[list]()
 JOURNAL_KEY = pytest.StashKey[Any]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from harness.frontends.options import RUN_OPTIONS, SELECTION_OPTIONS, add_to_pytest
+    from harness.frontends.options import PROCESS_OPTIONS, RUN_OPTIONS, SELECTION_OPTIONS, add_to_pytest
 
     group = parser.getgroup("harness", "torch.compile accuracy harness")
-    add_to_pytest(group, RUN_OPTIONS + SELECTION_OPTIONS)
+    add_to_pytest(group, RUN_OPTIONS + SELECTION_OPTIONS + PROCESS_OPTIONS)
     group.addoption("--harness-json", default=None, metavar="PATH", help="write the case results here")
     group.addoption("--harness-report", default=None, metavar="DIR", help="write results.json and index.html here")
-    group.addoption(
-        "--harness-timeout",
-        type=_seconds,
-        default=None,
-        metavar="SECONDS",
-        help="seconds one case may run in its worker process (default: 300, or 1800 for a case tagged model or "
-        "of size full)",
-    )
-    group.addoption(
-        "--harness-shipped-cases",
-        action="store_true",
-        help="also collect the cases shipped with the harness (an installed package's harness_cases)",
-    )
-    group.addoption(
-        "--harness-isolation",
-        choices=("case", "module"),
-        default="case",
-        help="a fresh process for every case run (case, the default), or one for consecutive runs of "
-        "one case module (module)",
-    )
-    group.addoption(
-        "--harness-no-isolation",
-        action="store_true",
-        help="run cases in the pytest process itself (for a debugger; a crash then ends the session)",
-    )
-
-
-def _seconds(text: str) -> float:
-    import argparse
-
-    from harness.frontends.options import parse_positive
-
-    try:
-        return parse_positive(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -84,7 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
         session_run_config(config)
 
 
-def session_run_config(config: pytest.Config) -> Any:
+def session_run_config(config: pytest.Config) -> RunConfig:
     """The session's run configuration, made and checked (device, compiler backend, torch) on first need."""
     if RUN_CONFIG_KEY not in config.stash:
         from harness import torch_import
@@ -100,7 +65,7 @@ def session_run_config(config: pytest.Config) -> Any:
 
 
 # The plugin's own options besides the run and selection options.
-_PLUGIN_OPTIONS = ("harness_json", "harness_report", "harness_timeout", "harness_shipped_cases", "harness_no_isolation")
+_PLUGIN_OPTIONS = ("harness_json", "harness_report", "harness_timeout", "harness_no_isolation")
 
 
 def _in_play(config: pytest.Config) -> bool:
@@ -108,7 +73,7 @@ def _in_play(config: pytest.Config) -> bool:
     from harness.frontends.options import RUN_OPTIONS, SELECTION_OPTIONS
 
     for option in RUN_OPTIONS + SELECTION_OPTIONS:
-        if option.pytest and config.getoption(option.dest) not in (None, False, [], option.default):
+        if option.pytest and config.getoption(option.dest_in_pytest) not in (None, False, [], option.default):
             return True
     if any(config.getoption(name) not in (None, False) for name in _PLUGIN_OPTIONS):
         return True
@@ -134,7 +99,7 @@ def _check_torch_version(config: pytest.Config) -> None:
         config.issue_config_time_warning(pytest.PytestConfigWarning(message), stacklevel=2)
 
 
-def _check_device(run_config: Any) -> None:
+def _check_device(run_config: RunConfig) -> None:
     """A device asked for and absent fails the session, as in the CLI: a misconfigured GPU/NPU runner must not
     go green with every case skipped. So does a compiler backend that does not load as asked (loaded here, in
     this process, before any case: what a case restores is then the backend's own state)."""
@@ -165,7 +130,7 @@ def _collect_case_paths(config: pytest.Config) -> None:
             named.append(path)
 
 
-def _run_config(config: pytest.Config) -> Any:
+def _run_config(config: pytest.Config) -> RunConfig:
     """The options table's values, checked as the CLI checks them; a bad one is a usage error."""
     import argparse
 
@@ -308,14 +273,19 @@ class CaseItem(pytest.Item):
         self.case, self.dtype, self.mode = case, dtype, mode
 
     def runtest(self) -> None:
-        from harness.layout import dtype_name
-        from harness.run.config import new_record
+        from harness.run.case import not_run
 
         config = self.config
         run_config = session_run_config(config)
         if self.case.size == "full" and not config.getoption("full"):
-            record = new_record(self.case, self.dtype, self.mode, run_config)
-            record.conclude(R.SKIP, reason="full-size case: run with --harness-full (GPU/NPU nightly)")
+            record = not_run(
+                self.case,
+                self.dtype,
+                self.mode,
+                run_config,
+                None,
+                skipped="full-size case: run with --harness-full (GPU/NPU nightly)",
+            )
         else:
             record = _runner(config).run(self.case, self.dtype, self.mode)
         _keep(config, record)
@@ -480,7 +450,7 @@ def _crash_record(config: pytest.Config, nodeid: str, text: str) -> R.CaseResult
     import torch
 
     from harness.layout import dtype_named
-    from harness.run.config import new_record
+    from harness.run.case import not_run
 
     match = re.match(r"(?P<path>[^:]+)::(?P<case>[^\[]+)\[(?P<dtype>[^-\]]+)-(?P<mode>[^-\]]+)", nodeid)
     if match is None:
@@ -492,7 +462,12 @@ def _crash_record(config: pytest.Config, nodeid: str, text: str) -> R.CaseResult
     except ValueError:
         dtype = torch.float32
     placeholder = Case(name=match["case"], build=lambda d: Program(lambda: None))
-    record = new_record(placeholder, dtype, match["mode"], session_run_config(config))
-    record.conclude(R.ERROR, R.Stage.WORKER, R.Symptom.CRASH)
-    record.error = R.ErrorInfo("WorkerCrash", "the pytest worker running this case died", text[-2000:])
-    return record
+    return not_run(
+        placeholder,
+        dtype,
+        match["mode"],
+        session_run_config(config),
+        R.Stage.WORKER,
+        error=R.ErrorInfo("WorkerCrash", "the pytest worker running this case died", text[-2000:]),
+        symptom=R.Symptom.CRASH,
+    )

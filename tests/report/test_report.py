@@ -29,7 +29,7 @@ from harness.report.baseline import diff_against_baseline
 from harness.report.svg import error_histogram_svg, mismatch_map_svg
 from harness.report.view import highlight_source, marked_arguments
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHROMIUM = "/usr/bin/chromium"
 EMULATION = "ascend-910b-fp16-accum"
 HOSTILE_CASE = "<script>alert(1)</script>"

@@ -15,7 +15,7 @@ from harness.registry import Case, CaseSource, Program, Registry, load_registry
 from harness.report.summary import console_lines, summarize
 from harness.registry.selection import keyword_asks, wanted
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OP_DB_MODULE = "torch.testing._internal.common_methods_invocations"
 needs_expecttest = pytest.mark.skipif(
     __import__("importlib").util.find_spec("expecttest") is None, reason="needs expecttest: pip install -e '.[opinfo]'"

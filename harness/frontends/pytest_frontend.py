@@ -64,7 +64,7 @@ def session_run_config(config: pytest.Config) -> RunConfig:
     return config.stash[RUN_CONFIG_KEY]
 
 
-# The plugin's own options besides the run and selection options.
+# Options besides the run and selection options whose being given puts the harness in play.
 _PLUGIN_OPTIONS = ("harness_json", "harness_report", "harness_timeout", "harness_no_isolation")
 
 

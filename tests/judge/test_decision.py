@@ -187,3 +187,22 @@ def test_an_overruled_pass_takes_back_the_case_processs_analyses():
         None,
     )
     assert record.first_divergent_kernel is None and record.reason is None
+
+
+def test_an_overruled_failure_the_case_process_saw_too_keeps_its_diagnosis():
+    record = R.CaseResult(
+        case="relu_mlp",
+        device="cpu",
+        backend="inductor",
+        dtype="float32",
+        mode="training",
+        status=None,
+        versions={"torch": "2.13.0+cpu"},
+        diagnosis="run-to-run",
+        reproduced=False,
+    )
+    record.facts = compared(failing=["a"], run_to_run=True, judged=JudgedValues(["a", "b"], [], ["b"]))
+    conclude(record, record.facts)
+    assert (record.status, record.symptom, record.verdict_source) == (R.FAIL, "run-to-run", OVERRULED)
+    assert record.diagnosis == "run-to-run"
+    assert "where the case's process said fail (b)" in record.warnings[-1]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness import records as R
-from harness.judge.known_failures import Expectation, KnownFailure, KnownIssue
+from harness.judge.known_failures import FILTERS, Expectation, KnownFailure, KnownIssue
 from harness.records.facts import RunFacts
 
 # `CaseResult.verdict_source`: who decided the status that stands.
@@ -70,17 +70,8 @@ class RunWords:
         )
 
     def filters(self, symptom: str | None) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "backend": self.backend,
-            "npu_backend": self.npu_backend,
-            "dtype": self.dtype,
-            "mode": self.mode,
-            "emulation": self.emulation,
-            "torch": self.torch,
-            "torch_npu": self.torch_npu,
-            "symptom": symptom,
-        }
+        """The values a `KnownFailure`'s filters (`FILTERS`) match: this run's, and the verdict's symptom."""
+        return {name: symptom if name == "symptom" else getattr(self, name) for name in FILTERS}
 
 
 @dataclass(frozen=True)

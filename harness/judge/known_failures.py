@@ -108,7 +108,8 @@ def torch_version_matches(version: str, spec: str) -> bool:
     return True
 
 
-_FILTERS = {f.name for f in fields(KnownFailure)} - {"reason", "strict"}
+# What a run is matched by: every field of a declared failure but its reason and strictness.
+FILTERS = {f.name for f in fields(KnownFailure)} - {"reason", "strict"}
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ def load_known_issues(path: str) -> list[KnownIssue]:
             raise ValueError(f"{path}: issue {number}: must be text (in quotes): {', '.join(wrong)}")
         if entry.get("status") not in (None, "fail", "error"):
             raise ValueError(f"{path}: issue {number}: status must be \"fail\" or \"error\", not {entry['status']!r}")
-        unknown = sorted(set(entry) - _FILTERS - {"case", "link", "reason", "status", "strict"})
+        unknown = sorted(set(entry) - FILTERS - {"case", "link", "reason", "status", "strict"})
         if missing or unknown:
             raise ValueError(
                 f"{path}: issue {number}: "
@@ -170,7 +171,7 @@ def load_known_issues(path: str) -> list[KnownIssue]:
                     + ([f"unknown keys {', '.join(unknown)}"] if unknown else [])
                 )
             )
-        filters = {k: v for k, v in entry.items() if k in _FILTERS}
+        filters = {k: v for k, v in entry.items() if k in FILTERS}
         failure = KnownFailure(entry.get("reason", "known issue"), **filters, strict=entry.get("strict", True))
         issues.append(KnownIssue(entry["case"], entry["link"], failure, entry.get("status")))
     return issues

@@ -9,7 +9,8 @@ not a decomposition becomes a fallback (`lowering.py` `_register_npu_inductor_fa
 Inductor does not know to alias the clone. The `copy_` that functionalization and reinplacing write into that view
 then mutates a buffer no output reads, and Inductor drops it: the compiled program returns the clone without the
 update. Seen in torch_npu 2.13.0 and 2.14.0; the `default` backend, upstream Inductor and the surrogate's other
-modes compute it right. docs/found/torch_npu_as_strided_update_dropped.md has the repro and the lines.
+modes compute it right. docs/found/torch_npu_as_strided_update_dropped.md has the repro and the lines. The same
+for `aten.diagonal`, found by the OpInfo sweep (linalg_householder_product and diag in training).
 
 An in-place foreach update fails to compile (`torch._foreach_add_`, as every optimizer's foreach step writes):
 the same loop makes `aten._foreach_add_.List` a fallback, which returns nothing, while Inductor's reinplacing
@@ -17,6 +18,10 @@ the same loop makes `aten._foreach_add_.List` a fallback, which returns nothing,
 its results, which only Inductor's own foreach lowering (a list of the updated inputs) can answer:
 `AssertionError: <built-in function getitem> is not an OpOverload`. Longformer's training step under
 torch_npu's backend stops there. docs/found/torch_npu_foreach_inplace_fallback.md.
+
+A multi-axis reduction over static dims split across the cores names an undefined `r0_2numel`: the split axis is
+picked from the looped (not symbolic) node, whose length is never a kernel argument. The kernel does not compile.
+docs/found/torch_npu_rsplit_undefined_numel.md.
 """
 
 import torch
@@ -49,6 +54,31 @@ def found_torch_npu_as_strided_update_dropped(dtype):
     return Program(add_into_window, [contiguous((16,)), contiguous((2, 3))])
 
 
+def add_to_diagonal(x, update):
+    y = x.clone()
+    y.diagonal().add_(update)
+    return y
+
+
+@case(
+    tags=("found", "torch_npu", "inplace", "diagonal"),
+    dtypes=(torch.float32,),
+    modes=("inference",),
+    issue=ISSUE,
+    known_failures=(
+        KnownFailure(
+            "torch_npu's triton_experimental makes aten.diagonal a fallback (not in GENERATE_LIST): an in-place update "
+            "through the view is dropped, as through as_strided",
+            npu_backend="triton_experimental",
+            torch_npu=">=2.13.0,<=2.14.0",
+        ),
+    ),
+)
+def found_torch_npu_diagonal_update_dropped(dtype):
+    """add_ into the diagonal of a clone (16 elements, 4 updated): the compiled result lacks the update."""
+    return Program(add_to_diagonal, [contiguous((4, 4)), contiguous((4,))])
+
+
 FOREACH_ISSUE = "docs/found/torch_npu_foreach_inplace_fallback.md (found by this harness, on the CPU surrogate)"
 FOREACH_REASON = (
     "torch_npu's triton_experimental makes aten._foreach_add_.List a fallback (not in GENERATE_LIST), which returns "
@@ -71,3 +101,51 @@ def foreach_step(a, b, grad_a, grad_b):
 def found_torch_npu_foreach_inplace_fallback(dtype):
     """torch._foreach_add_ over two tensors, then their sums: the compile fails under torch_npu's backend."""
     return Program(foreach_step, [contiguous((8,)), contiguous((8,)), contiguous((8,)), contiguous((8,))])
+
+
+UNDEFINED_NUMEL_ISSUE = "docs/found/torch_npu_rsplit_undefined_numel.md (found by this harness, on the CPU surrogate)"
+UNDEFINED_NUMEL_REASON = (
+    "torch_npu's triton_experimental splits a static multi-axis reduction across the cores along a looped axis "
+    "(r0_2) and bounds each core's share by r0_2numel, a name the kernel never defines: the kernel does not compile"
+)
+
+
+def sum_over_first_and_last(x):
+    return x.sum(dim=(0, 2))
+
+
+@case(
+    tags=("found", "torch_npu", "reduction", "rsplit"),
+    dtypes=(torch.float32,),
+    modes=("inference",),
+    issue=UNDEFINED_NUMEL_ISSUE,
+    # 2.13.0 and 2.14.0 ship the same triton_experimental; 2.13.0rc1 has no split-axis choice (no such name).
+    known_failures=(
+        KnownFailure(UNDEFINED_NUMEL_REASON, npu_backend="triton_experimental", torch_npu=">2.13.0rc1,<=2.14.0"),
+    ),
+)
+def found_torch_npu_rsplit_undefined_numel(dtype):
+    """x.sum(dim=(0, 2)) on a (64, 4, 32) input: the rsplit partial kernel names an undefined r0_2numel."""
+    return Program(sum_over_first_and_last, [contiguous((64, 4, 32))])
+
+
+OVERREAD_ISSUE = "docs/found/torch_npu_select_lane_overread.md (found by this harness, on the CPU surrogate)"
+
+
+@case(
+    tags=("found", "torch_npu", "matmul", "out-of-bounds"),
+    dtypes=(torch.float32,),
+    modes=("inference",),
+    issue=OVERREAD_ISSUE,
+    known_failures=(
+        KnownFailure(
+            "torch_npu's triton_experimental select-lane rewrite masks a widened load without the column's offset: "
+            "the last block reads past the end of the matrix (the surrogate's memory checker stops it)",
+            npu_backend="triton_experimental",
+            torch_npu=">=2.13.0,<=2.14.0",
+        ),
+    ),
+)
+def found_torch_npu_select_lane_overread(dtype):
+    """torch.mv of a (5, 4) matrix: column j's widened load reads j elements past the matrix's end."""
+    return Program(torch.mv, [contiguous((5, 4)), contiguous((4,))])

@@ -130,9 +130,10 @@ KNOWN_FAILURES = (
         OpFailure(
             op,
             UNREPORTED_SPLIT,
+            # No device: AOT autograd's, whatever the device (the surrogate NPU's runs fail the same way, in
+            # both torch_npu backends and the surrogate's own modes); CUDA's torch 2.11 is not declared.
             KnownFailure(
                 f"input gradient of {op} outputs of an overlapping input ({UNREPORTED_SPLIT})",
-                device="cpu",
                 mode="training",
                 torch="2.13",
             ),
@@ -277,6 +278,70 @@ KNOWN_FAILURES = (
             strict=False,
         ),
         layouts=("broadcast",),
+    ),
+)
+
+# torch_npu's own compiler (the surrogate NPU's torch_npu mode, torch-npu 2.13.0 to 2.14.0, `triton_experimental`):
+# what the OpInfo ci sample through it showed, each confirmed in torch_npu's source (docs/npu.md, the sweep's table).
+TORCH_NPU = ">=2.13.0,<=2.14.0"
+SEED_NARROWING = (
+    "torch_npu Inductor (triton_experimental) report, seed 000: the launcher narrows int64 arguments with "
+    "Tensor.to() (npu_triton_heuristics.py, _wrap_launcher_with_downcast)"
+)
+VIEW_UPDATE_DROPPED = "docs/found/torch_npu_as_strided_update_dropped.md (found by this harness, on the CPU surrogate)"
+KNOWN_FAILURES += (
+    # Seed 000's bug in other ops: an int64 input that is not dense, narrowed by the launcher to a dense copy the
+    # kernel still addresses with its compile-time strides (each answered so by --bisect, on that argument).
+    *(
+        OpFailure(
+            op,
+            SEED_NARROWING,
+            KnownFailure(
+                f"{op} of a non-dense int64 input: torch_npu's launcher narrows it with Tensor.to() to a dense copy "
+                "the kernel addresses with the input's strides (seed 000)",
+                npu_backend="triton_experimental",
+                torch_npu=TORCH_NPU,
+                dtype="int64",
+            ),
+            layouts=layouts,
+        )
+        for op, layouts in (("ge", ("overlapping",)), ("dot", ("gapped",)), ("nansum", ("gapped",)))
+    ),
+    # An update through `aten.diagonal`, which triton_experimental lowers as a fallback, is dropped: both backward
+    # programs write into a diagonal view.
+    *(
+        OpFailure(
+            op,
+            VIEW_UPDATE_DROPPED,
+            KnownFailure(
+                f"{op}'s backward writes through aten.diagonal, a fallback in torch_npu's triton_experimental: the "
+                "update is dropped",
+                npu_backend="triton_experimental",
+                torch_npu=TORCH_NPU,
+                mode="training",
+            ),
+            layouts=("permuted",),
+        )
+        for op in ("linalg.householder_product", "diag")
+    ),
+)
+
+OVERREAD = "docs/found/torch_npu_select_lane_overread.md (found by this harness, on the CPU surrogate)"
+KNOWN_FAILURES += (
+    # The select-lane rewrite's widened load: its mask leaves the row's base out, and the last block reads past the
+    # input's end (`in_ptr0 + (2 + 520 * x2 + 4 * x0offset + _es_slane0)` under
+    # `(4*x0offset + _es_slane0) < 4*x0numel`).
+    OpFailure(
+        "grid_sampler_2d",
+        OVERREAD,
+        KnownFailure(
+            "grid_sampler_2d of a gapped input: torch_npu's select-lane load reads past its input's end (the "
+            "surrogate's memory checker stops it)",
+            npu_backend="triton_experimental",
+            torch_npu=TORCH_NPU,
+            dtype="bfloat16",
+        ),
+        layouts=("gapped",),
     ),
 )
 

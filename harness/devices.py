@@ -227,7 +227,11 @@ class Npu(Device):
         except ImportError as exc:
             if "torch_npu" in str(exc) and "No module" in str(exc):
                 return "torch_npu is not installed: pip install -e '.[npu]' on a machine with Ascend's CANN runtime"
-            return f"torch_npu failed to import ({exc}); source CANN's set_env.sh so its runtime libraries are found"
+            if "shared object" in str(exc) or ".so" in str(exc):  # CANN's runtime libraries not found
+                return f"torch_npu failed to import ({exc}); source CANN's set_env.sh so its libraries are found"
+            return f"torch_npu failed to import: {exc}"
+        except Exception as exc:  # noqa: BLE001 - whatever its import raises is one line, not a traceback
+            return f"torch_npu failed to import: {type(exc).__name__}: {exc}"
         if (clash := _two_tritons()) is not None:
             return clash
         if not torch.npu.is_available():  # type: ignore[attr-defined]

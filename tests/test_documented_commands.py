@@ -113,6 +113,12 @@ RULES = [
         timeout=1200,
     ),
     Rule(
+        r"NPU_SURROGATE_CODEGEN=torch_npu .*run --tag opinfo --device npu --workers 2$",
+        "nightly",
+        "torch_npu's own compiler through the OpInfo ci sample, every failure declared (5 min on two cores)",
+        timeout=1800,
+    ),
+    Rule(
         r"install_torch_npu.py( --version [\d.]+)?\) NPU_SURROGATE_CODEGEN=torch_npu .*--json torch_npu_2\.1[34]\.json",
         "nightly",
         "downloads a torch-npu release, then runs the found bugs and seed 000 through its backend (60 s)",

@@ -467,6 +467,7 @@ def _module_source(module: Any) -> str:
 
 def _dispatch_fallback(info: KernelInfo, args: tuple, kwargs: dict) -> Any:
     """A fallback call: a launch with its arguments flattened (lists of tensors too) and roles from the schema."""
+    args, kwargs = _ops_unproxied(args), dict(zip(kwargs, _ops_unproxied(tuple(kwargs.values()))))
     handler = _state.handler
     info.launched += 1
     if handler is None:
@@ -706,8 +707,18 @@ class _OpProxy:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._info is None:
+            args, kwargs = _ops_unproxied(args), dict(zip(kwargs, _ops_unproxied(tuple(kwargs.values()))))
             return self._op(*args, **kwargs)
         return _dispatch_fallback(self._info, args, kwargs)
+
+
+def _ops_unproxied(values: tuple) -> tuple:
+    """An op the wrapper passes as an argument (`with_effects(token, torch.ops.aten._linalg_check_errors.default,
+    ...)`), as itself: the proxy only observes calls, and a higher-order op checks its argument's type."""
+    return tuple(
+        value._op if isinstance(value, _OpProxy) else value._target if isinstance(value, _OpPacketProxy) else value
+        for value in values
+    )
 
 
 def _dispatch(info: KernelInfo, invoke: Callable[..., Any], args: tuple, kwargs: dict, autotunes: bool = False) -> Any:

@@ -64,6 +64,9 @@ def load(asked: str | None) -> LoadedBackend:
     `default` asked for while the variable names another backend is a mismatch too. Idempotent: torch_npu
     loads again only when another name is asked for.
     """
+    # A compile reaches torch_npu's loader from Inductor's `compile_fx`, imported by then; a loader may rely on it
+    # (2.13.0rc1's `_inductor/utils.py` assigns `torch._inductor.compile_fx.has_triton` without importing it).
+    importlib.import_module("torch._inductor.compile_fx")
     registry_module = _registry_module()
     if not selects_backends():  # one backend, loaded once (by its registry, or by importing it)
         with warnings.catch_warnings(record=True) as said:

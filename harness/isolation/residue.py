@@ -120,12 +120,24 @@ def snapshot() -> Snapshot:
 
 
 def replaced_functions(before: Snapshot) -> list[str]:
-    """torch's functions that are no longer the objects they were (replaced or deleted)."""
+    """torch's functions that are no longer the objects they were (replaced or deleted), but for those the NPU's
+    compiler package replaced with its own as its backend loaded (torch_npu 2.13.0rc1 puts its
+    `npu_scaled_dot_product_attention` in `torch.nn.functional` at its first compile, in the case's process)."""
     found = []
     for name, functions in before.functions.items():
         now = vars(_namespace(name))
-        found += [f"{name}.{key}" for key, ident in functions.items() if key not in now or id(now[key]) != ident]
+        found += [
+            f"{name}.{key}"
+            for key, ident in functions.items()
+            if key not in now or (id(now[key]) != ident and not _defined_by_the_npu_compiler(now[key]))
+        ]
     return found
+
+
+def _defined_by_the_npu_compiler(value: Any) -> bool:
+    folders = tuple(os.path.abspath(p) + os.sep for p in getattr(sys.modules.get("torch_npu"), "__path__", ()))
+    code = getattr(value, "__code__", None)
+    return bool(folders) and code is not None and os.path.abspath(code.co_filename).startswith(folders)
 
 
 def foreign_threads(before: Snapshot) -> list[threading.Thread]:

@@ -124,15 +124,21 @@ def main() -> int:
         compile_caches.use_worker_caches(setup["worker_root"], stored=setup["headers_stored"])
     if getattr(config, "device", "") == "cpu":  # Inductor's CPU ISA probe, before the first case's clock starts
         pick_cpu_vec_isa()
+    warmed = False
     if setup.get("isolation") == "case" and config.backend == "inductor" and _compiles_keep_forks_usable(config):
         from harness.devices import get_device
 
         # Every case process is forked from here: its first compile's set-up is done once.
         warm_compiler(get_device(config.device).compile_options(config))
+        warmed = True
     if setup.get("worker_root"):
-        if setup["headers_stored"]:
+        if setup["headers_stored"] and warmed:
             compile_caches.store_headers()
-        setup["header_stamps"] = compile_caches.header_stamps()
+        # A case process uses the worker's header only where the worker's own compile used it: Inductor remembers
+        # the header per process (`_precompile_header` is cached), so a forked case never takes its lock, in a
+        # folder it may not write. A worker that compiled nothing (the torch_npu mode) gives its cases none, even
+        # where it copied headers in from the store: each case builds its own.
+        setup["header_stamps"] = compile_caches.header_stamps() if warmed else {}
     gc.collect()
     gc.freeze()
 

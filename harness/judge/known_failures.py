@@ -81,27 +81,40 @@ class KnownFailure:
 
 def torch_version_matches(version: str, spec: str) -> bool:
     """Whether a torch (or torch_npu) version (`2.13.0+cpu`) is in `spec`: `>=2.11,<2.14`, `==2.13.0`, or a
-    prefix `2.13`. A surrogate's own version (`+surrogate`) is no release: it matches nothing."""
-    from torch.torch_version import TorchVersion
+    prefix `2.13`. A surrogate's own version (`+surrogate`) is no release: it matches nothing, nor does a version
+    that is not one (a checkout's "unknown").
+
+    A range is about the code a build ships, so a release's pre-releases and dev builds (`2.13.0rc1`,
+    `2.13.0.rc1`, `2.13.0.dev0+g1a2b3c`) count as that release: `>=2.13.0` takes them in and `<2.13.0` leaves
+    them out, where PEP 440 alone sorts them before 2.13.0. A bound that names a pre-release (`>2.13.0rc1`: a
+    bug 2.13.0rc1 does not have) compares exactly. A local label (`+cpu`) is ignored in a comparison."""
+    from torch._vendor.packaging.version import InvalidVersion, Version
 
     if version.endswith("+surrogate"):
         return False
-    current = TorchVersion(version)
+    try:
+        current = Version(version)
+    except InvalidVersion:
+        return False
+    release = [str(part) for part in current.release]
+    public = Version(".".join(release)) if current.is_prerelease else Version(current.public)
     for clause in (c.strip() for c in spec.split(",") if c.strip()):
         operator_text = re.match(r"^(>=|<=|==|!=|>|<)?", clause).group(1)
-        bound = clause[len(operator_text or "") :].strip()
+        bound_text = clause[len(operator_text or "") :].strip()
         if not operator_text:
-            release = current.split("+")[0].split(".")
-            if release[: len(bound.split("."))] != bound.split("."):
+            if release[: len(bound_text.split("."))] != bound_text.split("."):
                 return False
             continue
+        bound = Version(bound_text)
+        # A bound that names a pre-release itself (`>2.13.0rc1`) is compared with the build's exact version.
+        left = Version(current.public) if bound.is_prerelease else public
         checks = {
-            ">=": current >= bound,
-            "<=": current <= bound,
-            ">": current > bound,
-            "<": current < bound,
-            "==": current == bound,
-            "!=": current != bound,
+            ">=": left >= bound,
+            "<=": left <= bound,
+            ">": left > bound,
+            "<": left < bound,
+            "==": left == bound,
+            "!=": left != bound,
         }
         if not checks[operator_text]:
             return False

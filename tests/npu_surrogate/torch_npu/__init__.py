@@ -61,7 +61,10 @@ from . import _device  # noqa: E402  (registers the device and torch.npu)
 
 _device.register()
 if _WHEEL:
-    _wheel_backend.install(sys.modules[__name__])  # torch_npu's own compiler side, from the wheel
+    try:
+        _wheel_backend.install(sys.modules[__name__])  # torch_npu's own compiler side, from the wheel
+    except Exception as exc:  # noqa: BLE001 - a release whose Python the surrogate cannot load: one line, why
+        raise _wheel_backend.WheelUnloadable(__version__, _WHEEL, exc) from exc
     _triton_codegen.install_shims(device_interface=False)  # torch_npu registers its own
     _wheel_backend.install_launch_shims()
 else:

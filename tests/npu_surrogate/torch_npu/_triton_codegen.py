@@ -23,6 +23,10 @@ Needs triton-ascend (3.2.0: `pip install --no-deps triton-ascend pybind11 'numpy
    overlapping view (the seed's `as_strided`) is dense, and writes back element by element (162 of 192
    elements wrong on the seed). The device's memory is host memory, so it gets CPU tensors over the very
    same bytes instead (same storage, offset and strides), and nothing is copied back.
+8. The interpreter loads and stores through raw addresses: one past a buffer's end corrupts the host heap, and the
+   process dies later, nothing named. Every unmasked lane's address is checked against the launch's buffers
+   first (`_memory_check.py`): a kernel that reads or writes outside them stops with `OutOfBounds`, naming itself,
+   the argument and the offset.
 
 A process runs one mode: the C++ mode's registration (`host_codegen`, which makes Inductor treat "npu" nodes as
 CPU nodes) never runs in this one.
@@ -36,6 +40,8 @@ import os
 import re
 import sys
 import textwrap
+
+from . import _memory_check
 
 MODE_VARIABLE = "NPU_SURROGATE_CODEGEN"
 TRITON = "triton"
@@ -83,6 +89,10 @@ def install_shims(device_interface: bool = True) -> None:
     interpreter.GridExecutor._init_args_hst = _init_args_hst  # 7
     interpreter.GridExecutor._restore_args_dev = _restore_args_dev
     interpreter.InterpretedFunction.src = property(_source)  # 5
+    from . import _interpreter_speed
+
+    _interpreter_speed.install()  # (faster, the same results: its own docstring)
+    _memory_check.install(interpreter)  # 8
 
     from torch._inductor.runtime import triton_helpers
 
@@ -196,13 +206,23 @@ def _all_ones(interpreter):
 
 
 def _init_args_hst(self, args_dev, kwargs):
-    return (
+    host = (
         [_host_alias(a) if hasattr(a, "data_ptr") else a for a in args_dev],
         {k: _host_alias(v) if hasattr(v, "data_ptr") else v for k, v in kwargs.items()},
     )
+    # The buffers this launch may read and write: each tensor argument's storage (the memory checker's bounds).
+    named = [*zip(self.arg_names, host[0]), *host[1].items()]
+    buffers = []
+    for name, tensor in named:
+        if hasattr(tensor, "untyped_storage"):
+            storage = tensor.untyped_storage()
+            buffers.append((name, storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+    _memory_check.launch_began(getattr(self.fn, "__name__", "a kernel"), buffers)
+    return host
 
 
 def _restore_args_dev(self, args_dev, args_hst, kwargs, kwargs_hst):
+    _memory_check.launch_ended()
     # Kernels wrote the device's own bytes; only a CPU argument (never an alias) is copied back.
     for device_arg, host_arg in [*zip(args_dev, args_hst), *((kwargs[k], kwargs_hst[k]) for k in kwargs)]:
         if hasattr(device_arg, "data_ptr") and device_arg.device.type != "npu" and device_arg is not host_arg:

@@ -66,13 +66,14 @@ STAND_INS = (
     ("torch.npu.are_compatible_impl_enabled", "True: eager ops are the CPU's, torch's semantics (compatible mode)"),
     ("torch.version.cann", f"{CANN_VERSION!r}, what torch_npu's import sets without CANN"),
     ("npu:: schemas", "from the wheel's csrc/aten yaml; kernels for npu_dtype_cast only"),
-    ("triton.language.extra.cann.extension", "absent from triton-ascend 3.2.0; extract_slice raises"),
+    ("triton.language.extra.cann.extension", "absent from triton-ascend 3.2.0; extract_slice in numpy, as MLIR's"),
     ("triton.compile", "an interpreted kernel gets InterpretedBinary, launched by torch_npu's own make_launcher"),
     ("NPUCachingAutotuner._precompile_worker", "the first config only: the interpreter has no timings"),
     ("InterpretedFunction.constexprs", "what JITFunction has and the autotuner reads"),
     ("GridExecutor.__call__", "a config's keywords the kernel does not declare are dropped, as a compile does"),
     ("libdevice of npu_triton_helpers and runtime.triton_helpers", "as the Triton mode's shim 3: tl.math, numpy"),
     ("TORCH_WARM_POOL=0", "no compile-worker pool at import: the harness's worker forks case processes"),
+    ("torch.utils._triton, imported", "2.13.0rc1's patch_has_triton assigns into it without importing it"),
 )
 
 
@@ -83,8 +84,24 @@ class WheelMissing(ImportError):
     pass
 
 
+class WheelUnloadable(ImportError):
+    """torch_npu's Python from a wheel or checkout that the surrogate cannot load: the release, and where it
+    stopped (the innermost frame in the wheel's folder), in one line."""
+
+    def __init__(self, version: str, folder: str, error: BaseException):
+        import traceback
+
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename.startswith(folder)]
+        where = f" at {os.path.relpath(frames[-1].filename, folder)}:{frames[-1].lineno}" if frames else ""
+        super().__init__(
+            f"torch_npu {version}'s Python ({folder}) does not load on the surrogate{where}: "
+            f"{type(error).__name__}: {error}"
+        )
+
+
 class CannExtensionMissing(NotImplementedError):
-    """A triton-ascend CANN extension a kernel calls (`extract_slice`): not in triton-ascend 3.2.0."""
+    """A triton-ascend CANN extension a kernel calls that triton-ascend 3.2.0 lacks and the surrogate has no numpy
+    form of (`extract_slice` has one: `extract_slice` below)."""
 
 
 def wanted() -> bool:
@@ -151,6 +168,9 @@ def install(torch_npu) -> None:
     _stand_in_cann_extension()
     dynamo = importlib.import_module("torch_npu.utils._dynamo")
     if hasattr(dynamo, "patch_has_triton"):  # (2.12.0 on; before, torch_npu patched it elsewhere)
+        # 2.13.0rc1's patch assigns `torch.utils._triton.has_triton` without importing that module (2.14.0's imports
+        # it first): the surrogate imports it.
+        importlib.import_module("torch.utils._triton")
         dynamo.patch_has_triton()
     else:
         import torch.utils._triton as torch_triton
@@ -402,6 +422,39 @@ def _define_npu_schemas(torch, folder: str) -> None:
             library.impl(op, lambda self, dtype: self.to(dtype), "CompositeExplicitAutograd")
 
 
+def extract_slice(ful, offsets, sizes, strides, _builder=None, _generator=None):
+    """triton-ascend's CANN `extract_slice`, which its compiler lowers to MLIR's `tensor.extract_slice`
+    (`triton_patch/language/semantic.py`: a result of shape `sizes`, the rank of `ful`): element i of the result is
+    `ful[offset + i * stride]` along each dim. The interpreter has no `create_extract_slice`: numpy indexes the
+    tile here. torch_npu's codegen writes it to take one lane back out of a tile loaded with an extra lane axis."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    def number(value) -> int:
+        value = getattr(value, "value", value)  # a constexpr
+        if isinstance(value, tl.core.tensor):
+            return int(np.asarray(value.handle.data).reshape(-1)[0])
+        return int(value)
+
+    offsets, sizes, strides = ([number(v) for v in values] for values in (offsets, sizes, strides))
+    data = ful.handle.data
+    if not len(offsets) == len(sizes) == len(strides) == data.ndim:
+        raise ValueError(f"extract_slice of a rank-{data.ndim} tile with offsets {offsets}, sizes {sizes}")
+    # Along a dim where the tile has one element (a load broadcast there), every index takes that element: torch_npu
+    # slices such tiles (isin's `extract_slice(_es_sfull0, [0, 0], [real_block_x1, real_block_x0], [1, 2])` of a
+    # [1, 2 * real_block_x0] load), which only a broadcast gives a meaning to.
+    picked = data[
+        np.ix_(
+            *(
+                o + np.arange(n) * s if d > 1 else np.zeros(n, int)
+                for o, n, s, d in zip(offsets, sizes, strides, data.shape)
+            )
+        )
+    ]
+    return tl.core.tensor(TensorHandle(picked, ful.dtype.scalar), tl.block_type(ful.dtype.scalar, sizes))
+
+
 def _stand_in_cann_extension() -> None:
     """`triton.language.extra.cann` (5 above): triton-ascend 3.2.0 has its libdevice as `extra.ascend`, and no
     `extension` module."""
@@ -412,9 +465,6 @@ def _stand_in_cann_extension() -> None:
 
     cann = types.ModuleType("triton.language.extra.cann")
     extension = types.ModuleType("triton.language.extra.cann.extension")
-
-    def extract_slice(*args, **kwargs):
-        raise CannExtensionMissing("triton.language.extra.cann.extension.extract_slice is not in triton-ascend 3.2.0")
 
     extension.extract_slice = extract_slice
     cann.extension, cann.libdevice = extension, libdevice

@@ -114,7 +114,11 @@ at::Tensor host_alias(const at::Tensor& tensor) {
                     at::DataPtr(storage.mutable_data(), at::Device(at::kCPU)), nullptr, false);
   at::Tensor alias = at::detail::empty_cpu({0}, tensor.scalar_type(), std::nullopt, std::nullopt, std::nullopt,
                                            std::nullopt);
-  return at::cpu::set_(alias, host, tensor.storage_offset(), tensor.sizes(), tensor.strides());
+  at::cpu::set_(alias, host, tensor.storage_offset(), tensor.sizes(), tensor.strides());
+  // A lazily conjugated or negated view (fft's conj results) stays one: its bits are the tensor's, not the memory's.
+  alias._set_conj(tensor.is_conj());
+  alias._set_neg(tensor.is_neg());
+  return alias;
 }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool) {
@@ -320,6 +324,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>()); }
+
+// A copy from a lazily conjugated (or negated) tensor reaches `_copy_from` with the bit set; the Conjugate key's
+// fallback would materialize it with clone, whose copy_ calls `_copy_from` again, without end (fft's conj results
+// killed the process). `copy_from` copies through host aliases that keep the bits, as the CPU's copy_ reads them.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) { m.impl("_copy_from", torch::CppFunction::makeFallthrough()); }
+TORCH_LIBRARY_IMPL(aten, Negative, m) { m.impl("_copy_from", torch::CppFunction::makeFallthrough()); }
 
 TORCH_LIBRARY(npu_surrogate, m) {
   m.def("memory_allocated() -> int", &memory_allocated);

@@ -8,7 +8,7 @@ reduction loops: hundreds to a few thousand elements per reduction.
 
 import torch
 
-from harness import Program, case, contiguous, permuted
+from harness import KnownFailure, Program, case, contiguous, permuted
 
 
 HALF_AND_FLOAT = (torch.bfloat16, torch.float16, torch.float32)
@@ -60,7 +60,23 @@ def variance_permuted(x):
     return x.var(dim=(1, 2)), x.std(dim=0)
 
 
-@case(tags=("correct", "reduction", "var", "permuted", "bf16", "fp16"), dtypes=HALF_AND_FLOAT, modes=BOTH_MODES)
+@case(
+    tags=("correct", "reduction", "var", "permuted", "bf16", "fp16"),
+    dtypes=HALF_AND_FLOAT,
+    modes=BOTH_MODES,
+    # The backward's mean over (dims 1, 2) is split across the cores along a looped static node (r0_1) whose
+    # `r0_1numel` the kernel never defines, as found_torch_npu_rsplit_undefined_numel's r0_2numel.
+    known_failures=(
+        KnownFailure(
+            "torch_npu's triton_experimental splits a static multi-axis reduction across the cores along a looped "
+            "axis and bounds each core's share by a <node>numel it never defines "
+            "(docs/found/torch_npu_rsplit_undefined_numel.md)",
+            npu_backend="triton_experimental",
+            torch_npu=">2.13.0rc1,<=2.14.0",
+            mode="training",
+        ),
+    ),
+)
 def correct_var_permuted(dtype):
     """var over two dims and std over one dim of a permuted input."""
     return Program(variance_permuted, [permuted((40, 24, 64), (1, 2, 0), requires_grad=True)])

@@ -22,6 +22,9 @@ torch_npu's backend stops there. docs/found/torch_npu_foreach_inplace_fallback.m
 A multi-axis reduction over static dims split across the cores names an undefined `r0_2numel`: the split axis is
 picked from the looped (not symbolic) node, whose length is never a kernel argument. The kernel does not compile.
 docs/found/torch_npu_rsplit_undefined_numel.md.
+
+The select-lane rewrite loads a widened tile under a mask that leaves the column's offset out: the last block reads
+past the input's end (the surrogate's memory checker stops it). docs/found/torch_npu_select_lane_overread.md.
 """
 
 import torch

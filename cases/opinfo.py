@@ -6,8 +6,9 @@ and tagged `opinfo`, the op's name and the layout. `--tag opinfo` runs the
 `ci` sample (about 200 runs, one case per op); with `--full`, the whole sweep.
 Needs the `expecttest` package: `pip install -e '.[opinfo]'`.
 
-`KNOWN_FAILURES` below: what fails on CPU (the ci sample and the full sweep) and
-what CUDA shards of the full sweep showed, each with its upstream issue.
+`KNOWN_FAILURES` below: what fails on CPU (the ci sample and the full sweep),
+what CUDA shards of the full sweep showed, and what the ci sample showed through
+torch_npu's own compiler (the surrogate NPU), each with its issue.
 `ROUNDING` below: the ops whose differences were decided to be rounding, and why.
 """
 

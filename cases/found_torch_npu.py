@@ -25,6 +25,15 @@ docs/found/torch_npu_rsplit_undefined_numel.md.
 
 The select-lane rewrite loads a widened tile under a mask that leaves the column's offset out: the last block reads
 past the input's end (the surrogate's memory checker stops it). docs/found/torch_npu_select_lane_overread.md.
+
+A pointwise kernel linearized into several axes has its reduction-dim fixup rewrite every `, 0)` on a line that
+mentions `triton_helpers.`: a masked load's non-negative index clamp `tl.maximum(index, 0)` becomes
+`tl.maximum(index, <rank - 1>)`, so the first elements read the wrong one (`slice_scatter` with start 1, step 2,
+as `x[1::2]`'s backward writes). docs/found/torch_npu_index_clamp_rewritten.md.
+
+A multi-axis reduction whose reduction nodes are tiled (each node a vector tile of R0_BLOCK's share) masks a load
+by the innermost node's mask only: a load indexed by an outer node alone carries no reduction mask, and the last
+tile reads past the input's end (the memory checker stops it). docs/found/torch_npu_reduction_tile_overread.md.
 """
 
 import torch
@@ -152,3 +161,57 @@ OVERREAD_ISSUE = "docs/found/torch_npu_select_lane_overread.md (found by this ha
 def found_torch_npu_select_lane_overread(dtype):
     """torch.mv of a (5, 4) matrix: column j's widened load reads j elements past the matrix's end."""
     return Program(torch.mv, [contiguous((5, 4)), contiguous((4,))])
+
+
+CLAMP_ISSUE = "docs/found/torch_npu_index_clamp_rewritten.md (found by this harness, on the CPU surrogate)"
+CLAMP_REASON = (
+    "torch_npu's triton_experimental linearizes a pointwise kernel into several axes and its reduction-dim fixup "
+    "rewrites ', 0)' on any line naming triton_helpers: a masked load's index clamp tl.maximum(index, 0) becomes "
+    "tl.maximum(index, rank - 1) and the first elements read the wrong one"
+)
+# 2.13.0 and 2.14.0 emit the clamp (codegen/triton.py line 3734); 2.13.0rc1 emits none, and computes it right.
+INDEX_CLAMP_REWRITTEN = KnownFailure(CLAMP_REASON, npu_backend="triton_experimental", torch_npu=">2.13.0rc1,<=2.14.0")
+
+
+def scatter_into_odd_rows(base, src):
+    return torch.slice_scatter(base, src, dim=0, start=1, step=2)  # what x[1::2]'s backward writes
+
+
+@case(
+    tags=("found", "torch_npu", "slice_scatter", "index"),
+    dtypes=(torch.float32,),
+    modes=("inference",),
+    issue=CLAMP_ISSUE,
+    known_failures=(INDEX_CLAMP_REWRITTEN,),
+)
+def found_torch_npu_index_clamp_rewritten(dtype):
+    """slice_scatter of a (4, 16) source into rows 1, 3, 5, 7 of an (8, 16) base: element [1, 0] reads src[0, 1]."""
+    return Program(scatter_into_odd_rows, [contiguous((8, 16)), contiguous((4, 16))])
+
+
+TILE_OVERREAD_ISSUE = "docs/found/torch_npu_reduction_tile_overread.md (found by this harness, on the CPU surrogate)"
+TILE_OVERREAD_REASON = (
+    "torch_npu's triton_experimental tiles each node of a multi-axis reduction but masks a load only by the "
+    "innermost node's mask: a load indexed by another node carries no reduction mask and its last tile reads past "
+    "the input's end (the surrogate's memory checker stops it)"
+)
+# 2.13.0 and 2.14.0 tile the reduction's nodes this way; 2.13.0rc1 does not, and reads in bounds.
+REDUCTION_TILE_OVERREAD = KnownFailure(
+    TILE_OVERREAD_REASON, npu_backend="triton_experimental", torch_npu=">2.13.0rc1,<=2.14.0"
+)
+
+
+def sum_of_broadcast_product(a, b):
+    return (a.unsqueeze(1) * b).sum(dim=(0, 1))  # a is indexed by the outer reduction node alone
+
+
+@case(
+    tags=("found", "torch_npu", "reduction", "out-of-bounds"),
+    dtypes=(torch.float32,),
+    modes=("inference",),
+    issue=TILE_OVERREAD_ISSUE,
+    known_failures=(REDUCTION_TILE_OVERREAD,),
+)
+def found_torch_npu_reduction_tile_overread(dtype):
+    """(a[:, None] * b).sum(dim=(0, 1)), a (32, 256), b (32, 3, 256): a's load reads past its end."""
+    return Program(sum_of_broadcast_product, [contiguous((32, 256)), contiguous((32, 3, 256))])

@@ -128,6 +128,11 @@ class Device:
         says (a CPU-backed surrogate); None for the device itself."""
         return None
 
+    def checks_memory(self) -> bool:
+        """Whether a kernel's loads and stores outside its buffers are stopped where they happen (a surrogate's memory
+        checker), rather than reading or writing memory no buffer owns."""
+        return False
+
     def command_prefix(self) -> str:
         """What a copy-paste reproduction needs before `python -m harness` to find this device's packages."""
         return ""
@@ -292,6 +297,10 @@ class Npu(Device):
             return getattr(importlib.import_module("torch_npu"), "SURROGATE", None)
         except Exception:  # noqa: BLE001 - not importable here (unavailable_reason says why): not a stand-in
             return None
+
+    def checks_memory(self) -> bool:
+        # A stand-in that checks says so (`torch_npu.MEMORY_CHECKED`); torch_npu proper has no such attribute.
+        return self.surrogate() is not None and bool(getattr(sys.modules.get("torch_npu"), "MEMORY_CHECKED", False))
 
     def compiles_keep_forks_usable(self) -> bool:
         # torch_npu's runtime may start as its backend loads, and its default backend starts a pool of compile

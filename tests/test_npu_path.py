@@ -796,16 +796,28 @@ def test_the_bugs_found_in_torch_npu_fail_through_its_backend_and_nowhere_else(
         "found_torch_npu_rsplit_undefined_numel",
         "found_torch_npu_diagonal_update_dropped",
         "found_torch_npu_select_lane_overread",
+        "found_torch_npu_index_clamp_rewritten",
+        "found_torch_npu_reduction_tile_overread",
     }
     undefined = records["found_torch_npu_rsplit_undefined_numel"]
     assert undefined["status"] == "xfail" and "name 'r0_2numel' is not defined" in undefined["error"]["message"]
     diagonal = records["found_torch_npu_diagonal_update_dropped"]
     assert diagonal["status"] == "xfail" and diagonal["outputs"][0]["bad"] == 4  # the 4 diagonal elements
-    overread = records["found_torch_npu_select_lane_overread"]
-    assert (
-        overread["status"] == "xfail"
-        and "OutOfBounds('triton_unk_fused_mv_0: a load from" in overread["error"]["message"]
-    )
+    # The memory checker's stops: failures (declared) that name the kernel and the load, not errors.
+    for name, kernel, load in (
+        ("found_torch_npu_select_lane_overread", "triton_unk_fused_mv_0", "_es_sfull1 = tl.load(in_ptr0 + (1 + "),
+        ("found_torch_npu_reduction_tile_overread", "triton_unk_fused_mul_sum_unsqueeze_0", "tmp0 = tl.load(in_ptr0 "),
+    ):
+        record = records[name]
+        assert (record["status"], record["symptom"], record["error"]) == ("xfail", "out-of-bounds", None), record
+        answer = record["first_divergent_kernel"]
+        assert (answer["answer"], answer["name"]) == ("kernel", kernel) and answer["source"].startswith(load), answer
+        assert "a load from a 4-byte element at byte offset" in answer["isolated"]
+    # The clamp rewritten to tl.maximum(index, 1): element [1, 0] reads src[0, 1], in the kernel that writes it.
+    clamp = records["found_torch_npu_index_clamp_rewritten"]
+    assert clamp["status"] == "xfail" and (clamp["outputs"][0]["bad"], clamp["outputs"][0]["numel"]) == (1, 128)
+    assert clamp["first_divergent_kernel"]["answer"] == "kernel", clamp["first_divergent_kernel"]
+    assert clamp["first_divergent_kernel"]["isolated"].startswith("kernel is wrong")
     rsplit, dropped = (
         records["found_torch_npu_rsplit_unused_core_range"],
         records["found_torch_npu_as_strided_update_dropped"],
@@ -1043,3 +1055,36 @@ def test_a_torch_npu_the_surrogate_cannot_load_is_one_line_naming_where_it_stopp
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stdout + result.stderr
     (line,) = [text for text in result.stderr.splitlines() if text.startswith("error:")]
     assert "torch_npu 9.9.0's Python" in line and "at torch_npu/utils/_dynamo.py:3: AttributeError" in line, line
+
+
+@pytest.mark.parametrize("mode", ["triton_surrogate", "torch_npu_surrogate"])
+def test_a_kernel_that_stores_past_its_buffer_fails_naming_the_kernel_and_the_buffer(request, mode, tmp_path):
+    # The kernel's written arguments handed one element into buffers of their size: its last store lands past the
+    # end. The interpreter wrote the host heap there, and the case's process died later (SIGSEGV, SIGABRT) with no
+    # kernel named; the memory checker stops the store, and the run fails with its answer.
+    env = request.getfixturevalue(mode)
+    result = run_harness(
+        env,
+        "run",
+        "correct_stepped_slices",
+        "--dtype",
+        "float32",
+        "--mode",
+        "inference",
+        "--device",
+        "npu",
+        "--inject",
+        "fault-store-past-end@0",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    (record,) = records_of(tmp_path / "r.json").values()
+    assert (record["status"], record["stage"], record["symptom"]) == ("fail", "compile", "out-of-bounds"), record
+    found = record["first_divergent_kernel"]
+    assert found["answer"] == "kernel" and record["injection_stats"]["hits"] == [f"0:{found['name']}"], found
+    said = found["isolated"]
+    assert said.startswith("kernel is wrong: the device's memory checker stopped it at a store to a 4-byte element")
+    assert "bytes: 4 bytes past its end (`tl.store(" in said and found["source"].startswith("tl.store("), said
+    assert record["diagnosis"].startswith(found["name"]) and record["error"] is None
+    assert "localize:" not in result.stdout  # the answer is the checker's: nothing is left to localize

@@ -8,7 +8,7 @@ fuses and reorders them; the results are as accurate as eager's.
 import torch
 from torch import nn
 
-from harness import Program, case, contiguous, permuted
+from harness import KnownFailure, Program, case, contiguous, permuted
 
 
 HALF_AND_FLOAT = (torch.bfloat16, torch.float16, torch.float32)
@@ -30,7 +30,23 @@ def layer_norm_two_dims(x, weight, bias):
     return nn.functional.layer_norm(x, (32, 48), weight, bias, eps=1e-6)
 
 
-@case(tags=("correct", "norm", "layer_norm", "permuted", "bf16", "fp16"), dtypes=HALF_AND_FLOAT, modes=BOTH_MODES)
+@case(
+    tags=("correct", "norm", "layer_norm", "permuted", "bf16", "fp16"),
+    dtypes=HALF_AND_FLOAT,
+    modes=BOTH_MODES,
+    # torch_npu's own backend (found_torch_npu_reduction_tile_overread): the float32 backward's reduction over
+    # (32, 48) loads the saved input by r0_2 + 48*x0 + 768*r0_3 with x0mask alone, past its end.
+    known_failures=(
+        KnownFailure(
+            "torch_npu's triton_experimental masks a load of a tiled multi-axis reduction by no reduction mask: "
+            "the last tile reads past the input's end (docs/found/torch_npu_reduction_tile_overread.md)",
+            npu_backend="triton_experimental",
+            torch_npu=">2.13.0rc1,<=2.14.0",
+            mode="training",
+            dtype="float32",
+        ),
+    ),
+)
 def correct_layer_norm_two_dims_permuted(dtype):
     """Functional layer norm over the last two dims (1536 elements) of a permuted input; weight and bias are inputs."""
     return Program(
@@ -83,7 +99,22 @@ def correct_rmsnorm_upcast(dtype):
     return Program(RMSNormUpcast(2048).to(dtype), [contiguous((2, 64, 2048), requires_grad=True)])
 
 
-@case(tags=("correct", "norm", "group_norm", "bf16", "fp16"), dtypes=HALF_AND_FLOAT, modes=BOTH_MODES)
+@case(
+    tags=("correct", "norm", "group_norm", "bf16", "fp16"),
+    dtypes=HALF_AND_FLOAT,
+    modes=BOTH_MODES,
+    # torch_npu's own backend (found_torch_npu_select_lane_overread): the backward loads the weight's columns
+    # 1-3 of each group as widened tiles whose mask leaves the column out, one to three elements past its end.
+    known_failures=(
+        KnownFailure(
+            "torch_npu's triton_experimental select-lane rewrite masks a widened load without the column's offset: "
+            "the last block reads past the weight's end (docs/found/torch_npu_select_lane_overread.md)",
+            npu_backend="triton_experimental",
+            torch_npu=">=2.13.0,<=2.14.0",
+            mode="training",
+        ),
+    ),
+)
 def correct_group_norm(dtype):
     """nn.GroupNorm, 8 groups of 4 channels x 16x16 (1024 elements per group), affine."""
     torch.manual_seed(0)

@@ -9,10 +9,19 @@ cat's buffer); the values are exactly eager's up to summation order.
 
 import torch
 
-from harness import Program, case, contiguous, gapped, permuted
+from harness import KnownFailure, Program, case, contiguous, gapped, permuted
 
 FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 BOTH_MODES = ("inference", "training")
+
+# torch_npu's own backend, in training (found_torch_npu_reduction_tile_overread, cases/found_torch_npu.py).
+REDUCTION_TILE_OVERREAD = KnownFailure(
+    "torch_npu's triton_experimental masks a load of a tiled multi-axis reduction by the innermost node's mask "
+    "only: the last tile reads past the input's end (docs/found/torch_npu_reduction_tile_overread.md)",
+    npu_backend="triton_experimental",
+    torch_npu=">2.13.0rc1,<=2.14.0",
+    mode="training",
+)
 
 
 def transpose_narrow(x, y):
@@ -52,7 +61,13 @@ def stack_expand_reduce(a, b, row):
     return (stacked * expanded).sum(dim=(1, 2)), expanded.sum(dim=0), stacked.amax(dim=1)
 
 
-@case(tags=("correct", "views", "stack", "expand", "reduction"), dtypes=FLOATS, modes=BOTH_MODES)
+@case(
+    tags=("correct", "views", "stack", "expand", "reduction"),
+    dtypes=FLOATS,
+    modes=BOTH_MODES,
+    # The backward's sum over (32, 3) loads `a` and `b` by the outer node alone (x0 + 256*r0_2, no r0_2mask).
+    known_failures=(REDUCTION_TILE_OVERREAD,),
+)
 def correct_stack_expand_reduce(dtype):
     """stack along a new middle dim, multiply by an expanded row, reduce over (1, 2) and over the expand."""
     return Program(
@@ -84,7 +99,22 @@ def stepped_slices(x, y):
     return a.sum(dim=-1) + b[:64, :171].mean(dim=-1), x[1::2, ::2].cumsum(dim=0)
 
 
-@case(tags=("correct", "views", "slice", "step"), dtypes=FLOATS, modes=BOTH_MODES)
+@case(
+    tags=("correct", "views", "slice", "step"),
+    dtypes=FLOATS,
+    modes=BOTH_MODES,
+    # x[1::2]'s backward (a slice_scatter from row 1) clamps its load's index with tl.maximum(index, 0), which
+    # torch_npu's fixup rewrites to tl.maximum(index, 3): gradient elements [1, 0], [1, 2] and [1, 4] take [1, 6]'s.
+    known_failures=(
+        KnownFailure(
+            "torch_npu's triton_experimental rewrites a masked load's index clamp tl.maximum(index, 0) to "
+            "tl.maximum(index, rank - 1) (docs/found/torch_npu_index_clamp_rewritten.md)",
+            npu_backend="triton_experimental",
+            torch_npu=">2.13.0rc1,<=2.14.0",
+            mode="training",
+        ),
+    ),
+)
 def correct_stepped_slices(dtype):
     """slices with steps (and an offset start) of a contiguous and of a gapped input, then reductions."""
     return Program(

@@ -65,6 +65,9 @@ class Injection:
     source: str = ""
     # It acts on kernels' first launches since loading: the compiled run loads its kernels afresh first.
     first_launches: bool = False
+    # It makes kernels access memory outside their buffers: only a device whose memory checker stops them may run it
+    # (elsewhere the access would read or write memory no buffer owns).
+    needs_memory_checker: bool = False
 
 
 @dataclass
@@ -274,10 +277,33 @@ class KernelFault:
             self.stats.hits.append(f"{launch.selector}:{launch.kernel.name}")
         if self.corruption == "stride-collapse":
             return BoundaryDowncast(keep_layout=False, narrowing={})(launch)
+        if self.corruption == "store-past-end":
+            return _stores_past_end(launch)
         result = launch.run()
         for _, written in launch.written():
             CORRUPTIONS[self.corruption](written)
         return result
+
+
+def _stores_past_end(launch: Launch) -> Any:
+    """Hand each argument the launch writes as a view one element into a buffer the size of its storage: the
+    kernel's last store lands one element past the buffer's end, as in a workspace too small for what a kernel
+    stores. A device with a memory checker (the CPU surrogate's) stops the launch there; on a device without one the
+    store writes memory the buffer does not own, so this fault is for a checked device. A launch that ends has its
+    values copied back one element early."""
+    moved = []
+    for key, tensor in launch.written_args():
+        if not isinstance(key, int) or tensor.numel() == 0:
+            continue
+        elements = tensor.untyped_storage().nbytes() // tensor.element_size()
+        whole = tensor.as_strided((elements,), (1,), 0)
+        buffer = whole.clone()
+        launch.args[key] = buffer[1 + tensor.storage_offset() :]
+        moved.append((whole, buffer))
+    result = launch.run()
+    for whole, buffer in moved:
+        whole[:-1].copy_(buffer[1:])
+    return result
 
 
 class DroppedViewOffset:
@@ -327,14 +353,17 @@ def _fault(corruption: str) -> Injection:
         "zero-tail": "zeroes the second half of",
         "nan": "puts a NaN (integers: their minimum) in the first element of",
         "stride-collapse": "hands dense copies of its tensor arguments (compile-time strides kept) to",
+        "store-past-end": "hands its written arguments one element into buffers of their size (the last store lands "
+        "past the end: for a device with a memory checker, as the CPU surrogate's) to",
     }[corruption]
     return Injection(
         name=f"fault-{corruption}",
         summary=f"{described} the outputs of the selected kernel launches"
-        if corruption != "stride-collapse"
+        if corruption not in ("stride-collapse", "store-past-end")
         else f"{described} the selected kernel launches",
         make_handler=lambda selector: KernelFault(corruption, selector or ""),
         needs_selector=True,
+        needs_memory_checker=corruption == "store-past-end",
     )
 
 
@@ -353,7 +382,7 @@ INJECTIONS: dict[str, Injection] = {
         lambda _: BoundaryDowncast(keep_layout=True),
         narrows=True,
     ),
-    **{f"fault-{c}": _fault(c) for c in (*CORRUPTIONS, "stride-collapse")},
+    **{f"fault-{c}": _fault(c) for c in (*CORRUPTIONS, "stride-collapse", "store-past-end")},
     "glue-offset-dropped": Injection(
         "glue-offset-dropped",
         "emulates the wrapper handing a fallback or custom op its views (read or written) at storage offset 0",
@@ -378,11 +407,14 @@ def parse_injection(text: str) -> tuple[Injection, str | None]:
     if (
         selector
         and selector.startswith(FALLBACK_SELECTOR)
-        and not ((name.startswith("fault-") and name != "fault-stride-collapse") or name == "glue-offset-dropped")
+        and not (
+            (name.startswith("fault-") and name not in ("fault-stride-collapse", "fault-store-past-end"))
+            or name == "glue-offset-dropped"
+        )
     ):
         raise ValueError(
             f"{name} acts on generated kernels: @{selector} selects fallback calls, which only the "
-            "fault-* corruptions (not stride-collapse) take"
+            "fault-* corruptions (not stride-collapse or store-past-end) take"
         )
     return injection, selector or None
 

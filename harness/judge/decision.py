@@ -3,6 +3,7 @@ the comparisons, the retry, the judge's findings) and what it is expected to fai
 stage, symptom and reason; `conclude` writes that into the record, the one place a record's verdict is set.
 
 The rules, in the order they apply (each `Verdict` names its `rule`):
+  out-of-bounds  a compiled kernel's load or store outside its buffers, stopped by the device's memory checker: fail
   error        the run could not finish: error, at the stage it stopped, with its symptom
   untested     the run tested nothing of the compiler: skip, with why
   nondeterministic  eager's two runs differ: no verdict on compiled
@@ -104,6 +105,8 @@ def outcome(facts: RunFacts, failing: list[str] | None = None, nondeterministic:
     """The verdict the facts make before the judge and the expectation have their say (the case's process steers
     its follow-up analyses by it): from the case's process's own comparisons unless `failing` and
     `nondeterministic` (the judge's) are given."""
+    if facts.out_of_bounds is not None:  # (the checker stopped the compiled run: there is nothing to compare)
+        return Verdict(R.FAIL, R.Stage.COMPILE, R.Symptom.OUT_OF_BOUNDS, rule="out-of-bounds")
     if facts.error is not None:
         stage, symptom = facts.error
         return Verdict(R.ERROR, stage, symptom, rule="error")
@@ -143,7 +146,7 @@ def _judged(facts: RunFacts) -> Verdict:
     """The verdict from the values: the judge's where they reached it, else the case's process's (a pass it alone
     vouches for is an error)."""
     own = outcome(facts)
-    if own.rule in ("error", "untested"):
+    if own.rule in ("out-of-bounds", "error", "untested"):
         return own
     judged = facts.judged
     if judged is None and facts.unjudged is None:

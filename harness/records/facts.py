@@ -33,6 +33,9 @@ class RunFacts:
     error: list[str | None] | None = None
     # The run tested nothing of the compiler: [stage, why] (a skip).
     untested: list[str | None] | None = None
+    # A compiled kernel loaded or stored outside its buffers, and the device's memory checker stopped it there: what
+    # it said (the record's `first_divergent_kernel` names the kernel). A failure, with no values to compare.
+    out_of_bounds: str | None = None
     # Both sides ran and their results were compared (the record's `outputs`).
     compared: bool = False
     # The outputs that failed, by the case's process's own comparisons.

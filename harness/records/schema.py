@@ -103,6 +103,9 @@ class Symptom(_Named):
     # The case's process said pass, and no values it sent could be judged apart from its code (none came, or
     # none the judge could read): a pass is never taken on the case's own word.
     UNJUDGED = "unjudged"
+    # A compiled kernel loaded or stored outside the buffers its launch was given, and the device's memory checker
+    # (the CPU surrogate's) stopped it: on an NPU or a GPU the access reads or corrupts other memory unseen.
+    OUT_OF_BOUNDS = "out-of-bounds"
 
 
 class Reproduction(_Named):

@@ -26,6 +26,7 @@ from harness.run.diagnoses import say_low_precision_atomics
 from harness.run.errors import (
     CASE_RAISES,
     CaseFailure,
+    MemoryViolation,
     NoEagerReference,
     NoSecondSize,
     NothingCompiled,
@@ -158,6 +159,8 @@ def _run(
                 record.facts.tested_nothing(
                     failure.stage, f"Dynamo compiled nothing of this sample ({breaks}): no test of Inductor"
                 )
+            elif failure.stage == R.Stage.COMPILE and (violation := MemoryViolation.found_in(failure.cause)):
+                out_of_bounds(violation, record)
             else:
                 record.facts.failed(failure.stage, failure.symptom or symptom_of(failure.cause))
                 record.error = R.ErrorInfo(
@@ -184,6 +187,23 @@ def _run(
             on_verdict(record)
         _extract(captured, case, dtype, mode, config, record)
     return record
+
+
+def out_of_bounds(violation: MemoryViolation, record: R.CaseResult) -> None:
+    """The device's memory checker stopped a compiled kernel at a load or store outside its buffers: the run fails,
+    and its answer is that kernel, at that access (what the checker saw, not a replay's inference)."""
+    said = violation.said()
+    record.facts.out_of_bounds = f"{violation.kernel}: {said}"
+    record.first_divergent_kernel = R.Localization(
+        answer=R.Answer.KERNEL,
+        diverged=True,
+        name=violation.kernel,
+        kind="triton",
+        stage="inductor",
+        source=violation.line or "",
+        isolated=f"kernel is wrong: the device's memory checker stopped it at {said}",
+    )
+    record.diagnosis = f"{violation.kernel} makes {said}; the run's values were not compared"
 
 
 def _compiler_loaded(device: Device, case: Case, config: RunConfig, record: R.CaseResult) -> bool:

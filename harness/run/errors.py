@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import traceback
+from dataclasses import dataclass
 from typing import Iterator
 
 import torch
@@ -83,3 +85,42 @@ def traceback_text(exc: BaseException) -> str:
         return "".join(traceback.format_exception(exc))
     except Exception:
         return "".join(traceback.format_tb(exc.__traceback__)) + f"{type(exc).__name__}: {R.exception_text(exc)}"
+
+
+@dataclass(frozen=True)
+class MemoryViolation:
+    """A kernel's load or store outside every buffer its launch was given, as a device's memory checker reports it:
+    an exception, anywhere in the chain of causes, whose `memory_violation` attribute is a mapping of these fields
+    (the CPU surrogate's checker raises one: `tests/npu_surrogate/torch_npu/_memory_check.py`). On an NPU or a GPU
+    such an access corrupts or reads other memory without a word; where a checker stops it, the run has its answer:
+    the kernel is wrong, at this access."""
+
+    kernel: str
+    access: str  # "load from", "store to", "atomic update of"
+    argument: str  # the kernel argument whose buffer starts nearest below the address
+    offset: int  # bytes from that buffer's start
+    element_bytes: int
+    buffer_bytes: int
+    beyond: str  # "4 bytes past its end", "8 bytes before its start"
+    line: str | None = None  # the kernel's source line that made the access, where the checker knows it
+
+    @classmethod
+    def found_in(cls, exc: BaseException) -> "MemoryViolation | None":
+        seen: set[int] = set()
+        while exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            said = getattr(exc, "memory_violation", None)
+            if isinstance(said, dict):
+                try:
+                    return cls(**{f.name: said[f.name] for f in dataclasses.fields(cls) if f.name in said})
+                except TypeError:  # not the checker's fields: not an answer
+                    return None
+            exc = exc.__cause__ or exc.__context__
+        return None
+
+    def said(self) -> str:
+        at = f" (`{self.line}`)" if self.line else ""
+        return (
+            f"a {self.access} a {self.element_bytes}-byte element at byte offset {self.offset} of {self.argument}, "
+            f"a buffer of {self.buffer_bytes} bytes: {self.beyond}{at}"
+        )

@@ -287,6 +287,15 @@ def compiled_run(eager_side: EagerSide, config: RunConfig, record: R.CaseResult)
     def handler_factory() -> Any:
         return make_handler(config.inject) if config.inject else None
 
+    if config.inject and parse_injection(config.inject)[0].needs_memory_checker:
+        if not get_device(config.device).checks_memory():
+            raise CaseFailure(
+                R.Stage.COMPILE,
+                ValueError(
+                    f"{config.inject} needs a device whose memory accesses are checked (the CPU surrogate's npu in "
+                    f"its Triton or torch_npu mode): on {config.device} the store would write memory no buffer owns"
+                ),
+            )
     handler = handler_factory()
     kwargs = compile_kwargs(config, record.compile_options)
     if config.inject and parse_injection(config.inject)[0].first_launches:
@@ -295,16 +304,19 @@ def compiled_run(eager_side: EagerSide, config: RunConfig, record: R.CaseResult)
     # Lowering facts are kept beside Inductor's cache entries, so a later --bisect on a warm cache finds them.
     install_lowering_hook()
     reset_dynamo_counters()
-    with timed_stage(R.Stage.COMPILE, eager_side.timings), launches_through(handler), capture_graphs() as capture:
-        session = eager_side.compiled_session(config.backend, **kwargs)
-        results = session.run()
+    try:
+        with timed_stage(R.Stage.COMPILE, eager_side.timings), launches_through(handler), capture_graphs() as capture:
+            session = eager_side.compiled_session(config.backend, **kwargs)
+            results = session.run()
+    finally:  # (what the injection touched, also where the compiled run stopped: a memory checker's stop says which)
+        if handler is not None:
+            record.injection_stats = copy.deepcopy(handler.stats)
     record.graphs = dynamo_graph_counts()
     record.graph_break_reasons = graph_break_reasons()
     # Summation noise is allowed only where the compiled program sums (no compiled graph: allowed).
     eager_side.verdict = dataclasses.replace(eager_side.verdict, accumulated=program_accumulates(capture.called))
     eager_side.low_precision_atomics = low_precision_atomics(capture.called)
     if handler is not None:
-        record.injection_stats = copy.deepcopy(handler.stats)
         # An injection that changed nothing makes the verdict say nothing of it: a pass would read as evidence.
         if (missed := getattr(handler, "missed", lambda: None)()) is not None:
             raise CaseFailure(

@@ -228,3 +228,12 @@ def test_a_kernels_launcher_narrowing_is_read_from_its_triton_meta():
     autotuner.inductor_meta, autotuner.fn = {}, type("Fn", (), {"arg_names": ["in_ptr0", "out_ptr0", "xnumel"]})()
     info = launches._kernel_info("triton_unk_fused_0", autotuner, {}, "module.py")
     assert info.kind == "triton" and info.launcher_narrowed == {"in_ptr0": "*i64"}
+
+
+def test_a_store_past_the_end_is_refused_where_no_memory_checker_stops_it():
+    # CPU Inductor's kernels run unchecked: the store would write the heap. (On the surrogate's checked modes it is a
+    # failure naming the kernel: tests/test_npu_path.py.)
+    record = run("layout_input_contiguous", torch.float32, "fault-store-past-end@0")
+    assert record.status == R.ERROR and record.stage == "compile", record.summary()
+    assert "fault-store-past-end@0 needs a device whose memory accesses are checked" in record.error.message
+    assert "on cpu the store would write memory no buffer owns" in record.error.message

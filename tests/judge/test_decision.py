@@ -27,6 +27,12 @@ TABLE = [
     (facts(untested=[None, "needs transformers"]), (R.SKIP, None, None, "untested")),
     (facts(error=["setup", "crash"], untested=[None, "why"]), (R.ERROR, "setup", "crash", "error")),
     (compared(), (R.PASS, None, None, "pass")),
+    # A memory checker stopped a kernel: a failure with nothing compared, whether or not values reached a judge.
+    (facts(out_of_bounds="k: a store to ... past its end"), (R.FAIL, "compile", "out-of-bounds", "out-of-bounds")),
+    (
+        facts(out_of_bounds="k: a load from ...", unjudged="no values came"),
+        (R.FAIL, "compile", "out-of-bounds", "out-of-bounds"),
+    ),
     (compared(failing=["out"]), (R.FAIL, "compare", "divergence", "divergence")),
     (
         compared(failing=["out"], nondeterministic=["out"]),

@@ -50,6 +50,9 @@ SEARCH_PATH = [_WHEEL] if _WHEEL else []
 # Whether a process that compiled may still fork processes that run on the device: the surrogate's own backends
 # start no thread; torch_npu's default backend starts a pool of compile threads as it loads.
 FORKS_AFTER_COMPILE = not _WHEEL
+# Whether every load and store of a Triton kernel is checked against its launch's buffers (`_memory_check`): the
+# harness's `fault-store-past-end` runs only where it is, and a kernel stopped there is a failure naming it.
+MEMORY_CHECKED = bool(_triton_codegen.wanted() or _WHEEL) and os.environ.get("NPU_SURROGATE_MEMCHECK", "") != "0"
 
 if _triton_codegen.wanted() or _WHEEL:
     _triton_codegen.prepare_environment()

@@ -29,7 +29,12 @@ _launch = threading.local()  # .kernel (its name), .buffers [(argument, start, e
 
 
 class OutOfBounds(RuntimeError):
-    """A kernel loaded or stored outside every buffer its launch was given."""
+    """A kernel loaded or stored outside every buffer its launch was given. `memory_violation` says it in the
+    fields the harness reads (`harness.run.errors.MemoryViolation`): the run is a failure naming the kernel."""
+
+    def __init__(self, message: str, violation: dict):
+        super().__init__(message)
+        self.memory_violation = violation
 
 
 def launch_began(kernel: str, buffers: list[tuple[str, int, int]]) -> None:
@@ -92,7 +97,32 @@ def _check(access: str, addresses, mask, size: int, np) -> None:
         below = [b for b in buffers if b[1] <= address]
         name, start, end = below[-1] if below else buffers[0]
         where = f"{address + size - end} bytes past its end" if below else f"{start - address} bytes before its start"
+        violation = {
+            "kernel": _launch.kernel,
+            "access": access,
+            "argument": name,
+            "offset": address - start,
+            "element_bytes": size,
+            "buffer_bytes": end - start,
+            "beyond": where,
+            "line": _kernel_line(_launch.kernel),
+        }
         raise OutOfBounds(
             f"{_launch.kernel}: a {access} a {size}-byte element at byte offset {address - start} of {name}, "
-            f"a buffer of {end - start} bytes: {where}"
+            f"a buffer of {end - start} bytes: {where}",
+            violation,
         )
+
+
+def _kernel_line(kernel: str | None) -> str | None:
+    """The kernel's source line making the access: the interpreter runs the kernel's Python function, so its frame
+    is on the stack, at that line."""
+    import linecache
+    import sys
+
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name == kernel:
+            return linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip() or None
+        frame = frame.f_back
+    return None

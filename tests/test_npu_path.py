@@ -1057,20 +1057,36 @@ def test_a_torch_npu_the_surrogate_cannot_load_is_one_line_naming_where_it_stopp
     assert "torch_npu 9.9.0's Python" in line and "at torch_npu/utils/_dynamo.py:3: AttributeError" in line, line
 
 
+ONE_KERNEL_CASE = """
+import torch
+
+from harness import Program, case, contiguous
+
+
+def scale_and_shift(x):
+    return x * 2 + 1
+
+
+@case(tags=("mine",), dtypes=(torch.float32,))
+def one_pointwise_kernel(dtype):
+    \"\"\"One pointwise kernel writing a fresh (8, 16) output.\"\"\"
+    return Program(scale_and_shift, [contiguous((8, 16))])
+"""
+
+
 @pytest.mark.parametrize("mode", ["triton_surrogate", "torch_npu_surrogate"])
 def test_a_kernel_that_stores_past_its_buffer_fails_naming_the_kernel_and_the_buffer(request, mode, tmp_path):
     # The kernel's written arguments handed one element into buffers of their size: its last store lands past the
     # end. The interpreter wrote the host heap there, and the case's process died later (SIGSEGV, SIGABRT) with no
     # kernel named; the memory checker stops the store, and the run fails with its answer.
     env = request.getfixturevalue(mode)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "one_kernel.py").write_text(ONE_KERNEL_CASE)
     result = run_harness(
         env,
         "run",
-        "correct_stepped_slices",
-        "--dtype",
-        "float32",
-        "--mode",
-        "inference",
+        "--case-path",
+        str(tmp_path / "mine"),
         "--device",
         "npu",
         "--inject",
@@ -1084,7 +1100,10 @@ def test_a_kernel_that_stores_past_its_buffer_fails_naming_the_kernel_and_the_bu
     found = record["first_divergent_kernel"]
     assert found["answer"] == "kernel" and record["injection_stats"]["hits"] == [f"0:{found['name']}"], found
     said = found["isolated"]
-    assert said.startswith("kernel is wrong: the device's memory checker stopped it at a store to a 4-byte element")
-    assert "bytes: 4 bytes past its end (`tl.store(" in said and found["source"].startswith("tl.store("), said
+    # (8 x 16 float32: the store of element 128 lands 4 bytes past the output's 512.)
+    assert said.startswith(
+        "kernel is wrong: the device's memory checker stopped it at a store to a 4-byte element at byte offset 512 "
+    ), said
+    assert "a buffer of 512 bytes: 4 bytes past its end (`tl.store(" in said and found["source"].startswith("tl.store(")
     assert record["diagnosis"].startswith(found["name"]) and record["error"] is None
     assert "localize:" not in result.stdout  # the answer is the checker's: nothing is left to localize

@@ -286,11 +286,12 @@ class KernelFault:
 
 
 def _stores_past_end(launch: Launch) -> Any:
-    """Hand each argument the launch writes as a view one element into a buffer the size of its storage: the
-    kernel's last store lands one element past the buffer's end, as in a workspace too small for what a kernel
-    stores. A device with a memory checker (the CPU surrogate's) stops the launch there; on a device without one the
-    store writes memory the buffer does not own, so this fault is for a checked device. A launch that ends has its
-    values copied back one element early."""
+    """Hand each argument the launch writes as a view one element into a buffer the size of its storage: where the
+    argument reaches its storage's end (a kernel's own output does), the kernel's last store lands one element past
+    the buffer's end, as in a workspace too small for what a kernel stores. A device with a memory checker (the CPU
+    surrogate's) stops the launch there; on a device without one the store writes memory the buffer does not own,
+    so this fault runs on a checked device only (`compiled_run`). A launch that ends has its values copied back one
+    element early."""
     moved = []
     for key, tensor in launch.written_args():
         if not isinstance(key, int) or tensor.numel() == 0:

@@ -65,7 +65,7 @@ def stack_expand_reduce(a, b, row):
     tags=("correct", "views", "stack", "expand", "reduction"),
     dtypes=FLOATS,
     modes=BOTH_MODES,
-    # The backward's sum over (32, 3) loads `a` and `b` by the outer node alone (x0 + 256*r0_2, no r0_2mask).
+    # The backward's sum over (32, 3) loads two of its inputs by the outer node alone (x0 + 256*r0_2, no r0_2mask).
     known_failures=(REDUCTION_TILE_OVERREAD,),
 )
 def correct_stack_expand_reduce(dtype):

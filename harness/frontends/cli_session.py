@@ -255,9 +255,8 @@ def _run_with(
             )
             if record.command and (R.is_failing(record.status) or args.verbose):
                 say(f"    reproduce: {record.command}")
-            # (A run that names its kernel already, as a memory checker's stop does, has nothing left to localize.)
-            if record.status == R.FAIL and not config.bisect and record.command and not record.first_divergent_kernel:
-                say(f"    localize: {record.command} --bisect")
+            if localize := record.localize_command(config.bisect):
+                say(f"    localize: {localize}")
             if args.exitfirst and R.is_failing(record.status):
                 say("stopping at the first failing run (-x)", error=True)
                 break

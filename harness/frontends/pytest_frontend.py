@@ -305,16 +305,11 @@ class CaseItem(pytest.Item):
             if record.error is not None:
                 text += "\n" + record.error.traceback
             text += f"\n    node: {self.nodeid}"
-            if (
-                record.status == R.FAIL
-                and not session_run_config(self.config).bisect
-                and record.command
-                and not record.first_divergent_kernel  # (a memory checker's stop names its kernel already)
-            ):
+            if localize := record.localize_command(session_run_config(self.config).bisect):
                 # The CLI's command: it selects exactly this run, with the session's options, from this directory
                 # (a node id of a `--case-path` module is not found without the option, and collects the whole
                 # folder with it).
-                text += f"\n    localize: {record.command} --bisect"
+                text += f"\n    localize: {localize}"
             return text + f"\n    reproduce: {record.command}"
         return super().repr_failure(excinfo, style=style)
 

@@ -763,6 +763,13 @@ class CaseResult:
         if reason is not None:
             self.reason = reason
 
+    def localize_command(self, bisect: bool) -> str | None:
+        """The command that localizes this run, for a failing run printed without `--bisect`; None where there is
+        nothing left to localize (a memory checker's stop names its kernel already)."""
+        if self.status != Status.FAIL or bisect or not self.command or self.first_divergent_kernel is not None:
+            return None
+        return f"{self.command} --bisect"
+
     @property
     def run_id(self) -> str:
         return f"{self.case}[{self.dtype}-{self.mode}{'-dynamic' if self.dynamic else ''}]"

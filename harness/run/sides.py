@@ -287,7 +287,8 @@ def compiled_run(eager_side: EagerSide, config: RunConfig, record: R.CaseResult)
     def handler_factory() -> Any:
         return make_handler(config.inject) if config.inject else None
 
-    if config.inject and parse_injection(config.inject)[0].needs_memory_checker:
+    injection = parse_injection(config.inject)[0] if config.inject else None
+    if injection is not None and injection.needs_memory_checker:
         if not get_device(config.device).checks_memory():
             raise CaseFailure(
                 R.Stage.COMPILE,
@@ -298,7 +299,7 @@ def compiled_run(eager_side: EagerSide, config: RunConfig, record: R.CaseResult)
             )
     handler = handler_factory()
     kwargs = compile_kwargs(config, record.compile_options)
-    if config.inject and parse_injection(config.inject)[0].first_launches:
+    if injection is not None and injection.first_launches:
         # Its kernels' launches here must be their first, whatever this process compiled before.
         load_kernels_afresh()
     # Lowering facts are kept beside Inductor's cache entries, so a later --bisect on a warm cache finds them.

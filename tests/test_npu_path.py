@@ -664,7 +664,9 @@ def test_torch_npus_own_launcher_reproduces_the_seed_with_no_emulation(torch_npu
     assert found["answer"] == "kernel" and found["name"].startswith("triton_unk_fused_"), found  # torch_npu's naming
     assert found["isolated"].startswith(
         "launcher narrowing is wrong, not the kernel's code: the kernel's own launcher narrows in_ptr0 (int64, "
-        "size (12, 4, 768, 64) stride (98304, 16384, 64, 1), not dense) with Tensor.to()"
+        "size (12, 4, 768, 64) stride (98304, 16384, 64, 1), not dense) with Tensor.to(), which gives a non-dense "
+        "tensor a dense copy the kernel still addresses with its compile-time strides (replayed so, the launch "
+        "gives what it gave)"
     ), found["isolated"]
     for record in (wide, narrow):
         assert record["surrogate"] == TORCH_NPU_LABEL and record["device_name"] == TORCH_NPU_LABEL
@@ -690,6 +692,90 @@ def test_torch_npus_own_launcher_reproduces_the_seed_with_no_emulation(torch_npu
     assert again.returncode == 0, again.stdout + again.stderr
     (repeated,) = records_of(tmp_path / "again.json").values()
     assert repeated["outputs"][0]["bad"] == out["bad"] and repeated["surrogate"] == TORCH_NPU_LABEL
+
+
+LAUNCHER_FAULT_CASES = """
+import importlib
+import inspect
+
+import torch
+
+from harness import Program, case, contiguous
+
+
+def launcher_with(line, instead):
+    \"\"\"torch_npu's own `_wrap_launcher_with_downcast` with one line changed, in this case's process alone.\"\"\"
+    heuristics = importlib.import_module("torch_npu._inductor.triton_experimental.npu_triton_heuristics")
+    source = inspect.getsource(heuristics._wrap_launcher_with_downcast)
+    assert source.count(line) == 1, f"torch_npu's launcher has no line {line!r}"
+    exec(compile(source.replace(line, instead), heuristics.__file__, "exec"), heuristics.__dict__)
+
+
+def mm_then_scale(a, b):
+    return torch.mm(a, b) * 3 + 1
+
+
+@case(dtypes=(torch.int64,))
+def in_out_unfilled(dtype):
+    \"\"\"The pointwise kernel updates the mm's result in place (in_out_ptr0); its narrowed copy is left unfilled.\"\"\"
+    launcher_with("preserve_input = is_in_out or is_mutated", "preserve_input = False")
+    spec = dict(dtype=dtype, fill="randint", low=-5, high=5)
+    return Program(mm_then_scale, [contiguous((4, 4), **spec), contiguous((4, 4), **spec)])
+
+
+def add_into(x, y):
+    x.add_(y)
+    return x * 2
+
+
+@case(dtypes=(torch.int64,))
+def mutated_not_written_back(dtype):
+    \"\"\"The kernel stores the input it mutates (out_ptr2); the narrowed copies of mutated arguments are not
+    written back.\"\"\"
+    launcher_with("writebacks.append((a, tmp, src_dtype))", "preserve_input or writebacks.append((a, tmp, src_dtype))")
+    spec = dict(dtype=dtype, fill="randint", low=-5, high=5)
+    return Program(add_into, [contiguous((8,), **spec), contiguous((8,), **spec)])
+"""
+
+
+def test_the_launchers_answer_names_the_argument_and_what_a_replay_showed_it_did(torch_npu_surrogate, tmp_path):
+    # Programs torch_npu 2.14.0's launcher narrows right, each with one line of that launcher changed. The answer
+    # came from the first replay that matched: both were given seed 000's sentence (a non-dense tensor's dense
+    # copy) for dense tensors, or "kernel is wrong". Each mechanism is now replayed alone, and the one that gives
+    # what the launch gave is named.
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "launcher_faults.py").write_text(LAUNCHER_FAULT_CASES)
+    result = run_harness(
+        torch_npu_surrogate,
+        "run",
+        "--case-path",
+        str(tmp_path / "mine"),
+        "--device",
+        "npu",
+        "--bisect",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    records = records_of(tmp_path / "r.json")
+    said = {
+        name: records[(name, "int64", "inference")]["first_divergent_kernel"]
+        for name in ("in_out_unfilled", "mutated_not_written_back")
+    }
+    for found in said.values():
+        assert found["answer"] == "kernel" and found["isolated"].startswith(
+            "launcher narrowing is wrong, not the kernel's code: the kernel's own launcher "
+        ), found
+        assert "dense" not in found["isolated"] and "(each of these" not in found["isolated"], found["isolated"]
+    assert said["in_out_unfilled"]["isolated"].startswith(
+        "launcher narrowing is wrong, not the kernel's code: the kernel's own launcher hands in_out_ptr0 (int64, "
+        "size (4, 4) stride (4, 1)) to the kernel as a narrowed copy it does not fill from the argument, and the "
+        "kernel reads that copy's state (replayed so, the launch gives what it gave)"
+    ), said["in_out_unfilled"]["isolated"]
+    assert said["mutated_not_written_back"]["isolated"].startswith(
+        "launcher narrowing is wrong, not the kernel's code: the kernel's own launcher does not write the narrowed "
+        "copy of out_ptr2 (int64, size (8,) stride (1,)) back after the launch, so what the kernel wrote there is lost"
+    ), said["mutated_not_written_back"]["isolated"]
 
 
 def test_correct_programs_blame_nothing_under_torch_npus_backend(torch_npu_surrogate, tmp_path):

@@ -15,8 +15,9 @@ by the same verdict policy:
 - matching otherwise: its inputs were already off, and it amplified that.
 
 A kernel wrong on eager values whose own launcher narrows 64-bit arguments (torch_npu's `downcast_args`) is
-replayed once more with those arguments narrowed keeping their layout: matching then, the launcher's narrowing
-is what diverges, not the kernel's code (seed 000 on torch_npu's own backend).
+replayed with the harness doing that narrowing, right and then wrong in one way at a time (`launcher.py`):
+matching eager when narrowed right, the launcher is what diverges, not the kernel's code, and the answer names
+the mechanism a replay reproduced (seed 000 on torch_npu's own backend: a non-dense argument's dense copy).
 
 An argument updated in place (`in_out_ptr`) whose state before the launch
 has no eager twin starts from what the launch left there. Most such kernels
@@ -37,8 +38,8 @@ from harness.judge.compare import VerdictPolicy
 from harness.judge.results import same_values
 from harness.inductor_compat import Launch
 from harness.inductor_compat.launches import ROLE_INOUT
-from harness.inductor_compat.torch_npu_backend import LAUNCHER_NARROWING, narrowed_keeping_layout
 from harness.layout import clone_exact, is_non_overlapping_and_dense, overlap
+from harness.probe.launcher import launcher_answer
 from harness.probe.regions import Region, RegionMap
 from harness.probe.node_values import GraphValues
 
@@ -120,7 +121,21 @@ def replay(
             continue
         _put(args, kwargs, key, fresh)
     outputs, unknown_priors = [], []
+    # One tensor handed at several written positions (torch_npu passes a mutated input as an in_ptr it marks
+    # mutated and again as the out_ptr it stores to) is one fresh tensor too: two, the replay would keep what
+    # the kernel stored apart from what the launch read and wrote back.
+    fresh_of: dict[tuple, torch.Tensor] = {}
     for key, tensor in launch.written_args():
+        same = (
+            tensor.untyped_storage().data_ptr(),
+            tensor.storage_offset(),
+            tuple(tensor.shape),
+            tuple(tensor.stride()),
+            tensor.dtype,
+        )
+        if same in fresh_of:
+            _put(args, kwargs, key, fresh_of[same])
+            continue
         written = regions.written(launch, tensor)
         prior = regions.read(launch, tensor)
         fresh = _filled(tensor, prior.eager(values) if prior.mapped else None)
@@ -132,6 +147,7 @@ def replay(
         if name in zero:
             fresh.zero_()
         _put(args, kwargs, key, fresh)
+        fresh_of[same] = fresh
         outputs.append((name, written, fresh))
     try:
         run(dataclasses.replace(launch, args=args, kwargs=kwargs, caller_locals={}, replay=True))
@@ -188,7 +204,12 @@ def isolate(
             group,
         )
     if still_wrong:
-        narrowing = _launcher_narrowing_diverges(launch, regions, values, verdict, run, recomputed)
+        narrowing = launcher_answer(
+            launch,
+            run,
+            lambda through: replay(launch, regions, values, through, recomputed),
+            lambda replayed: _still_wrong(replayed.outputs, values, verdict),
+        )
         if narrowing is not None:
             return Isolation(WRONG, f"{narrowing}; on {on} the launch diverges ({', '.join(still_wrong)})", group)
         return Isolation(WRONG, f"kernel is wrong: on {on} it still diverges ({', '.join(still_wrong)})", group)
@@ -237,53 +258,6 @@ def _still_wrong(
         if not comparison.passed:
             wrong.append(f"{name} bad={comparison.bad}/{comparison.numel}")
     return wrong
-
-
-def _launcher_narrowing_diverges(
-    launch: Launch,
-    regions: RegionMap,
-    values: GraphValues,
-    verdict: VerdictPolicy,
-    run: Callable[[Launch], Any],
-    recomputed: Recomputed | None,
-) -> str | None:
-    """For a kernel whose own launcher narrows 64-bit arguments (torch_npu's `downcast_args`), wrong on eager
-    values of its inputs: the same replay with those arguments narrowed keeping their layout. Matching eager
-    then, the kernel's code is right and the launcher's narrowing is what diverges (seed 000 on torch_npu's own
-    backend); the sentence saying so, None otherwise."""
-    kernel = launch.kernel
-    if not kernel.launcher_narrowed:
-        return None
-    narrowed = []
-    for key, tensor in launch.tensor_args():
-        name = kernel.arg_name(key) if isinstance(key, int) else None
-        types = LAUNCHER_NARROWING.get(kernel.launcher_narrowed.get(name or "", ""))
-        if types is not None and str(tensor.dtype).removeprefix("torch.") == types[0]:
-            narrowed.append((name, tensor))
-    if not narrowed:
-        return None
-
-    def run_narrowed_keeping_layout(replayed: Launch) -> Any:
-        args, write_backs = narrowed_keeping_layout(replayed.args, kernel.launcher_narrowed, kernel.arg_names)
-        result = run(dataclasses.replace(replayed, args=args))
-        for wide, narrow in write_backs:
-            wide.copy_(narrow.to(wide.dtype))
-        return result
-
-    again = replay(launch, regions, values, run_narrowed_keeping_layout, recomputed)
-    if again.error is not None or _still_wrong(again.outputs, values, verdict):
-        return None
-    collapsed = [(name, t) for name, t in narrowed if not is_non_overlapping_and_dense(t)] or narrowed
-    described = ", ".join(
-        f"{name} ({str(t.dtype).removeprefix('torch.')}, size {tuple(t.shape)} stride {tuple(t.stride())}"
-        f"{'' if is_non_overlapping_and_dense(t) else ', not dense'})"
-        for name, t in collapsed
-    )
-    return (
-        f"launcher narrowing is wrong, not the kernel's code: the kernel's own launcher narrows {described} "
-        "with Tensor.to(), which gives a non-dense tensor a dense copy the kernel still addresses with its "
-        "compile-time strides; narrowed keeping its layout, the kernel matches eager"
-    )
 
 
 def _reads_state_of(

@@ -18,7 +18,11 @@ earlier cleanup changed the graph (a copy removed, so that a pattern then
 matches) passes with either one off, and halving stops at whichever half it
 tries first. Of the passes whose absence alone makes the run pass, the one
 whose change touches the nodes that diverge is the culprit; the others
-enable it.
+enable it. With more passes, halving finds one pass whose absence makes the
+run pass, and halving keeps whichever half it tries first: when that pass's
+change touches none of the diverging nodes, the passes whose change does are
+turned off alone too, and one that makes the run pass is the culprit, the
+pass halving found its enabler.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from typing import Callable
 MAX_COMPILES = 10
 # Up to this many passes that changed the graphs, each is turned off alone (one compile each).
 SINGLE_OFF_MAX = 8
+# Beyond that, a pass found by halving whose change touches none of the diverging nodes: at most this many of the
+# passes whose change does are turned off alone, to tell the rewrite it enables (one compile each).
+MAX_ENABLER_CHECKS = 3
 
 
 @dataclass
@@ -68,13 +75,7 @@ def find_pass(
         return _each_alone(finding, (inner, outer), without, diverging, spent)
     for candidates in (inner, outer):
         if candidates and (named := _single(candidates, without, spent)) is not None:
-            finding.named = named
-            finding.text = (
-                f"the run passes with that pass alone turned off ({spent[0]} compile"
-                f"{'' if spent[0] == 1 else 's'} with passes turned off, of {len(changed)} that changed "
-                "the graphs)"
-            )
-            return finding
+            return _culprit_or_enabler(finding, named, without, diverging, spent)
     shown = ", ".join(p.label for p in changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
     finding.text = (
         f"no single Inductor graph pass is to blame: of the {len(changed)} that changed the graphs "
@@ -99,6 +100,47 @@ def _single(candidates: list, without: Callable[[list], bool], spent: list[int])
             return None
     # A single pass left came from a half of one: the run without it alone passed.
     return candidates[0] if len(candidates) == 1 else None
+
+
+def _culprit_or_enabler(
+    finding: PassFinding, named: object, without: Callable[[list], bool], diverging: frozenset[str], spent: list[int]
+) -> PassFinding:
+    """`named`'s absence alone makes the run pass (halving found it). Halving keeps whichever half it tries
+    first, so a cleanup that only lets a wrong rewrite match is found as readily as the rewrite. When `named`'s
+    change touches none of the diverging nodes, the passes whose change does are turned off alone too, the last
+    to change the graph first (`MAX_ENABLER_CHECKS` compiles at most): the first whose absence makes the run
+    pass is the culprit and `named` enables it. None doing so, `named` stays, and the answer names them."""
+    changed = finding.changed
+    finding.named = named
+    touching = [p for p in changed if p is not named and p.touched & diverging]
+    checked, culprit = [], None
+    if diverging and not (named.touched & diverging):
+        for other in list(reversed(touching))[:MAX_ENABLER_CHECKS]:
+            checked.append(other)
+            if without([other]):
+                culprit = other
+                break
+    compiles = (
+        f"{spent[0]} compile{'' if spent[0] == 1 else 's'} with passes turned off, of {len(changed)} that changed "
+        "the graphs"
+    )
+    if culprit is None:
+        finding.text = f"the run passes with that pass alone turned off ({compiles})"
+        if checked:
+            finding.text += (
+                f"; its change touches none of the diverging nodes, and turning off alone each pass whose change "
+                f"does ({', '.join(p.label for p in checked)}) left the run failing: which rewrite it enables, "
+                "if any, is not told apart"
+            )
+        return finding
+    finding.named, finding.enabling = culprit, [named]
+    shown = sorted(culprit.touched & diverging)
+    finding.text = (
+        f"the run passes with that pass alone turned off ({compiles}); its change touches the diverging nodes "
+        f"({', '.join(shown[:4])}); {named.label} enables it: the run passes with that alone off too, and its "
+        "change touches none of the diverging nodes"
+    )
+    return finding
 
 
 def _each_alone(

@@ -202,6 +202,48 @@ def test_with_few_passes_each_is_turned_off_alone_and_the_one_touching_the_diver
     assert finding.named is None and "turning off each alone left the run failing (2 compiles)" in finding.text
 
 
+def test_with_many_passes_halving_finds_the_enabling_cleanup_and_the_rewrite_touching_the_nodes_is_named():
+    # Twelve passes changed the graphs (an attention model in training changes that many), so they are halved, and
+    # halving keeps the first half whose absence makes the run pass: the one holding the cleanup that only lets
+    # the wrong rewrite match. That cleanup was the answer; the rewrite, whose change touches the diverging
+    # nodes, is turned off alone too.
+    from harness.inductor_compat.graph_passes import NAMED, PATTERN, GraphPass
+
+    cleanup = GraphPass(NAMED, "remove_noop_ops", "joint_graph_passes", "pass:cleanup", touched=frozenset({"view"}))
+    rewrite = GraphPass(PATTERN, "_sfdp_pattern_5", "joint_graph_passes", "pattern:5", touched=frozenset({"sdpa"}))
+    others = [
+        GraphPass(NAMED, f"p{i}", "post_grad_passes", f"pass:p{i}", touched=frozenset({f"n{i}"})) for i in range(10)
+    ]
+    changed = [cleanup, *others[:6], rewrite, *others[6:]]
+    tried = []
+
+    def passes_without(keys, culprits=("pass:cleanup", "pattern:5")):
+        tried.append(keys)
+        return bool(keys & set(culprits))
+
+    finding = find_pass(lambda: changed, passes_without, diverging=frozenset({"sdpa", "n3"}))
+    assert finding.named is rewrite and finding.enabling == [cleanup], finding.text
+    assert tried[-1] == frozenset({"pattern:5"})
+    assert "its change touches the diverging nodes (sdpa); joint_graph_passes: remove_noop_ops enables it" in (
+        finding.text
+    )
+    # A rewrite that does not clear the failure alone is not named: the cleanup stays, and the answer names the
+    # passes it tried.
+    tried.clear()
+    finding = find_pass(
+        lambda: changed, lambda keys: passes_without(keys, ("pass:cleanup",)), diverging=frozenset({"sdpa", "n3"})
+    )
+    assert finding.named is cleanup and finding.enabling == []
+    assert "turning off alone each pass whose change does (joint_graph_passes: pattern _sfdp_pattern_5, " in (
+        finding.text
+    )
+    assert "post_grad_passes: p3) left the run failing" in finding.text
+    # The found pass touching the diverging nodes itself: nothing more is tried.
+    tried.clear()
+    finding = find_pass(lambda: changed, lambda keys: passes_without(keys, ("pass:p3",)), diverging=frozenset({"n3"}))
+    assert finding.named.name == "p3" and tried[-1] == frozenset({"pass:p3"})  # halving's own last compile
+
+
 @pytest.fixture
 def negation_of_sine_dropped():
     """A wrong pattern rewrite, sin(-x) computed as sin(x), that matches only once Inductor's own cleanup

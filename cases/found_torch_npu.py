@@ -34,6 +34,10 @@ as `x[1::2]`'s backward writes). docs/found/torch_npu_index_clamp_rewritten.md.
 A multi-axis reduction whose reduction nodes are tiled (each node a vector tile of R0_BLOCK's share) masks a load
 by the innermost node's mask only: a load indexed by an outer node alone carries no reduction mask, and the last
 tile reads past the input's end (the memory checker stops it). docs/found/torch_npu_reduction_tile_overread.md.
+
+An int64 min or max reduction does not compile: int64 compute types are demoted to `tl.int32`, while the
+accumulator's start value stays int64's bound, `tl.full(..., 9223372036854775807, tl.int32)`.
+docs/found/torch_npu_int64_reduction_identity_narrowed.md.
 """
 
 import torch
@@ -215,3 +219,34 @@ def sum_of_broadcast_product(a, b):
 def found_torch_npu_reduction_tile_overread(dtype):
     """(a[:, None] * b).sum(dim=(0, 1)), a (32, 256), b (32, 3, 256): a's load reads past its end."""
     return Program(sum_of_broadcast_product, [contiguous((32, 256)), contiguous((32, 3, 256))])
+
+
+IDENTITY_ISSUE = (
+    "docs/found/torch_npu_int64_reduction_identity_narrowed.md (found by this harness, on the CPU surrogate)"
+)
+IDENTITY_REASON = (
+    "torch_npu's triton_experimental demotes int64 compute types to tl.int32 (_npu_triton_compute_type) while a "
+    "min/max reduction's start value stays int64's bound: tl.full(..., 9223372036854775807, tl.int32) does not "
+    "compile"
+)
+# The demotion is in 2.13.0rc1, 2.13.0 and 2.14.0 alike (codegen/triton.py `apply_npu_codegen_patches`); ">=2.13.0"
+# takes the pre-release in.
+INT64_IDENTITY_NARROWED = KnownFailure(
+    IDENTITY_REASON, npu_backend="triton_experimental", torch_npu=">=2.13.0,<=2.14.0"
+)
+
+
+def row_min(x):
+    return torch.amin(x, dim=1)
+
+
+@case(
+    tags=("found", "torch_npu", "reduction", "int64"),
+    dtypes=(torch.int64,),
+    modes=("inference",),
+    issue=IDENTITY_ISSUE,
+    known_failures=(INT64_IDENTITY_NARROWED,),
+)
+def found_torch_npu_int64_reduction_identity_narrowed(dtype):
+    """amin over dim 1 of an (8, 16) int64 input: the kernel's accumulator starts at 2**63 - 1 typed tl.int32."""
+    return Program(row_min, [contiguous((8, 16), dtype=dtype, fill="randint", low=-100, high=100)])

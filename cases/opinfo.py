@@ -313,6 +313,11 @@ KNOWN_FAILURES += (
             # (the full sweep's 1% sample)
             ("fmin", ("overlapping",)),
             ("maximum", ("overlapping",)),
+            # (seen with the int64 reductions above) the memory checker stops the kernel's load of element 2 of
+            # in_ptr0, an 8-byte buffer: the dense int32 copy of the two-element gapped input it addresses with
+            # stride 2
+            ("masked.amax", ("gapped",)),
+            ("masked.amin", ("gapped",)),
         )
     ),
     # An update through `aten.diagonal`, which triton_experimental lowers as a fallback, is dropped: both backward
@@ -332,6 +337,28 @@ KNOWN_FAILURES += (
         )
         for op in ("linalg.householder_product", "diag")
     ),
+)
+
+# An int64 min/max reduction's start value (2**63 - 1, typed tl.int32 by the demotion) does not compile.
+IDENTITY_NARROWED = (
+    "docs/found/torch_npu_int64_reduction_identity_narrowed.md (found by this harness, on the CPU surrogate)"
+)
+# Seen in the sweep for aminmax; amin, amax and max over a dim fail the same way in a plain script. Not strict: a
+# sample that reduces every element takes another path and compiles.
+KNOWN_FAILURES += tuple(
+    OpFailure(
+        op,
+        IDENTITY_NARROWED,
+        KnownFailure(
+            f"{op} of int64: torch_npu types a min/max accumulator tl.int32 and starts it at int64's bound, "
+            "tl.full(..., 9223372036854775807, tl.int32), which does not compile",
+            npu_backend="triton_experimental",
+            torch_npu=TORCH_NPU,
+            dtype="int64",
+            strict=False,
+        ),
+    )
+    for op in ("aminmax", "amin", "amax", "max.reduction_with_dim", "min.reduction_with_dim")
 )
 
 OVERREAD = "docs/found/torch_npu_select_lane_overread.md (found by this harness, on the CPU surrogate)"

@@ -209,25 +209,3 @@ def fast_launch() -> str | None:
 # written back with `copy_`. `.to()` and `empty_like` keep strides only for a non-overlapping-and-dense tensor:
 # any other comes back dense, while the kernel still addresses it with its compile-time strides (seed 000).
 LAUNCHER_NARROWING = {"*i64": ("int64", "int32"), "*fp64": ("float64", "float32")}
-
-
-def narrowed_keeping_layout(args: list, narrowed: dict[str, str], names: list[str]) -> tuple[list, list]:
-    """`args` with each tensor the launcher narrows (`narrowed`: name -> signature type, the kernel's
-    `downcast_args`) already narrowed, keeping its size, stride and offset (the whole storage span converted):
-    the narrowing the seed's report asks for. The launcher then leaves them be (it converts only tensors still of
-    the wide dtype). Returns the new arguments and the (wide span, narrow span) pairs to write back after the
-    launch."""
-    import torch
-
-    from harness.layout import extent
-
-    given, write_backs = list(args), []
-    for position, name in enumerate(names[: len(given)]):
-        arg, types = given[position], LAUNCHER_NARROWING.get(narrowed.get(name, ""))
-        if types is None or not isinstance(arg, torch.Tensor) or arg.dtype != getattr(torch, types[0]):
-            continue
-        wide = arg.detach().as_strided((extent(arg.shape, arg.stride()),), (1,), arg.storage_offset())
-        narrow = wide.to(getattr(torch, types[1]))
-        given[position] = narrow.as_strided(arg.shape, arg.stride())
-        write_backs.append((wide, narrow))
-    return given, write_backs

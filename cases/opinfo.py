@@ -239,6 +239,39 @@ KNOWN_FAILURES = (
         )
         for dtype in dtypes
     ),
+    # The same for complex32 (shards 27 and 29 on an H100): chalf of a float16 input, overlapping or permuted, stops
+    # its compile at KeyError: 'complex32'. Not strict: other layouts were not reached.
+    OpFailure(
+        "chalf",
+        UNREPORTED_COMPLEX_TRITON,
+        KnownFailure(
+            f"a complex32 value in a generated Triton kernel: no Triton type for it ({UNREPORTED_COMPLEX_TRITON}); "
+            "seen on CUDA",
+            device="cuda",
+            dtype="float16",
+            torch="2.11",
+            strict=False,
+        ),
+        layouts=("overlapping", "permuted"),
+    ),
+    # A gradient the program rounds to bfloat16 (aten._to_copy float64 -> bfloat16) that a graph pass removes, so
+    # the compiled backward keeps float32: with emulate_precision_casts=True it matches eager (the run's own
+    # diagnosis, shard 25 on an H100). Declared as that class alone.
+    OpFailure(
+        "_unsafe_masked_index",
+        "docs/localization.md, an explicit cast to lower precision elided (emulate_precision_casts)",
+        KnownFailure(
+            "_unsafe_masked_index's backward in bfloat16: an explicit cast to bfloat16 elided, the gradient kept in "
+            "float32; seen on CUDA",
+            device="cuda",
+            dtype="bfloat16",
+            mode="training",
+            torch="2.11",
+            symptom="precision-cast-elided",
+            strict=False,
+        ),
+        layouts=("contiguous",),
+    ),
     OpFailure(
         "as_strided_copy",
         UNREPORTED_COPY_OFFSET,

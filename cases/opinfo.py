@@ -351,6 +351,10 @@ KNOWN_FAILURES += (
             # addresses with stride 2
             ("masked.amax", ("gapped",)),
             ("masked.amin", ("gapped",)),
+            # The same stop at element 20 of the dense copy (80 bytes) of a 20-element gapped input, in a
+            # select-lane load (`in_ptr0 + (0 + 2 * x0offset + _es_slane0)`), which would read one past the
+            # input's span even with its layout kept (docs/found/torch_npu_select_lane_overread.md)
+            ("nan_to_num", ("gapped",)),
         )
     ),
     # An update through `aten.diagonal`, which triton_experimental lowers as a fallback, is dropped: both backward

@@ -867,6 +867,52 @@ def test_libdevice_functions_the_interpreter_lacks_run_in_numpy(triton_surrogate
     assert all(error < 1e-5 for error in errors.values()), errors
 
 
+SCALAR_COMPARISON_KERNEL = """
+import torch
+import triton
+import triton.language as tl
+
+import torch_npu  # noqa: F401
+
+
+@triton.jit
+def finite_everywhere(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):
+    # nan_to_num's backward as Inductor writes it for a stride-0 input: a scalar load compared, then combined with
+    # a block
+    x0 = tl.arange(0, XBLOCK)
+    tmp0 = tl.load(in_ptr0 + (0)).to(tl.float32)
+    tmp2 = tmp0 == tmp0
+    tmp5 = tl.abs(tmp0) != tl.full([1], float("inf"), tl.float32)
+    tl.store(out_ptr0 + (x0), tmp2 & tmp5, x0 < xnumel)
+
+
+for value in (6.78, float("nan"), float("inf")):
+    out = torch.empty(8, dtype=torch.bool, device="npu")
+    finite_everywhere[(1,)](torch.tensor([value], dtype=torch.bfloat16, device="npu"), out, 8, XBLOCK=8)
+    print(value, out.tolist())
+"""
+
+
+def test_a_comparison_of_a_scalar_load_combines_with_a_block_as_compiled(triton_surrogate):
+    # The interpreter typed a comparison as its operands: the scalar's `==` splat into a float32 block, and `&`
+    # stopped in numpy ("ufunc 'bitwise_and' not supported for the input types"), which made nan_to_num's backward
+    # an error of the sweep.
+    result = subprocess.run(
+        [sys.executable, "-c", SCALAR_COMPARISON_KERNEL],
+        env=triton_surrogate,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines()[-3:] == [
+        f"6.78 {[True] * 8}",
+        f"nan {[False] * 8}",
+        f"inf {[False] * 8}",
+    ], result.stdout
+
+
 def test_the_bugs_found_in_torch_npu_fail_through_its_backend(torch_npu_surrogate, tmp_path):
     result = run_harness(
         torch_npu_surrogate, "run", "--tag", "found", "--device", "npu", "--bisect", "--json", str(tmp_path / "r.json")

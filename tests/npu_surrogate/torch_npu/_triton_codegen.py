@@ -27,6 +27,11 @@ Needs triton-ascend (3.2.0: `pip install --no-deps triton-ascend pybind11 'numpy
    process dies later, nothing named. Every unmasked lane's address is checked against the launch's buffers
    first (`_memory_check.py`): a kernel that reads or writes outside them stops with `OutOfBounds`, naming itself,
    the argument and the offset.
+9. A comparison's result keeps its operands' type in the interpreter (`InterpreterBuilder.binary_op` types every
+   result as `lhs`): a scalar `x == x` of float32 is a bool value typed fp32, which a splat turns into a float32
+   block, and `&` with a bool block then fails in numpy (`ufunc 'bitwise_and' not supported for the input
+   types`; `nan_to_num`'s backward, `(x == x) & (abs(x) != inf)` on a scalar load). Compiled, a comparison is
+   `i1`: each `create_fcmp*` / `create_icmp*` result is typed `int1` here.
 
 A process runs one mode: the C++ mode's registration (`host_codegen`, which makes Inductor treat "npu" nodes as
 CPU nodes) never runs in this one.
@@ -89,6 +94,10 @@ def install_shims(device_interface: bool = True) -> None:
     interpreter.GridExecutor._init_args_hst = _init_args_hst  # 7
     interpreter.GridExecutor._restore_args_dev = _restore_args_dev
     interpreter.InterpretedFunction.src = property(_source)  # 5
+    for name in [n for n in dir(interpreter.InterpreterBuilder) if n.startswith(("create_fcmp", "create_icmp"))]:
+        setattr(
+            interpreter.InterpreterBuilder, name, _boolean_result(getattr(interpreter.InterpreterBuilder, name))
+        )  # 9
     from . import _interpreter_speed
 
     _interpreter_speed.install()  # (faster, the same results: its own docstring)
@@ -190,6 +199,18 @@ def _host_alias(tensor):
         return torch.empty(tensor.shape, dtype=tensor.dtype)
     raw = np.ctypeslib.as_array((ctypes.c_uint8 * storage.nbytes()).from_address(storage.data_ptr()))
     return torch.from_numpy(raw).view(tensor.dtype).as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
+
+
+def _boolean_result(compare):
+    """A comparison of the interpreter's builder whose result is typed `int1`, as a compiled comparison is (9)."""
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    def typed_int1(self, lhs, rhs):
+        result = compare(self, lhs, rhs)
+        return interpreter.TensorHandle(result.data, tl.int1)
+
+    return typed_int1
 
 
 def _all_ones(interpreter):

@@ -374,6 +374,19 @@ KNOWN_FAILURES += (
         )
         for op in ("linalg.householder_product", "diag")
     ),
+    # diagonal_scatter is that update itself (a clone, its diagonal view, a copy_ into it): every dtype, layout and
+    # mode, the 10 diagonal elements of a 10 x 10 result. --bisect names the dropped copy_ (inductor_lowering) on
+    # a contiguous input; on a storage offset and in dynamic runs it answers wrapper_glue.
+    OpFailure(
+        "diagonal_scatter",
+        VIEW_UPDATE_DROPPED,
+        KnownFailure(
+            "diagonal_scatter writes through aten.diagonal, a fallback in torch_npu's triton_experimental: the "
+            "update is dropped",
+            npu_backend="triton_experimental",
+            torch_npu=TORCH_NPU,
+        ),
+    ),
 )
 
 # An int64 min/max reduction's start value (2**63 - 1, typed tl.int32 by the demotion) does not compile.

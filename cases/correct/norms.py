@@ -45,6 +45,15 @@ def layer_norm_two_dims(x, weight, bias):
             mode="training",
             dtype="float32",
         ),
+        # torch_npu 2.13.0rc1, every dtype: the backward's reduction over (32, 48) indexes by r0_1, a range node it
+        # never registered, and upstream Inductor's shape check asserts (torch 2.13 `codegen/triton.py` line 305).
+        KnownFailure(
+            "torch_npu 2.13.0rc1's codegen indexes the backward's two-dim reduction by r0_1, a range node it never "
+            "registered: Inductor asserts 'Unregistered range symbol: r0_1' and the kernel is not written",
+            npu_backend="triton_experimental",
+            torch_npu=">=2.13.0rc1,<=2.13.0rc1",
+            mode="training",
+        ),
     ),
 )
 def correct_layer_norm_two_dims_permuted(dtype):

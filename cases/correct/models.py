@@ -11,7 +11,7 @@ import math
 import torch
 from torch import nn
 
-from harness import Program, case, contiguous
+from harness import KnownFailure, Program, case, contiguous
 
 
 class MLP(nn.Module):
@@ -35,6 +35,18 @@ class MLP(nn.Module):
     tags=("correct", "model", "mlp", "layer_norm", "gelu", "bf16", "quick"),
     dtypes=(torch.bfloat16, torch.float32),
     modes=("inference", "training"),
+    # torch_npu 2.13.0rc1 decomposes gelu to its tanh form whatever `approximate` says (`torch_npu/_inductor/
+    # decomposition.py` lines 224-234); 2.13.0 and later keep the erf form in compatible mode, which the surrogate
+    # declares (its eager ops are the CPU's). A plain gelu compiled by rc1 is 2.4e-7 from eager's tanh form and
+    # 4.7e-4 from its erf form; bfloat16's tolerance takes that in.
+    known_failures=(
+        KnownFailure(
+            "torch_npu 2.13.0rc1 decomposes gelu(approximate='none') to the tanh form, in compatible mode too",
+            npu_backend="triton_experimental",
+            torch_npu=">=2.13.0rc1,<=2.13.0rc1",
+            dtype="float32",
+        ),
+    ),
 )
 def correct_mlp_layernorm_gelu(dtype):
     """A 2-layer MLP (hidden 512) with LayerNorm and GELU and a linear head."""

@@ -54,6 +54,16 @@ def run_harness(env, *args, timeout=600):
     )
 
 
+def program_output(env, source):
+    """The lines a Python program prints, run in a process of its own with `env` from the project root (it must
+    exit 0)."""
+    result = subprocess.run(
+        [sys.executable, "-c", source], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.splitlines()
+
+
 def records_of(path):
     return {(r["case"], r["dtype"], r["mode"]): r for r in json.loads(Path(path).read_text())["records"]}
 
@@ -229,11 +239,7 @@ CONFIG_AT_EACH_COMPILE = textwrap.dedent("""
 
 def test_every_case_compiles_under_the_config_the_backend_set_whatever_its_place(surrogate):
     env = dict(surrogate, TORCHINDUCTOR_FX_GRAPH_CACHE="0")  # every graph lowered: every compile seen
-    result = subprocess.run(
-        [sys.executable, "-c", CONFIG_AT_EACH_COMPILE], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    found = json.loads(result.stdout.splitlines()[-1])
+    found = json.loads(program_output(env, CONFIG_AT_EACH_COMPILE)[-1])
     activated = {"split_reductions": False, "size_asserts": False, "layout_optimization": False}
     assert len(found["seen"]) == 3 and all(seen == activated for seen in found["seen"]), found["seen"]
     statuses, warnings, configs = zip(*found["records"])
@@ -277,16 +283,7 @@ BACKEND_CONFIG_RESTORED = textwrap.dedent("""
 
 
 def test_the_npu_backends_own_config_is_recorded_and_restored_after_a_case(surrogate):
-    result = subprocess.run(
-        [sys.executable, "-c", BACKEND_CONFIG_RESTORED],
-        env=surrogate,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    found = json.loads(result.stdout.splitlines()[-1])
+    found = json.loads(program_output(surrogate, BACKEND_CONFIG_RESTORED)[-1])
     (status, warnings, tuning), (plain_status, plain_warnings, plain) = found["records"]
     assert (status, plain_status, found["after"]) == ("pass", "pass", True)
     assert any("torch_npu._inductor.triton_experimental.config.rsplit_outer" in w for w in warnings), warnings
@@ -853,16 +850,7 @@ LIBDEVICE_PROGRAMS = textwrap.dedent("""
 def test_libdevice_functions_the_interpreter_lacks_run_in_numpy(triton_surrogate):
     # Each called a stub of triton-ascend's libdevice, which returns None in the interpreter: the kernel then
     # failed further on (`'NoneType' object has no attribute 'to'`), an error labelled a compile error.
-    result = subprocess.run(
-        [sys.executable, "-c", LIBDEVICE_PROGRAMS],
-        env=triton_surrogate,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    errors = json.loads(result.stdout.splitlines()[-1])
+    errors = json.loads(program_output(triton_surrogate, LIBDEVICE_PROGRAMS)[-1])
     assert set(errors) == {"round", "trunc", "tanh", "pow", "atan2", "log1p"}
     assert all(error < 1e-5 for error in errors.values()), errors
 
@@ -897,20 +885,8 @@ def test_a_comparison_of_a_scalar_load_combines_with_a_block_as_compiled(triton_
     # The interpreter typed a comparison as its operands: the scalar's `==` splat into a float32 block, and `&`
     # stopped in numpy ("ufunc 'bitwise_and' not supported for the input types"), which made nan_to_num's backward
     # an error of the sweep.
-    result = subprocess.run(
-        [sys.executable, "-c", SCALAR_COMPARISON_KERNEL],
-        env=triton_surrogate,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.splitlines()[-3:] == [
-        f"6.78 {[True] * 8}",
-        f"nan {[False] * 8}",
-        f"inf {[False] * 8}",
-    ], result.stdout
+    printed = program_output(triton_surrogate, SCALAR_COMPARISON_KERNEL)
+    assert printed[-3:] == [f"6.78 {[True] * 8}", f"nan {[False] * 8}", f"inf {[False] * 8}"], printed
 
 
 def test_the_bugs_found_in_torch_npu_fail_through_its_backend(torch_npu_surrogate, tmp_path):

@@ -32,7 +32,7 @@ from torch.overrides import TorchFunctionMode
 from harness.inductor_compat import Launch
 from harness.inductor_compat.torch_npu_backend import LAUNCHER_NARROWING
 from harness.judge.results import same_values
-from harness.layout import extent, is_non_overlapping_and_dense
+from harness.layout import dtype_name, dtype_named, extent, is_non_overlapping_and_dense
 
 COLLAPSED, UNFILLED, NOT_WRITTEN_BACK = "collapsed", "unfilled", "not-written-back"
 
@@ -148,9 +148,9 @@ def narrowed_by_harness(
     given, write_backs = list(args), []
     for position, name in enumerate(names[: len(given)]):
         arg, types = given[position], LAUNCHER_NARROWING.get(narrowed.get(name, ""))
-        if types is None or not isinstance(arg, torch.Tensor) or arg.dtype != getattr(torch, types[0]):
+        if types is None or not isinstance(arg, torch.Tensor) or arg.dtype != dtype_named(types[0]):
             continue
-        narrow_dtype, flaw = getattr(torch, types[1]), flaws.get(name)
+        narrow_dtype, flaw = dtype_named(types[1]), flaws.get(name)
         if flaw == COLLAPSED:
             wide, narrow = arg.detach(), arg.detach().to(narrow_dtype)
             given[position] = narrow
@@ -171,14 +171,14 @@ def _narrowed_args(launch: Launch) -> list[tuple[int | str, str, torch.Tensor]]:
     for key, tensor in launch.tensor_args():
         name = kernel.arg_name(key) if isinstance(key, int) else None
         types = LAUNCHER_NARROWING.get(kernel.launcher_narrowed.get(name or "", ""))
-        if types is not None and str(tensor.dtype).removeprefix("torch.") == types[0]:
+        if types is not None and dtype_name(tensor.dtype) == types[0]:
             found.append((key, name, tensor))
     return found
 
 
 def _described(tensor: torch.Tensor) -> str:
     return (
-        f"({str(tensor.dtype).removeprefix('torch.')}, size {tuple(tensor.shape)} stride {tuple(tensor.stride())}"
+        f"({dtype_name(tensor.dtype)}, size {tuple(tensor.shape)} stride {tuple(tensor.stride())}"
         f"{'' if is_non_overlapping_and_dense(tensor) else ', not dense'})"
     )
 

@@ -666,6 +666,34 @@ def test_a_generated_sample_whose_eager_result_is_not_repeatable_is_skipped(gene
         assert "two eager runs differ (out0)" in record.reason and "not repeatable" in record.reason
 
 
+def _unwritten(x):
+    # An output the op never writes (flash attention's seed outputs without dropout, on CUDA): two plain eager runs
+    # often agree on it, since the allocator hands the same block back.
+    return x + torch.empty_like(x)
+
+
+def test_a_generated_sample_whose_output_is_memory_never_written_is_skipped():
+    from harness.inputs import contiguous
+    from harness.registry import Case, Program
+    from harness.run.case import RunConfig, run_case
+
+    # 64 MiB: past malloc's largest mmap threshold, so each plain run gets fresh zeroed pages and the runs agree.
+    case = Case(name="unwritten", generated=True, build=lambda d: Program(_unwritten, [contiguous((16, 1024, 1024))]))
+    record = run_case(case, torch.float32, "inference", RunConfig())
+    assert record.status == R.SKIP, (record.status, record.reason)
+    assert "two eager runs differ (out0)" in record.reason and "fill_uninitialized_memory" in record.reason
+
+
+def test_memory_ops_allocate_is_filled_only_inside_the_block():
+    from harness.run.sides import uninitialized_memory_filled
+
+    before = torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory
+    with uninitialized_memory_filled():
+        assert torch.empty(3).isnan().all()
+        assert (torch.empty(2, dtype=torch.uint64) == torch.iinfo(torch.uint64).max).all()
+    assert (torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory) == before
+
+
 def test_an_op_decided_between_equal_values_gets_inputs_without_ties():
     # msort bfloat16 (8000 values, more than bfloat16 has integers for) and sort bool sorted equal values the
     # other way on CUDA: a tie, not a compiler bug.

@@ -142,6 +142,12 @@ class Device:
         Inductor up before it forks case processes)."""
         return True
 
+    def imports_keep_forks_usable(self) -> bool:
+        """Whether a process may import torch's test modules (OpInfo's op_db) and still fork processes that use
+        this device: not where a GPU is visible, since their import may create a CUDA tensor (a fork after that
+        cannot use CUDA)."""
+        return not torch.cuda.is_available()
+
     def unsupported(self, exc: BaseException) -> str | None:
         """Why a run that raised `exc` cannot run here at all, in one line, when the device says the exception
         comes from its own limits (a stand-in's missing piece); None for everything else, which stays an error."""
@@ -301,6 +307,11 @@ class Npu(Device):
     def checks_memory(self) -> bool:
         # A stand-in that checks says so (`torch_npu.MEMORY_CHECKED`); torch_npu proper has no such attribute.
         return self.surrogate() is not None and bool(getattr(sys.modules.get("torch_npu"), "MEMORY_CHECKED", False))
+
+    def imports_keep_forks_usable(self) -> bool:
+        # torch_npu proper patches torch's device modules as it loads: what op_db's import then starts on an NPU
+        # was never seen. The surrogate starts no runtime.
+        return self.surrogate() is not None and super().imports_keep_forks_usable()
 
     def compiles_keep_forks_usable(self) -> bool:
         # torch_npu's runtime may start as its backend loads, and its default backend starts a pool of compile

@@ -631,6 +631,30 @@ def torch_npu_surrogate(triton_surrogate):
     return dict(triton_surrogate, PYTHONPATH=os.pathsep.join(paths), NPU_SURROGATE_CODEGEN="torch_npu")
 
 
+def test_an_unpacked_wheels_python_is_compiled_once_so_no_case_process_compiles_it(tmp_path, monkeypatch):
+    # Processes that cannot write bytecode (PYTHONDONTWRITEBYTECODE, a confined case) compiled torch_npu's modules
+    # from source at every import: the installer writes each module's bytecode, for a new folder and an old one.
+    import importlib.util
+    import zipfile
+
+    sys.path.insert(0, str(SURROGATE_DIR))
+    try:
+        import install_torch_npu
+    finally:
+        sys.path.remove(str(SURROGATE_DIR))
+    monkeypatch.setenv(install_torch_npu.ROOT_VARIABLE, str(tmp_path / "cache"))
+    wheel = tmp_path / "torch_npu-9.9.0-cp311-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("torch_npu/_inductor/__init__.py", "VALUE = 1\n")
+    folder = install_torch_npu.install(wheel=str(wheel))
+    source = os.path.join(folder, "torch_npu", "_inductor", "__init__.py")
+    compiled = importlib.util.cache_from_source(source)
+    assert os.path.isfile(compiled)
+    os.remove(compiled)
+    os.remove(os.path.join(folder, install_torch_npu.BYTECODE_MARK))  # as a harness that compiled none left it
+    assert install_torch_npu.install(wheel=str(wheel)) == folder and os.path.isfile(compiled)
+
+
 def as_a_developer_runs_it(env: dict[str, str]) -> dict[str, str]:
     """A standalone script's environment without `CI` (which a CI job sets): under it torch refuses the fallbacks
     torch_npu 2.14.0's triton_experimental backend registers, and the backend cannot load

@@ -124,10 +124,11 @@ def main() -> int:
         compile_caches.use_worker_caches(setup["worker_root"], stored=setup["headers_stored"])
     if getattr(config, "device", "") == "cpu":  # Inductor's CPU ISA probe, before the first case's clock starts
         pick_cpu_vec_isa()
+    from harness.devices import get_device
+
+    setup["preload_sources"] = get_device(config.device).imports_keep_forks_usable()
     warmed = False
     if setup.get("isolation") == "case" and config.backend == "inductor" and _compiles_keep_forks_usable(config):
-        from harness.devices import get_device
-
         # Every case process is forked from here: its first compile's set-up is done once.
         warm_compiler(get_device(config.device).compile_options(config))
         warmed = True

@@ -766,3 +766,30 @@ def test_cuda_declarations_cover_what_the_h200_showed(name, mode, declared):
         )
         is None
     )
+
+
+_PRELOAD = """
+import sys
+from harness.isolation.case_process import CaseForker
+from harness.opinfo import catalog
+
+forker = CaseForker({"preload_sources": sys.argv[1] == "allowed"}, None, None, lambda: None)
+forker._preload(sys.argv[2])
+print(catalog.ops_by_piece.cache_info().currsize)
+"""
+
+
+@pytest.mark.parametrize(
+    "allowed, origin, loaded",
+    [
+        ("allowed", "case source opinfo", 1),
+        ("refused", "case source opinfo", 0),  # where an import may leave forks unusable (a GPU visible)
+        ("allowed", "cases/opinfo.py", 0),  # a case module: its code is the author's, never the worker's to run
+    ],
+)
+def test_the_worker_loads_opinfos_op_db_itself_once_so_no_case_process_loads_it(allowed, origin, loaded):
+    result = subprocess.run(
+        [sys.executable, "-c", _PRELOAD, allowed, origin], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout.split()[-1]) == loaded

@@ -1,0 +1,95 @@
+"""The full OpInfo sweep through torch_npu's compiler, projected from a uniform sample of it: the wall time per run
+of `harness run --tag opinfo --full --shard I/N --device npu` in the surrogate's torch_npu mode, times the sweep's
+runs (N times the sample's).
+
+    python benchmarks/bench_torch_npu_sweep.py [--shard 3/200] [--workers 2] [--backend triton_experimental]
+        [--json out.json]
+
+The goal (`docs/benchmarks.md`, issue 68): the full sweep through `triton_experimental` in at most 4 hours on two
+cores. The run's own `duration_s` (from its first task to its last record) is the wall time: the one-off start of
+the pool and the installers' checks are left out, as a night's sweep pays them once. Also reported: the median of
+the runs' own `duration_s` (the case process's part), and the rest of each run's wall time, which forking, the
+case process's start, the judge and the worker's round trip take.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SURROGATE_DIR = ROOT / "tests" / "npu_surrogate"
+GOAL_HOURS = 4.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shard", default="3/200", help="the sample: the I-th of N parts of the full sweep")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--backend", default="triton_experimental", help="torch_npu's backend (--npu-backend)")
+    parser.add_argument("--json", help="write the figures here")
+    args = parser.parse_args()
+    sys.path.insert(0, str(SURROGATE_DIR))
+    from install_torch_npu import install as install_torch_npu
+    from install_triton import install
+
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(SURROGATE_DIR), install(), install_torch_npu(), str(ROOT)]),
+        NPU_SURROGATE_CODEGEN="torch_npu",
+    )
+    with tempfile.TemporaryDirectory() as scratch:
+        results = os.path.join(scratch, "sweep.json")
+        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(scratch, "cache")
+        command = [sys.executable, "-m", "harness", "run", "--tag", "opinfo", "--full", "--shard", args.shard]
+        command += ["--device", "npu", "--npu-backend", args.backend, "--workers", str(args.workers), "-q"]
+        done = subprocess.run([*command, "--json", results], cwd=ROOT, env=env, capture_output=True, text=True)
+        if not os.path.exists(results):
+            print(f"error: the sweep's sample wrote no results (exit {done.returncode}): {done.stderr[-500:]}")
+            return 1
+        with open(results) as handle:
+            written = json.load(handle)
+    records = written["records"]
+    wall = written["run"]["duration_s"]
+    parts = int(args.shard.split("/")[1])
+    per_run = wall / len(records)
+    projected_h = per_run * len(records) * parts / 3600
+    own = statistics.median(r["duration_s"] or 0.0 for r in records)
+    rest = wall * args.workers / len(records) - statistics.mean(r["duration_s"] or 0.0 for r in records)
+    statuses: dict[str, int] = {}
+    for record in records:
+        statuses[record["status"]] = statuses.get(record["status"], 0) + 1
+    figures = {
+        "shard": args.shard,
+        "backend": args.backend,
+        "workers": args.workers,
+        "runs": len(records),
+        "statuses": statuses,
+        "wall_s": round(wall, 1),
+        "wall_per_run_s": round(per_run, 3),
+        "median_case_s": round(own, 3),
+        "rest_per_run_per_worker_s": round(rest, 3),
+        "full_sweep_runs": len(records) * parts,
+        "full_sweep_hours": round(projected_h, 2),
+        "goal_hours": GOAL_HOURS,
+    }
+    print(
+        f"{len(records)} runs ({', '.join(f'{v} {k}' for k, v in sorted(statuses.items()))}) in {wall:.0f} s "
+        f"with {args.workers} workers: {per_run:.2f} s a run; a run's case process {own:.2f} s (median), the rest "
+        f"{rest:.2f} s a run per worker. The full sweep ({len(records) * parts} runs): {projected_h:.1f} h "
+        f"(goal {GOAL_HOURS:g} h)"
+    )
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(figures, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -51,14 +51,34 @@ def uninitialized_memory_filled() -> Iterator[None]:
         torch.utils.deterministic.fill_uninitialized_memory = settings[2]
 
 
-def _run_filled(eager: Session) -> Results:
-    """Eager run with allocated memory filled; plainly where an op refuses to run under deterministic algorithms
-    (the fill's condition) even with warn_only."""
+def unwritten_outputs(eager: Session, expected: Results) -> list[str]:
+    """The results of which eager run once more with allocated memory filled holds the fill where `expected` (a
+    plain run) does not: elements no op wrote. Only the fill's own values count (NaN, an integer dtype's largest),
+    so another algorithm chosen under deterministic algorithms (a convolution's) changes nothing here. None where
+    an op refuses to run so, even with warn_only."""
     try:
         with uninitialized_memory_filled():
-            return eager.run()
-    except Exception:  # noqa: BLE001 - the plain run is the reference's check, as before the fill existed
-        return eager.run()
+            filled = eager.run().tensors()
+    except Exception:  # noqa: BLE001 - no check: the plain runs decide as before the fill existed
+        return []
+    found = []
+    for name, value in expected.tensors().items():
+        other = filled.get(name)
+        if isinstance(other, torch.Tensor) and other.shape == value.shape and other.dtype == value.dtype:
+            if bool((_holds_fill(other) & ~_holds_fill(value)).any()):
+                found.append(name)
+    return found
+
+
+def _holds_fill(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach()
+    if t.is_complex():
+        return torch.isnan(t.real) | torch.isnan(t.imag)
+    if t.is_floating_point():
+        return torch.isnan(t)
+    if t.dtype == torch.bool:
+        return torch.zeros_like(t)  # no value of a bool is left out of its results: not checked
+    return t == torch.iinfo(t.dtype).max
 
 
 @dataclass
@@ -137,11 +157,22 @@ class EagerSide:
         )
         eager_side = cls(case, mode, device, seed, program, inputs, expected, policy, verdict, timings, record)
         # As torchbench: a program whose eager result is not repeatable cannot be judged (eager_two_runs_differ).
-        # A generated sample's second run fills the memory each op allocates: an op that returns memory it never
-        # wrote (flash attention's seed outputs without dropout, on CUDA only: no CPU probe sees them) then
-        # differs from the first run, where the caching allocator's recycled block often repeats it.
         with timed_stage(R.Stage.EAGER, timings):
-            again = eager_side.again = _run_filled(eager) if case.generated else eager.run()
+            again = eager_side.again = eager.run()
+            # An op that returns memory it never wrote (flash attention's seed and offset without dropout, CUDA
+            # only, so no CPU probe sees it) often repeats in two plain runs: the caching allocator hands the same
+            # block back. A generated sample runs once more with allocated memory filled.
+            unwritten = unwritten_outputs(eager, expected) if case.generated else []
+        if unwritten:
+            raise CaseFailure(
+                R.Stage.EAGER,
+                NoEagerReference(
+                    f"eager's result {', '.join(unwritten[:5])} holds memory no op wrote: run with what its ops "
+                    "allocate filled (torch.utils.deterministic.fill_uninitialized_memory), it holds the fill where "
+                    "a plain run does not, so its values are whatever memory held and no compiled result can be "
+                    "judged against them"
+                ),
+            )
         if not all_pass(again, expected, None, verdict):  # the quick check first: most runs repeat exactly
             comparisons = compare_results(again, expected, None, dataclasses.replace(verdict, eager_repeat=True))
             eager_side.nondeterministic = [c.name for c in comparisons if not c.passed]
@@ -152,10 +183,8 @@ class EagerSide:
                 raise CaseFailure(
                     R.Stage.EAGER,
                     NoEagerReference(
-                        f"two eager runs differ ({', '.join(eager_side.nondeterministic[:5])}), the second with the "
-                        "memory its ops allocate filled (torch.utils.deterministic.fill_uninitialized_memory): "
-                        "eager's result is not repeatable on these inputs, or is memory an op never wrote, so no "
-                        "compiled result can be judged against it"
+                        f"two eager runs differ ({', '.join(eager_side.nondeterministic[:5])}): eager's result is not "
+                        "repeatable on these inputs, so no compiled result can be judged against it"
                     ),
                 )
             # Eager's atomic adds (attention or embedding backward on a GPU) sum in another order each run.

@@ -15,6 +15,7 @@ case process's start, the judge and the worker's round trip take.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import statistics
@@ -59,12 +60,10 @@ def main() -> int:
     wall = written["run"]["duration_s"]
     parts = int(args.shard.split("/")[1])
     per_run = wall / len(records)
-    projected_h = per_run * len(records) * parts / 3600
+    projected_h = wall * parts / 3600  # the sample is one part in `parts` of the sweep
     own = statistics.median(r["duration_s"] or 0.0 for r in records)
     rest = wall * args.workers / len(records) - statistics.mean(r["duration_s"] or 0.0 for r in records)
-    statuses: dict[str, int] = {}
-    for record in records:
-        statuses[record["status"]] = statuses.get(record["status"], 0) + 1
+    statuses = dict(collections.Counter(record["status"] for record in records))
     figures = {
         "shard": args.shard,
         "backend": args.backend,

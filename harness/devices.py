@@ -137,9 +137,10 @@ class Device:
         """What a copy-paste reproduction needs before `python -m harness` to find this device's packages."""
         return ""
 
-    def compiles_keep_forks_usable(self) -> bool:
+    def compiles_keep_forks_usable(self) -> bool | None:
         """Whether a process that compiled for this device may still fork processes that use it (the worker warms
-        Inductor up before it forks case processes)."""
+        Inductor up before it forks case processes); None where it depends on what the compile starts, which the
+        worker then sees in a trial (`harness.isolation.worker._warm_up`)."""
         return True
 
     def imports_keep_forks_usable(self) -> bool:
@@ -313,13 +314,14 @@ class Npu(Device):
         # was never seen. The surrogate starts no runtime.
         return self.surrogate() is not None and super().imports_keep_forks_usable()
 
-    def compiles_keep_forks_usable(self) -> bool:
-        # torch_npu's runtime may start as its backend loads, and its default backend starts a pool of compile
-        # threads at import (`_inductor/runtime/triton_heuristics.py`, `CompileThreadPool`): a fork after that
-        # hangs in its first CPU op. A stand-in whose backends start none says so (`FORKS_AFTER_COMPILE`).
+    def compiles_keep_forks_usable(self) -> bool | None:
+        # torch_npu's runtime may start as its backend loads: never on an NPU. On the surrogate, as it says
+        # (`FORKS_AFTER_COMPILE`): its own backends start no thread; torch_npu's own Python depends on the backend
+        # (the default one starts a pool of compile threads at import, `_inductor/runtime/triton_heuristics.py`
+        # `CompileThreadPool`, and a task given to it in a fork waits for ever), so it leaves that to a trial.
         if self.surrogate() is None:
             return False
-        return bool(getattr(sys.modules.get("torch_npu"), "FORKS_AFTER_COMPILE", False))
+        return getattr(sys.modules.get("torch_npu"), "FORKS_AFTER_COMPILE", False)
 
     def unsupported(self, exc: BaseException) -> str | None:
         # A stand-in says what it cannot run (`torch_npu.unsupported`: the surrogate's interpreter, the CANN

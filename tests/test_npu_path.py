@@ -1112,6 +1112,55 @@ def test_a_torch_npu_run_after_a_cpu_run_builds_its_own_precompiled_header(torch
             assert os.listdir(os.path.join(cache, "harness-precompiled-headers")), "the CPU run stored no header"
 
 
+WARM_UP_THEN_FORK = """
+import os, signal, sys
+import torch, torch_npu
+from harness.isolation import worker
+from harness.records.run_config import RunConfig
+
+backend = sys.argv[1]
+print("warmed", worker._warm_up(RunConfig(device="npu", npu_backend=backend)), flush=True)
+pid = os.fork()
+if pid == 0:  # a case process: compiles another program and runs it, or is stopped where it hangs
+    signal.alarm(120)
+    compiled = torch.compile(lambda x: (x * 2).sum(0), options={"npu_backend": backend})
+    print("fork", torch.equal(compiled(torch.ones(4, 8, device="npu")).cpu(), torch.full((8,), 8.0)), flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.parametrize(
+    "backend, warmed",
+    [
+        ("triton_experimental", True),
+        pytest.param(
+            "default", False, marks=pytest.mark.nightly(reason="torch_npu's default backend compiled twice (25 s)")
+        ),
+    ],
+)
+def test_a_worker_warms_torch_npus_compiler_up_only_where_a_fork_after_it_still_compiles(
+    torch_npu_surrogate, backend, warmed
+):
+    # A worker in the torch_npu mode compiled nothing before forking: each case process paid its first compile's
+    # set-up (0.4 s of a 0.9 s OpInfo run). It warms up where a trial shows the compile leaves only threads a fork
+    # does without; torch_npu's default backend leaves a thread pool, which would hang a fork's compile.
+    result = subprocess.run(
+        [sys.executable, "-c", WARM_UP_THEN_FORK, backend],
+        env=as_a_developer_runs_it(torch_npu_surrogate),  # (the worker's own environment has no `CI` either)
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == [f"warmed {warmed}", "fork True"], result.stderr[-3000:]
+    refused = "the compiler is not warmed up before forking (it leaves threads running that a fork would lack: "
+    assert (refused in result.stderr) == (not warmed), result.stderr[-3000:]
+    if not warmed:
+        assert "ThreadPoolExecutor" in result.stderr.split(refused)[1].splitlines()[0]
+
+
 # Registry cases whose kernels reduce with combine functions outside Triton's own (torch_npu's `min2`, Inductor's
 # `minimum`, Welford): the paths the surrogate's interpreter speed-ups change (every kernel takes the other two).
 # The test job runs the Welford one through torch_npu; the stock interpreter takes two minutes more on the other.

@@ -84,8 +84,12 @@ def test_report_check_refuses_shards_of_two_selections_and_a_missing_shard(tmp_p
     common = ["run", "--tag", "shards", "--case-path", str(tmp_path), "--backend", "eager", "-q"]
     # Shard 1/2 of one -k, shard 2/2 of another: the failing case ran in neither.
     one = _harness(*common, "-k", "passes", "--shard", "1/2", "--json", str(tmp_path / "a.json"), cwd=REPO)
-    two = _harness(*common, "--shard", "2/2", "--json", str(tmp_path / "b.json"), cwd=REPO)
+    # A shard's run writes its own report, of that shard (not refused as a night with shard 1/2 missing).
+    two = _harness(*common, "--shard", "2/2", "--report-dir", str(tmp_path / "b"), cwd=REPO)
     assert (one.returncode, two.returncode) == (0, 0), one.stderr + two.stderr
+    assert "Traceback" not in two.stderr and (tmp_path / "b" / "index.html").exists(), two.stderr
+    assert "<th>shard</th><td>2, 2" in (tmp_path / "b" / "index.html").read_text()
+    (tmp_path / "b" / "results.json").rename(tmp_path / "b.json")
     assert json.loads((tmp_path / "a.json").read_text())["run"]["shard"] == [1, 2]
     mixed = _harness("report", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--check", cwd=REPO)
     assert mixed.returncode == EXIT_USAGE and "is not a shard of the selection" in mixed.stderr, mixed.stderr

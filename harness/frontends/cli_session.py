@@ -209,6 +209,7 @@ def _run_with(
     journal = None
     plan: Plan | None = None
     stopped: Stopped | None = None
+    first_record_s: float | None = None  # the run's set-up (selection, plan, workers' start) and its first run
     try:
         loaded, chosen = select_cases(args, in_process=pool is None)
         plan = plan_runs(args, chosen, inputs.carried, inputs.baseline, config)
@@ -243,6 +244,8 @@ def _run_with(
             else run_in_process(plan.tasks, config, inputs.expectations)
         )
         for position, record in enumerate(records, 1):
+            if first_record_s is None:
+                first_record_s = round(time.perf_counter() - started, 3)
             progress.finished(record.duration_s)
             results.append(record)
             if journal:
@@ -279,6 +282,7 @@ def _run_with(
         surrogate=surrogate,
         started_at=started_at,
         duration_s=round(time.perf_counter() - started, 3),
+        first_record_s=first_record_s,
         load_errors=load_errors,
         shard=args.shard,
         selection=plan.selection if plan is not None else None,

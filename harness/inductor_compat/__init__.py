@@ -77,6 +77,7 @@ from harness.inductor_compat.dynamo import (
     recompile_reasons,
     reset_dynamo_counters,
     room_to_recompile,
+    threads_reset_at_fork,
     warm_compiler,
 )
 from harness.inductor_compat.graph_passes import GraphPass, left_in_lowered, observing_passes

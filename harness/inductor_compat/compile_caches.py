@@ -116,11 +116,17 @@ def _point_headers(codecache: Any, directory: str) -> None:
 
 
 def header_stamps() -> Stamps:
-    """What identifies each precompiled header file the worker built (empty where none was built)."""
+    """What identifies each precompiled header file the worker's own compiles used: empty where they used none
+    (a warm-up on a device whose kernels are no C++, or none at all), even where headers lie in its folder
+    (copied from the store). A forked case uses a header without its lock only where this process remembers it
+    (`_precompile_header` is `functools.cache`d, torch 2.13); else it builds one, in a folder of its own."""
     codecache = _codecache()
     directory = getattr(codecache, "_HEADER_DIR", None) if codecache else None
     stamps: Stamps = {}
     if not directory or not os.path.isdir(directory):
+        return stamps
+    remembered = getattr(getattr(codecache, "_precompile_header", None), "cache_info", None)
+    if remembered is not None and remembered().currsize == 0:
         return stamps
     for name in sorted(os.listdir(directory)):
         path = os.path.join(directory, name)

@@ -219,24 +219,39 @@ def load_kernels_afresh() -> None:
     CompiledTritonKernels.cache_clear()
 
 
-def warm_compiler(options: dict | None = None) -> None:
-    """Compile and run one tiny program with Inductor on the CPU, then reset. A process's first compile pays
+def warm_compiler(options: dict | None = None, device: str = "cpu") -> None:
+    """Compile and run one tiny program with Inductor on `device`, then reset. A process's first compile pays
     seconds of lazy set-up (Dynamo, AOT autograd, Inductor's C++ toolchain checks); a process forked after
     this pays none of it (0.05 s against 3 s for a small program, on two CPU cores, torch 2.13). Its two
     elements run on one thread: no OpenMP thread pool is made, which would hang every later fork. `options` are
     the device's own compile options (the NPU's `npu_backend`): torch_npu's compile wrapper loads the backend a
-    compile names for every compile, a CPU one too, so the warm-up loads the one the cases will ask for."""
+    compile names for every compile, a CPU one too, so the warm-up loads the one the cases will ask for.
+    `device` is the run's: Inductor sets its pattern passes up once per device a process compiles for
+    (`pattern_matcher.init_once_fakemode` caches `lazy_init` by input device, torch 2.13), so a warm-up on
+    another device would leave that device's patterns registered beside the run's in every case process."""
     import torch
 
-    torch.compile(lambda x: x + 1, options=options or None)(torch.ones(2))
+    torch.compile(lambda x: x + 1, options=options or None)(torch.ones(2, device=device))
     # A module's first trace sets up Dynamo's nn.Module handling (a quarter of a second). Without grad: a training
     # graph's tracing starts the autograd engine's device threads, and a fork's backward on a device then fails.
     with torch.no_grad():
-        module = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LayerNorm(2), torch.nn.GELU()).requires_grad_(
-            False
-        )
-        torch.compile(module, options=options or None)(torch.ones(1, 2))
+        module = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LayerNorm(2), torch.nn.GELU())
+        module = module.to(device).requires_grad_(False)
+        torch.compile(module, options=options or None)(torch.ones(1, 2, device=device))
     torch.compiler.reset()
+
+
+def threads_reset_at_fork() -> set:
+    """The threads a forked process does without, since torch resets their owners in the child: the readers of
+    Inductor's compile-worker pools (`SubprocPool.read_thread`, named "InductorSubproc"), whose pools
+    `async_compile.after_fork` forgets in every forked child, which starts its own when it compiles (torch 2.6 to
+    2.13, `os.register_at_fork` in `async_compile.py`). Inductor's thread pool (`AsyncCompile.pool`) is not reset
+    there, and is not among them."""
+    try:
+        from torch._inductor.async_compile import _pool_set
+    except ImportError:
+        return set()
+    return {thread for pool in _pool_set if (thread := getattr(pool, "read_thread", None)) is not None}
 
 
 def preload_compiler() -> None:

@@ -59,19 +59,102 @@ def _die_with_parent(parent: int) -> None:
         _die()
 
 
-def _compiles_keep_forks_usable(config: RunConfig) -> bool:
-    """Whether this process may compile and still fork case processes that can use their device. Not where a
-    GPU is visible, whatever the run's device: every Dynamo compile saves CUDA's RNG state when CUDA is available
-    (`preserve_global_state`, torch/_dynamo/convert_frame.py, torch 2.11 and 2.13), which initialises CUDA, and a
-    process forked after that cannot use CUDA ("Cannot re-initialize CUDA in forked subprocess"). Nor where the
-    device's compiler says a compile leaves threads or device state behind (`Device.compiles_keep_forks_usable`:
-    torch_npu's backends). `is_available` asks NVML here (PYTORCH_NVML_BASED_CUDA_CHECK), which starts no CUDA
-    context."""
+def _compiles_keep_forks_usable(config: RunConfig) -> bool | None:
+    """Whether this process may compile and still fork case processes that can use their device; None where
+    only a trial can tell (`_warm_up`). Not where a GPU is visible, whatever the run's device: every Dynamo
+    compile saves CUDA's RNG state when CUDA is available (`preserve_global_state`, torch/_dynamo/convert_frame.py,
+    torch 2.11 and 2.13), which initialises CUDA, and a process forked after that cannot use CUDA ("Cannot
+    re-initialize CUDA in forked subprocess"). Otherwise as the device's compiler says
+    (`Device.compiles_keep_forks_usable`: torch_npu's backends leave it to a trial). `is_available` asks NVML
+    here (PYTORCH_NVML_BASED_CUDA_CHECK), which starts no CUDA context."""
     import torch
 
     from harness.devices import get_device
 
-    return not torch.cuda.is_available() and get_device(config.device).compiles_keep_forks_usable()
+    if torch.cuda.is_available():
+        return False
+    return get_device(config.device).compiles_keep_forks_usable()
+
+
+def _threads_forks_lose(before: set[threading.Thread]) -> list[str]:
+    """The threads started since `before` that a process forked now would miss while still relying on them (a
+    thread pool's idle workers: a task given to the pool in the fork waits for ever), by name; empty when a fork
+    is as good as a fresh process. tqdm's monitor, which every compile starts (torch.fx's Interpreter opens a
+    progress bar), is stopped first: a fork landing while it holds tqdm's lock would leave that lock held in the
+    case process, and tqdm starts a new monitor on its next bar there (`TMonitor.report` is false once it
+    exited). Inductor's compile-pool readers are reset by torch itself in the fork (`threads_reset_at_fork`)."""
+    from harness.inductor_compat import threads_reset_at_fork
+
+    monitor = sys.modules.get("tqdm._monitor")
+    started = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    for thread in started:
+        if monitor is not None and isinstance(thread, monitor.TMonitor):
+            thread.exit()
+    reset = threads_reset_at_fork()
+    return sorted({t.name for t in started if t.is_alive() and t not in reset})
+
+
+def _warm_up(config: RunConfig) -> bool:
+    """Compile in this process before forking case processes, so that none pays its first compile's set-up
+    (`warm_compiler`), where the device says that leaves forks usable; where only a trial can tell, the warm-up
+    runs first in a process forked for it, and this one warms up only when nothing it started would be lost in a
+    fork (torch_npu's `default` backend starts a thread pool as it loads; its `triton_experimental` only what
+    torch resets in a fork). True when warmed."""
+    from harness.devices import get_device
+    from harness.inductor_compat import warm_compiler
+
+    usable = _compiles_keep_forks_usable(config)
+    if usable is False:
+        return False
+    device = get_device(config.device)
+    options = device.compile_options(config)
+
+    def warm() -> list[str]:
+        before = set(threading.enumerate())
+        warm_compiler(options, device=str(device.torch_device()))
+        return _threads_forks_lose(before)
+
+    if usable is None:
+        lost = _trial(warm)
+        if lost is None or lost:
+            why = (
+                "it failed" if lost is None else f"it leaves threads running that a fork would lack: {', '.join(lost)}"
+            )
+            print(
+                f"harness: the compiler is not warmed up before forking ({why}): each case process compiles from cold",
+                file=sys.stderr,
+                flush=True,
+            )
+            return False
+    lost = warm()
+    if lost:  # a declared device broke its word: its cases may hang, and the log says why
+        print(f"harness: warning: the compiler's warm-up left threads running ({', '.join(lost)})", file=sys.stderr)
+    return True
+
+
+def _trial(warm) -> list[str] | None:
+    """`warm()`'s answer, from a process forked to run it; None when that process gave none (it failed)."""
+    read_end, write_end = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(read_end)
+            answer = json.dumps(warm()).encode()
+            os.write(write_end, answer)
+        except BaseException:  # noqa: BLE001 - told by the empty answer
+            code = 1
+        os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as answer:
+        text = answer.read()
+    os.waitpid(pid, 0)
+    try:
+        return list(json.loads(text))
+    except ValueError:
+        return None
 
 
 def main() -> int:
@@ -98,7 +181,7 @@ def main() -> int:
     from harness.judge import sent_values as judge
     from harness.run import case as runner
     from harness.isolation.case_process import CaseForker
-    from harness.inductor_compat import pick_cpu_vec_isa, preload_compiler, warm_compiler
+    from harness.inductor_compat import pick_cpu_vec_isa, preload_compiler
 
     case_residue.track_thread_starts()
     # What is imported now lives as long as the worker: out of the collector's sight, its collections scan
@@ -127,19 +210,17 @@ def main() -> int:
     from harness.devices import get_device
 
     setup["preload_sources"] = get_device(config.device).imports_keep_forks_usable()
-    warmed = False
-    if setup.get("isolation") == "case" and config.backend == "inductor" and _compiles_keep_forks_usable(config):
-        # Every case process is forked from here: its first compile's set-up is done once.
-        warm_compiler(get_device(config.device).compile_options(config))
-        warmed = True
+    # Every case process is forked from here: its first compile's set-up is done once.
+    warmed = setup.get("isolation") == "case" and config.backend == "inductor" and _warm_up(config)
     if setup.get("worker_root"):
         if setup["headers_stored"] and warmed:
             compile_caches.store_headers()
         # A case process uses the worker's header only where the worker's own compile used it: Inductor remembers
         # the header per process (`_precompile_header` is cached), so a forked case never takes its lock, in a
-        # folder it may not write. A worker that compiled nothing (the torch_npu mode) gives its cases none, even
-        # where it copied headers in from the store: each case builds its own.
-        setup["header_stamps"] = compile_caches.header_stamps() if warmed else {}
+        # folder it may not write. A worker whose compiles used none (not warmed up, or warmed up on a device
+        # whose kernels are no C++) gives its cases none, even where it copied headers in from the store: each
+        # case builds its own.
+        setup["header_stamps"] = compile_caches.header_stamps()
     gc.collect()
     gc.freeze()
 

@@ -70,8 +70,9 @@ def render_html(
     return _environment().get_template("report.html.j2").render(**context)
 
 
-def merge_results(result_paths: list[str]) -> tuple[dict[str, Any], list[CaseResult]]:
-    """The run metadata and records of results files that are shards of one run."""
+def merge_results(result_paths: list[str], shard_alone: bool = False) -> tuple[dict[str, Any], list[CaseResult]]:
+    """The run metadata and records of results files that are shards of one run. `shard_alone`: one shard's own
+    results, shown as that shard (the report `harness run --shard I/N --report-dir` writes), not as a night."""
     if not result_paths:
         raise ValueError("merging needs at least one results file")
     from harness.report.shards import check_shards
@@ -87,7 +88,8 @@ def merge_results(result_paths: list[str]) -> tuple[dict[str, Any], list[CaseRes
         metas.append(meta)
         read.append((path, meta))
         records.extend(shard)
-    check_shards(read)  # (a night with a shard missing is no night)
+    if not (shard_alone and len(result_paths) == 1):
+        check_shards(read)  # (a night with a shard missing is no night)
     run_meta = merge_run_meta(metas)
     if len(result_paths) > 1:
         run_meta["results_files"] = len(result_paths)
@@ -117,9 +119,12 @@ def _once_each(records: list[CaseResult]) -> tuple[list[CaseResult], int]:
     )
 
 
-def write_report(result_paths: list[str], output: str, baseline_path: str | None = None) -> str:
-    """Merge results files (shards of one run), render them and write `output`; returns its path."""
-    run_meta, records = merge_results(result_paths)
+def write_report(
+    result_paths: list[str], output: str, baseline_path: str | None = None, shard_alone: bool = False
+) -> str:
+    """Merge results files (shards of one run), render them and write `output`; returns its path. `shard_alone`
+    as for `merge_results`."""
+    run_meta, records = merge_results(result_paths, shard_alone=shard_alone)
     baseline = baseline_meta = None
     if baseline_path:
         baseline_meta, baseline = read_results(baseline_path)

@@ -654,6 +654,31 @@ def test_the_worker_compiles_nothing_before_forking_where_a_gpu_is_visible(monke
         assert not worker._compiles_keep_forks_usable(RunConfig(device=device))
 
 
+def test_a_warm_up_that_leaves_a_thread_pool_is_named_and_tqdms_monitor_is_stopped():
+    """What a fork would lack after a warm-up: a pool's idle threads (a task given to it in the fork waits for
+    ever) are named; tqdm's monitor, which a fork could catch holding tqdm's lock, is stopped, not named."""
+    import concurrent.futures
+    import threading
+
+    import tqdm
+
+    from harness.isolation import worker
+
+    before = set(threading.enumerate())
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile-pool")
+    pool.submit(lambda: None).result()
+    bar = tqdm.tqdm(total=1, disable=False, file=open(os.devnull, "w"))  # starts tqdm's monitor thread
+    monitor = tqdm.tqdm.monitor
+    try:
+        assert monitor is not None and monitor.is_alive()
+        assert worker._threads_forks_lose(before) == ["compile-pool_0"]
+        assert not monitor.is_alive()
+    finally:
+        bar.close()
+        pool.shutdown()
+    assert worker._threads_forks_lose(before) == []
+
+
 @pytest.mark.gpu
 def test_case_processes_forked_from_the_worker_run_on_the_gpu(tmp_path):
     import torch

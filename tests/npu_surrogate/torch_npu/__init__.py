@@ -48,8 +48,9 @@ ENVIRONMENT = {
 # Folders besides this package's that a command reproducing a run puts on PYTHONPATH (the wheel's Python).
 SEARCH_PATH = [_WHEEL] if _WHEEL else []
 # Whether a process that compiled may still fork processes that run on the device: the surrogate's own backends
-# start no thread; torch_npu's default backend starts a pool of compile threads as it loads.
-FORKS_AFTER_COMPILE = not _WHEEL
+# start no thread; torch_npu's own depend on the backend and the release (the default backend starts a pool of
+# compile threads as it loads), which only a trial tells (None: the harness's worker tries it in a fork).
+FORKS_AFTER_COMPILE = None if _WHEEL else True
 # Whether every load and store of a Triton kernel is checked against its launch's buffers (`_memory_check`): the
 # harness's `fault-store-past-end` runs only where it is, and a kernel stopped there is a failure naming it.
 MEMORY_CHECKED = bool(_triton_codegen.wanted() or _WHEEL) and os.environ.get("NPU_SURROGATE_MEMCHECK", "") != "0"

@@ -718,6 +718,7 @@ def test_torch_npus_own_launcher_reproduces_the_seed_with_no_emulation(torch_npu
 LAUNCHER_FAULT_CASES = """
 import importlib
 import inspect
+import textwrap
 
 import torch
 
@@ -747,6 +748,33 @@ def in_out_unfilled(dtype):
 def add_into(x, y):
     x.add_(y)
     return x * 2
+
+
+def launcher_made_with(line, instead):
+    \"\"\"torch_npu's own `NPUTritonCompileResult.make_launcher` (which writes each launcher's source, its grid
+    among it) with one line changed, in this case's process alone.\"\"\"
+    heuristics = importlib.import_module("torch_npu._inductor.triton_experimental.npu_triton_heuristics")
+    source = textwrap.dedent(inspect.getsource(heuristics.NPUTritonCompileResult.make_launcher))
+    assert source.count(line) == 1, f"torch_npu's make_launcher has no line {line!r}"
+    scope = {}
+    exec(compile(source.replace(line, instead), heuristics.__file__, "exec"), heuristics.__dict__, scope)
+    heuristics.NPUTritonCompileResult.make_launcher = scope["make_launcher"]
+
+
+def bump(x):
+    x.add_(1)
+    return x * 2
+
+
+@case(dtypes=(torch.float32,))
+def over_wide_grid(dtype):
+    \"\"\"An update in place of 65,536 elements: 54 tiles of the kernel's block, which its body divides among 40
+    programs. The launcher no longer clamps its grid to those 40, and the 14 programs past them update tiles of
+    others in place again.\"\"\"
+    launcher_made_with(
+        "min((xnumel + {xblock_val} - 1) // {xblock_val}, {NPU_CU_COUNT})", "(xnumel + {xblock_val} - 1) // {xblock_val}"
+    )
+    return Program(bump, [contiguous((65536,), dtype=dtype)])
 
 
 @case(dtypes=(torch.int64,))
@@ -793,6 +821,12 @@ def test_the_launchers_answer_names_the_argument_and_what_a_replay_showed_it_did
         "size (4, 4) stride (4, 1)) to the kernel as a narrowed copy it does not fill from the argument, and the "
         "kernel reads that copy's state (replayed so, the launch gives what it gave)"
     ), said["in_out_unfilled"]["isolated"]
+    grid = records[("over_wide_grid", "float32", "inference")]["first_divergent_kernel"]
+    assert grid["answer"] == "kernel" and grid["isolated"].startswith(
+        "launcher grid is wrong, not the kernel's code: the kernel's own launcher launches it on 54 programs; "
+        "launched on 40 programs (torch_npu's vector core count, which its body divides the work among), the "
+        "kernel matches eager; on eager values of its inputs the launch diverges (arg0_1 bad=17248/65536"
+    ), grid["isolated"]
     assert said["mutated_not_written_back"]["isolated"].startswith(
         "launcher narrowing is wrong, not the kernel's code: the kernel's own launcher does not write the narrowed "
         "copy of out_ptr2 (int64, size (8,) stride (1,)) back after the launch, so what the kernel wrote there is lost"

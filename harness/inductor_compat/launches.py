@@ -58,6 +58,9 @@ class KernelInfo:
     rsplit_partial: bool = False
     # What the checks on its text found (`kernel_checks.py`): "name: sentence".
     text_findings: list[str] = field(default_factory=list)
+    # A Triton kernel's autotuner (`CachingAutotuner`), whose launchers a replay may launch on another grid
+    # (`torch_npu_backend.launcher_grid`): its `run` is not always a bound method (torch_npu's `fast_run`).
+    autotuner: Any = field(default=None, repr=False, compare=False)
 
     def role(self, position: int) -> str:
         if position >= len(self.arg_names):
@@ -405,6 +408,7 @@ def _kernel_info(name: str, value: Any, cpp_params: dict[str, tuple[list[str], s
             low_precision_atomics=atomics,
             rsplit_partial=bool(value.inductor_meta.get("npu_rsplit_partial")),
             text_findings=text_findings(source) if source else [],
+            autotuner=value,
         )
     return None
 

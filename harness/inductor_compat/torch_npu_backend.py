@@ -22,11 +22,13 @@ Read in the torch-npu wheels on PyPI (`torch_npu/utils/_dynamo.py`, `torch_npu/_
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
 import warnings
 from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
 
 DEFAULT = "default"
 BACKEND_VARIABLE = "TORCHINDUCTOR_NPU_BACKEND"
@@ -209,3 +211,78 @@ def fast_launch() -> str | None:
 # written back with `copy_`. `.to()` and `empty_like` keep strides only for a non-overlapping-and-dense tensor:
 # any other comes back dense, while the kernel still addresses it with its compile-time strides (seed 000).
 LAUNCHER_NARROWING = {"*i64": ("int64", "int32"), "*fp64": ("float64", "float32")}
+
+
+# torch_npu's launcher chooses each launch's grid itself (`triton_experimental/npu_triton_heuristics.py`,
+# `NPUTritonCompileResult.make_launcher`, 2.13.0 and 2.14.0): it writes the source of
+# `def launcher(<kernel args>, stream, runner=runner, ..., slow_runner=...)`, whose body computes `grid_0` from
+# `xnumel`, the config's XBLOCK and the vector core count (`NPU_CU_COUNT`, the `total_thread` its codegen writes
+# into each kernel's body among which the kernel divides its tiles: `codegen/triton.py` line 4455 in 2.14.0) and
+# calls `runner(grid_0, grid_1, grid_2, stream, ...)` (the fast launch's `runner` takes the same order). The
+# runner is a parameter default, so replacing that default changes this one launcher's launches alone. The
+# autotuner holds the launcher itself or `_wrap_launcher_with_downcast`'s wrapper around it (a closure).
+RUNNER_PARAMETERS = ("runner", "slow_runner")
+
+
+@dataclass
+class LauncherGrid:
+    """The grids (`grid_0`, programs) a kernel's own launcher computed, one per launch seen."""
+
+    seen: list[int] = field(default_factory=list)
+
+
+def vector_core_count() -> int | None:
+    """The vector core count torch_npu's triton_experimental codegen divides a kernel's tiles among (None where
+    that backend is not there)."""
+    props = sys.modules.get("torch_npu._inductor.triton_experimental.device_props")
+    count = getattr(props, "get_npu_vector_core_count", None)
+    try:
+        return int(count()) if count is not None else None
+    except Exception:  # noqa: BLE001 - no device answered: no figure
+        return None
+
+
+def _generated_launcher(launcher: Any) -> Any:
+    """The launcher torch_npu generated (the function with a `runner` parameter), itself or inside the
+    narrowing wrapper's closure; None for another autotuner's launchers."""
+    for candidate in (launcher, *(c.cell_contents for c in getattr(launcher, "__closure__", None) or ())):
+        code = getattr(candidate, "__code__", None)
+        if code is not None and "runner" in code.co_varnames[: code.co_argcount] and candidate.__defaults__:
+            return candidate
+    return None
+
+
+@contextlib.contextmanager
+def launcher_grid(autotuner: Any, programs: int | None = None) -> Iterator[LauncherGrid | None]:
+    """While active, each launch of `autotuner` through torch_npu's generated launcher records the grid that
+    launcher computed, and runs on `programs` programs instead where given. Yields None where the autotuner's
+    launchers are not torch_npu's generated ones (no grid to see or change)."""
+    launchers = [found for each in getattr(autotuner, "launchers", None) or () if (found := _generated_launcher(each))]
+    if not launchers:
+        yield None
+        return
+    grid = LauncherGrid()
+
+    def observed(runner: Callable[..., Any]) -> Callable[..., Any]:
+        def run(grid_0: int, *rest: Any, **kwargs: Any) -> Any:
+            grid.seen.append(int(grid_0))
+            return runner(grid_0 if programs is None else programs, *rest, **kwargs)
+
+        return run
+
+    saved = []
+    for launcher in launchers:
+        code = launcher.__code__
+        names = code.co_varnames[: code.co_argcount]
+        defaults = list(launcher.__defaults__)
+        first = len(names) - len(defaults)
+        for name in RUNNER_PARAMETERS:
+            if name in names[first:]:
+                defaults[names.index(name) - first] = observed(defaults[names.index(name) - first])
+        saved.append((launcher, launcher.__defaults__))
+        launcher.__defaults__ = tuple(defaults)
+    try:
+        yield grid
+    finally:
+        for launcher, defaults in saved:
+            launcher.__defaults__ = defaults

@@ -39,7 +39,7 @@ from harness.judge.results import same_values
 from harness.inductor_compat import Launch
 from harness.inductor_compat.launches import ROLE_INOUT
 from harness.layout import clone_exact, is_non_overlapping_and_dense, overlap
-from harness.probe.launcher import launcher_answer
+from harness.probe.launcher import grid_answer, launcher_answer
 from harness.probe.regions import Region, RegionMap
 from harness.probe.node_values import GraphValues
 
@@ -212,6 +212,14 @@ def isolate(
         )
         if narrowing is not None:
             return Isolation(WRONG, f"{narrowing}; on {on} the launch diverges ({', '.join(still_wrong)})", group)
+        grid = grid_answer(
+            launch,
+            run,
+            lambda through: replay(launch, regions, values, through, recomputed),
+            lambda replayed: _still_wrong(replayed.outputs, values, verdict),
+        )
+        if grid is not None:
+            return Isolation(WRONG, f"{grid}; on {on} the launch diverges ({', '.join(still_wrong)})", group)
         return Isolation(WRONG, f"kernel is wrong: on {on} it still diverges ({', '.join(still_wrong)})", group)
     aliased = sorted(
         {

@@ -1,4 +1,4 @@
-"""What a kernel's own launcher did to the arguments it narrows: each mechanism told by a replay.
+"""What a kernel's own launcher did to the arguments it narrows, or to its grid: each mechanism told by a replay.
 
 torch_npu's launcher (`triton_experimental/npu_triton_heuristics.py`, 2.14.0: `_wrap_launcher_with_downcast`)
 narrows each argument its codegen typed `*i64`/`*fp64` (the kernel's `downcast_args`) before the launch: an
@@ -19,6 +19,12 @@ what the launch through the kernel's own launcher gave is what the launcher did,
 argument. None giving it: the launcher is wrong by an effect no replay isolates, and the answer says so. While
 these replays run, what `torch.empty` and its kin return holds one known byte pattern, so that a buffer nobody
 filled holds the same thing in every replay (torch's own `fill_uninitialized_memory` covers CPU and CUDA only).
+
+torch_npu's launcher also computes each launch's grid (`inductor_compat.torch_npu_backend.launcher_grid`). A kernel
+still wrong with its arguments narrowed right is launched again on fewer programs than its launcher chose: the
+vector core count its codegen divides the kernel's tiles among, then one. Matching eager there while the launcher's
+own grid stays wrong, the grid is what diverges (`grid_answer`): a body whose programs past that count redo tiles of
+others applies an update in place twice.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from harness.inductor_compat import Launch
-from harness.inductor_compat.torch_npu_backend import LAUNCHER_NARROWING
+from harness.inductor_compat.torch_npu_backend import LAUNCHER_NARROWING, launcher_grid, vector_core_count
 from harness.judge.results import same_values
 from harness.layout import dtype_name, dtype_named, extent, is_non_overlapping_and_dense
 
@@ -108,6 +114,39 @@ def launcher_answer(
     said = "; ".join(_mechanism(flaws, described) for flaws in shown)
     several = " (each of these replays gives what the launch gave)" if len(shown) > 1 else ""
     return f"launcher narrowing is wrong, not the kernel's code: {said}{several}"
+
+
+def grid_answer(
+    launch: Launch,
+    run: Callable[[Launch], Any],
+    replay: Callable[[Callable[[Launch], Any]], Any],
+    still_wrong: Callable[[Any], list[str]],
+) -> str | None:
+    """For a launch wrong on eager values of its inputs whose grid its own launcher computes (torch_npu's): the
+    launcher's grid, in a sentence that states what the replays showed, where launched on fewer programs (the
+    vector core count its codegen divides the kernel's tiles among, then one) the kernel matches eager while on
+    the launcher's grid it stays wrong; None otherwise. Arguments as for `launcher_answer`."""
+    autotuner = launch.kernel.autotuner
+    with launcher_grid(autotuner) as grid:
+        if grid is None:
+            return None
+        actual = replay(run)
+    if not grid.seen or actual.error is not None or not still_wrong(actual):
+        return None
+    launched, cores = grid.seen[-1], vector_core_count()
+    for programs in sorted({p for p in (cores, 1) if p and p < launched}, reverse=True):
+        with launcher_grid(autotuner, programs):
+            fewer = replay(run)
+        if fewer.error is None and not still_wrong(fewer):
+            among = (
+                f" (torch_npu's vector core count, which its body divides the work among)" if programs == cores else ""
+            )
+            return (
+                f"launcher grid is wrong, not the kernel's code: the kernel's own launcher launches it on {launched} "
+                f"programs; launched on {programs} program{'s' if programs > 1 else ''}{among}, the kernel matches "
+                "eager"
+            )
+    return None
 
 
 def _mechanism(flaws: dict[str, str], described: dict[str, str]) -> str:

@@ -722,7 +722,7 @@ import textwrap
 
 import torch
 
-from harness import Program, case, contiguous
+from harness import Program, case, contiguous, gapped
 
 
 def launcher_with(line, instead):
@@ -778,6 +778,14 @@ def over_wide_grid(dtype):
 
 
 @case(dtypes=(torch.int64,))
+def narrowed_gapped_dot(dtype):
+    \"\"\"torch_npu's launcher as it ships: a gapped int64 input narrowed with Tensor.to() (seed 000's narrowing), its
+    dense 80-byte copy read with the input's stride 2, where the memory checker stops the kernel.\"\"\"
+    spec = dict(dtype=dtype, fill="randint", low=-5, high=5)
+    return Program(torch.dot, [gapped((20,), step=2, **spec), contiguous((20,), **spec)])
+
+
+@case(dtypes=(torch.int64,))
 def mutated_not_written_back(dtype):
     \"\"\"The kernel stores the input it mutates (out_ptr2); the narrowed copies of mutated arguments are not
     written back.\"\"\"
@@ -827,6 +835,14 @@ def test_the_launchers_answer_names_the_argument_and_what_a_replay_showed_it_did
         "launched on 40 programs (torch_npu's vector core count, which its body divides the work among), the "
         "kernel matches eager; on eager values of its inputs the launch diverges (arg0_1 bad=17248/65536"
     ), grid["isolated"]
+    # A stop by the memory checker in a copy the launcher narrowed: told by rerunning the program narrowed right
+    # (it was "kernel is wrong" at that access).
+    stopped = records[("narrowed_gapped_dot", "int64", "inference")]
+    assert stopped["symptom"] == "out-of-bounds" and stopped["first_divergent_kernel"]["isolated"].startswith(
+        "launcher narrowing is wrong, not the kernel's code: the kernel's own launcher narrows in_ptr0 with "
+        "Tensor.to(), a copy of 80 bytes the kernel still addresses with the argument's strides (replayed so, the "
+        "memory checker stops it at the same access); narrowed by the harness instead"
+    ), stopped["first_divergent_kernel"]["isolated"]
     assert said["mutated_not_written_back"]["isolated"].startswith(
         "launcher narrowing is wrong, not the kernel's code: the kernel's own launcher does not write the narrowed "
         "copy of out_ptr2 (int64, size (8,) stride (1,)) back after the launch, so what the kernel wrote there is lost"

@@ -34,6 +34,7 @@ from harness.run.errors import (
     traceback_text,
 )
 from harness.run.localize_run import captured_launch
+from harness.run.out_of_bounds import narrowing_answer
 from harness.run.sides import EagerSide, compiled_run, dynamic_run
 from harness.run.verdict import conclude_sizes, settle_verdict, values_of
 from harness.torch_import import NPU_PATCHES, npu_patches_active
@@ -160,7 +161,10 @@ def _run(
                     failure.stage, f"Dynamo compiled nothing of this sample ({breaks}): no test of Inductor"
                 )
             elif failure.stage == R.Stage.COMPILE and (violation := MemoryViolation.found_in(failure.cause)):
-                out_of_bounds(violation, record)
+                launcher = None
+                if eager_side is not None and not config.runs_dynamic(case):
+                    launcher = narrowing_answer(violation, eager_side, config, record)
+                out_of_bounds(violation, record, launcher)
             else:
                 record.facts.failed(failure.stage, failure.symptom or symptom_of(failure.cause))
                 record.error = R.ErrorInfo(
@@ -189,9 +193,11 @@ def _run(
     return record
 
 
-def out_of_bounds(violation: MemoryViolation, record: R.CaseResult) -> None:
+def out_of_bounds(violation: MemoryViolation, record: R.CaseResult, launcher: str | None = None) -> None:
     """The device's memory checker stopped a compiled kernel at a load or store outside its buffers: the run fails,
-    and its answer is that kernel, at that access (what the checker saw, not a replay's inference)."""
+    and its answer is that kernel, at that access (what the checker saw, not a replay's inference): its code is
+    wrong, or its launcher (`launcher`, from `out_of_bounds.narrowing_answer`: a rerun showed the buffer is the
+    launcher's narrowed copy)."""
     said = violation.said()
     record.facts.out_of_bounds = f"{violation.kernel}: {said}"
     record.first_divergent_kernel = R.Localization(
@@ -201,7 +207,11 @@ def out_of_bounds(violation: MemoryViolation, record: R.CaseResult) -> None:
         kind="triton",
         stage="inductor",
         source=violation.line or "",
-        isolated=f"kernel is wrong: the device's memory checker stopped it at {said}",
+        isolated=(
+            f"{launcher}; through its own launcher the device's memory checker stopped it at {said}"
+            if launcher
+            else f"kernel is wrong: the device's memory checker stopped it at {said}"
+        ),
     )
     record.diagnosis = f"{violation.kernel} makes {said}; the run's values were not compared"
 

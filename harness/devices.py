@@ -15,7 +15,7 @@ import os
 import platform
 import shlex
 import sys
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -148,6 +148,12 @@ class Device:
         this device: not where a GPU is visible, since their import may create a CUDA tensor (a fork after that
         cannot use CUDA)."""
         return not torch.cuda.is_available()
+
+    def eager_gaps(self) -> dict[str, tuple[Callable[..., Any], str]]:
+        """Where this device's eager ops are not those of the device it stands in for (a surrogate's CPU kernels):
+        op name (`aten::erf`, any overload) -> (the form the real device's eager op takes, called as
+        `form(op, args, kwargs)`; why). Empty for a device that is itself."""
+        return {}
 
     def unsupported(self, exc: BaseException) -> str | None:
         """Why a run that raised `exc` cannot run here at all, in one line, when the device says the exception
@@ -322,6 +328,13 @@ class Npu(Device):
         if self.surrogate() is None:
             return False
         return getattr(sys.modules.get("torch_npu"), "FORKS_AFTER_COMPILE", False)
+
+    def eager_gaps(self) -> dict[str, tuple[Callable[..., Any], str]]:
+        # The surrogate says where its eager (the CPU's kernels) is not an NPU's (`EAGER_GAPS`); torch_npu proper
+        # is the NPU's own.
+        if self.surrogate() is None:
+            return {}
+        return dict(getattr(sys.modules.get("torch_npu"), "EAGER_GAPS", None) or {})
 
     def unsupported(self, exc: BaseException) -> str | None:
         # A stand-in says what it cannot run (`torch_npu.unsupported`: the surrogate's interpreter, the CANN

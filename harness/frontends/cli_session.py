@@ -223,6 +223,7 @@ def _run_with(
                 broken_modules=loaded.broken_modules,
                 isolation=args.isolation,
                 expectations=inputs.expectations,
+                runs=len(plan.tasks),
             )
         results = list(plan.carried)
         journal = Journal(journal_file, plan.carried) if journal_file else None

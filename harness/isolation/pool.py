@@ -200,6 +200,8 @@ class WorkerPool:
     isolation: str = "case"
     # What the run expects to fail (`harness.judge.known_failures`): sent with each task, to decide its run by.
     expectations: Expectations | None = None
+    # How many tasks the run holds, where its caller said (`configure`): each worker's share goes with its setup.
+    runs: int | None = None
 
     def configure(
         self,
@@ -211,9 +213,12 @@ class WorkerPool:
         broken_modules: Iterable[str] = (),
         isolation: str | None = None,
         expectations: Expectations | None = None,
+        runs: int | None = None,
     ) -> "WorkerPool":
-        """Give an early pool its run: workers already started get their setup now."""
+        """Give an early pool its run (`runs`: how many tasks it holds, where known): workers already started get
+        their setup now."""
         self.config, self.case_paths, self.timeout_s = config, list(case_paths), timeout_s
+        self.runs = runs
         self.expectations = expectations
         if isolation and isolation != self.isolation:  # workers started for the other isolation: their set-up differs
             for worker in list(self.workers.values()):
@@ -471,6 +476,9 @@ class WorkerPool:
             "broken_modules": sorted(self.broken_modules),
             "isolation": self.isolation,
             "compile_root": self._compile_root(),
+            # A worker's share of the run (None: not known): a warm-up that must be tried first pays from a
+            # worker's second case on (`harness.isolation.worker._warm_up`).
+            "runs_per_worker": -(-self.runs // self.size) if self.runs else None,
         }
         try:
             worker.process.stdin.write(json.dumps(setup) + "\n")

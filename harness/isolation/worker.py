@@ -94,17 +94,18 @@ def _threads_forks_lose(before: set[threading.Thread]) -> list[str]:
     return sorted({t.name for t in started if t.is_alive() and t not in reset})
 
 
-def _warm_up(config: RunConfig) -> bool:
+def _warm_up(config: RunConfig, runs_per_worker: int | None = None) -> bool:
     """Compile in this process before forking case processes, so that none pays its first compile's set-up
     (`warm_compiler`), where the device says that leaves forks usable; where only a trial can tell, the warm-up
     runs first in a process forked for it, and this one warms up only when nothing it started would be lost in a
     fork (torch_npu's `default` backend starts a thread pool as it loads; its `triton_experimental` only what
-    torch resets in a fork). True when warmed."""
+    torch resets in a fork). A trial costs a warm-up: it pays from a worker's second case on, so a worker with one
+    case to run (`runs_per_worker`, where known) compiles that one from cold. True when warmed."""
     from harness.devices import get_device
     from harness.inductor_compat import warm_compiler
 
     usable = _compiles_keep_forks_usable(config)
-    if usable is False:
+    if usable is False or (usable is None and runs_per_worker is not None and runs_per_worker < 2):
         return False
     device = get_device(config.device)
     options = device.compile_options(config)
@@ -211,7 +212,11 @@ def main() -> int:
 
     setup["preload_sources"] = get_device(config.device).imports_keep_forks_usable()
     # Every case process is forked from here: its first compile's set-up is done once.
-    warmed = setup.get("isolation") == "case" and config.backend == "inductor" and _warm_up(config)
+    warmed = (
+        setup.get("isolation") == "case"
+        and config.backend == "inductor"
+        and _warm_up(config, setup.get("runs_per_worker"))
+    )
     if setup.get("worker_root"):
         if setup["headers_stored"] and warmed:
             compile_caches.store_headers()

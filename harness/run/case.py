@@ -33,6 +33,7 @@ from harness.run.errors import (
     symptom_of,
     traceback_text,
 )
+from harness.run.eager_gaps import SurrogateGap
 from harness.run.localize_run import captured_launch
 from harness.run.out_of_bounds import narrowing_answer
 from harness.run.sides import EagerSide, compiled_run, dynamic_run
@@ -147,6 +148,8 @@ def _run(
                 record.facts.tested_nothing(failure.stage, f"dynamic: {failure.cause}")
             elif (limit := device.unsupported(failure.cause)) is not None:
                 record.facts.tested_nothing(failure.stage, limit)
+            elif isinstance(failure.cause, SurrogateGap):
+                record.facts.tested_nothing(failure.stage, str(failure.cause))
             elif case.generated and isinstance(failure.cause, NoEagerReference):
                 record.facts.tested_nothing(failure.stage, str(failure.cause))
             elif case.generated and failure.stage == R.Stage.EAGER:

@@ -12,6 +12,7 @@ from harness.judge.decision import nondeterminism_said
 from harness.judge.sent_values import SizeValues
 from harness.registry import Case
 from harness.run.config import RunConfig
+from harness.run.eager_gaps import gap_explains
 from harness.run.diagnoses import (
     elided_casts,
     first_launches_fail,
@@ -61,6 +62,8 @@ def settle_verdict(eager_side: EagerSide, compiled: CompiledSide, config: RunCon
         if eager_side.case.generated:
             raise CaseFailure(R.Stage.EAGER, why)
         record.warnings.append(str(why))
+    if diverged and (gap := gap_explains(eager_side, compiled)):
+        raise CaseFailure(R.Stage.COMPARE, gap)
     facts.compared = True
     facts.failing = [o.name for o in record.outputs if not o.passed]
     facts.nondeterministic = list(eager_side.nondeterministic)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 
-from . import _triton_codegen, _wheel_backend
+from . import _eager_gaps, _triton_codegen, _wheel_backend
 from ._limits import unsupported  # noqa: F401  (what the surrogate cannot run: the harness skips it, saying why)
 
 # The torch_npu mode's wheel: found on the path before anything else (one clear line when it is not there).
@@ -51,6 +51,9 @@ SEARCH_PATH = [_WHEEL] if _WHEEL else []
 # start no thread; torch_npu's own depend on the backend and the release (the default backend starts a pool of
 # compile threads as it loads), which only a trial tells (None: the harness's worker tries it in a fork).
 FORKS_AFTER_COMPILE = None if _WHEEL else True
+# Where this surrogate's eager ops (the CPU's kernels) are not an NPU's, each with the form an NPU's takes and why:
+# a run the gap alone explains is a skip naming it (`_eager_gaps.py`).
+EAGER_GAPS = _eager_gaps.gaps(wheel=bool(_WHEEL))
 # Whether every load and store of a Triton kernel is checked against its launch's buffers (`_memory_check`): the
 # harness's `fault-store-past-end` runs only where it is, and a kernel stopped there is a failure naming it.
 MEMORY_CHECKED = bool(_triton_codegen.wanted() or _WHEEL) and os.environ.get("NPU_SURROGATE_MEMCHECK", "") != "0"

@@ -29,6 +29,7 @@ import signal
 import sys
 import threading
 import time
+from typing import Callable
 
 from harness.isolation import child as child_process, process_tree
 from harness.isolation.channel import Sender, closer, take_private
@@ -133,7 +134,7 @@ def _warm_up(config: RunConfig, runs_per_worker: int | None = None) -> bool:
     return True
 
 
-def _trial(warm) -> list[str] | None:
+def _trial(warm: Callable[[], list[str]]) -> list[str] | None:
     """`warm()`'s answer, from a process forked to run it; None when that process gave none (it failed)."""
     read_end, write_end = os.pipe()
     sys.stdout.flush()

@@ -23,6 +23,10 @@ from harness.run.errors import MemoryViolation
 from harness.run.sides import EagerSide, compile_kwargs
 
 
+class _NotNarrowed(Exception):
+    """The stopped kernel's launcher does not narrow the stopped argument."""
+
+
 @dataclasses.dataclass
 class _Narrowing:
     """A launch handler: each launch whose kernel's launcher narrows 64-bit arguments gets them narrowed here
@@ -36,10 +40,12 @@ class _Narrowing:
 
     def __call__(self, launch: Any) -> Any:
         info = launch.kernel
+        if info.name == self.kernel:
+            if self.argument not in info.launcher_narrowed:
+                raise _NotNarrowed  # nothing of the launcher's to tell: the rerun stops here
+            self.saw_argument = True
         if not info.launcher_narrowed:
             return launch.run()
-        if info.name == self.kernel and self.argument in info.launcher_narrowed:
-            self.saw_argument = True
         flaws = self.flaws if info.name == self.kernel else {}
         args, write_backs = narrowed_by_harness(launch.args, info.launcher_narrowed, info.arg_names, flaws)
         result = launch.run(args)

@@ -896,10 +896,12 @@ def test_a_difference_the_surrogates_eager_gap_alone_explains_is_a_skip_that_nam
     for mode in ("inference", "training"):
         gap = records[("opinfo-_native_batch_norm_legit-bfloat16-s0-contiguous", "bfloat16", mode)]
         assert gap["status"] == "skip", (mode, gap["status"], gap["outputs"])
-        assert gap["reason"].startswith(
-            "a gap of the surrogate's eager, not a compiler's fault: run with aten::_native_batch_norm_legit"
-        ) and "gives the batch statistics (save_mean, save_invstd) of a float16 or bfloat16 input in that dtype" in (
-            gap["reason"]
+        assert (
+            gap["reason"].startswith(
+                "a gap of the surrogate's eager, not a compiler's fault: run with aten::_native_batch_norm_legit"
+            )
+            and "gives the batch statistics (save_mean, save_invstd) of a float16 or bfloat16 input in that dtype"
+            in (gap["reason"])
         ), gap["reason"]
         plain = records[("opinfo-_native_batch_norm_legit-float32-s0-contiguous", "float32", mode)]
         assert plain["status"] == "pass", plain["status"]

@@ -664,6 +664,8 @@ def test_a_warm_up_that_leaves_a_thread_pool_is_named_and_tqdms_monitor_is_stopp
 
     from harness.isolation import worker
 
+    if tqdm.tqdm.monitor is not None:  # one an earlier test in this process started: the bar below starts its own
+        tqdm.tqdm.monitor.exit()
     before = set(threading.enumerate())
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile-pool")
     pool.submit(lambda: None).result()

@@ -90,7 +90,8 @@ def test_report_check_refuses_shards_of_two_selections_and_a_missing_shard(tmp_p
     assert "Traceback" not in two.stderr and (tmp_path / "b" / "index.html").exists(), two.stderr
     assert "<th>shard</th><td>2, 2" in (tmp_path / "b" / "index.html").read_text()
     (tmp_path / "b" / "results.json").rename(tmp_path / "b.json")
-    assert json.loads((tmp_path / "a.json").read_text())["run"]["shard"] == [1, 2]
+    run = json.loads((tmp_path / "a.json").read_text())["run"]
+    assert run["shard"] == [1, 2] and 0 < run["first_record_s"] <= run["duration_s"], run
     mixed = _harness("report", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--check", cwd=REPO)
     assert mixed.returncode == EXIT_USAGE and "is not a shard of the selection" in mixed.stderr, mixed.stderr
     alone = _harness("report", str(tmp_path / "a.json"), "--check", cwd=REPO)

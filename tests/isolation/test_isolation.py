@@ -654,6 +654,20 @@ def test_the_worker_compiles_nothing_before_forking_where_a_gpu_is_visible(monke
         assert not worker._compiles_keep_forks_usable(RunConfig(device=device))
 
 
+def test_a_warm_up_that_must_be_tried_first_is_skipped_for_a_worker_with_one_case(monkeypatch):
+    """A trial costs a warm-up, and pays from a worker's second case on: a worker with one case to run compiles it
+    from cold, with no trial; with two or more (or where its share is not known) the trial runs."""
+    from harness.isolation import worker
+    from harness.run.config import RunConfig
+
+    tried = []
+    monkeypatch.setattr(worker, "_compiles_keep_forks_usable", lambda config: None)
+    monkeypatch.setattr(worker, "_trial", lambda warm: tried.append(1) or ["a-pool_0"])
+    assert worker._warm_up(RunConfig(device="cpu"), runs_per_worker=1) is False and tried == []
+    assert worker._warm_up(RunConfig(device="cpu"), runs_per_worker=2) is False and tried == [1]
+    assert worker._warm_up(RunConfig(device="cpu"), runs_per_worker=None) is False and tried == [1, 1]
+
+
 def test_a_warm_up_that_leaves_a_thread_pool_is_named_and_tqdms_monitor_is_stopped():
     """What a fork would lack after a warm-up: a pool's idle threads (a task given to it in the fork waits for
     ever) are named; tqdm's monitor, which a fork could catch holding tqdm's lock, is stopped, not named."""

@@ -139,7 +139,7 @@ def grid_answer(
             fewer = replay(run)
         if fewer.error is None and not still_wrong(fewer):
             among = (
-                f" (torch_npu's vector core count, which its body divides the work among)" if programs == cores else ""
+                " (torch_npu's vector core count, which its body divides the work among)" if programs == cores else ""
             )
             return (
                 f"launcher grid is wrong, not the kernel's code: the kernel's own launcher launches it on {launched} "

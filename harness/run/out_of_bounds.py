@@ -78,8 +78,8 @@ def narrowing_answer(
     _, stopped, _ = rerun({violation.argument: COLLAPSED})
     again = MemoryViolation.found_in(stopped) if stopped is not None else None
     narrowed_right = (
-        f"narrowed by the harness instead (each argument keeping its layout, filled from it and written back), the "
-        f"program runs within its buffers and matches eager"
+        "narrowed by the harness instead (each argument keeping its layout, filled from it and written back), the "
+        "program runs within its buffers and matches eager"
     )
     if again is None or (again.kernel, again.argument, again.offset) != (
         violation.kernel,

@@ -40,7 +40,12 @@ What is relied on, and why there is no public API for it:
   (`graphs._dims`; torch 2.13 on CPU, 2.11 on CUDA).
 - `torch_npu_backend.py`: torch_npu's Inductor backend registry (torch_npu
   2.7.1 to 2.14.0, read in its wheels): a backend loaded as a compile would
-  load it, before the config is saved, and which backend did load.
+  load it, before the config is saved, and which backend did load; and the
+  launcher `triton_experimental` generates (2.13.0, 2.14.0), whose `runner`
+  parameter default a replay replaces to see or change its grid.
+- `dynamo.py`'s `threads_reset_at_fork`: the reader threads of Inductor's
+  compile-worker pools (`async_compile._pool_set`), which torch forgets in a
+  forked child (`async_compile.after_fork`, torch 2.6 to 2.13).
 - `graph_passes.py`: Inductor's FX graph passes, observed (which changed a graph)
   and turned off one by one: `GraphTransformObserver.apply_graph_pass` /
   `apply_gm_pass` and `PatternEntry.apply`, the places every named pass and

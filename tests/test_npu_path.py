@@ -879,13 +879,11 @@ def test_a_difference_the_surrogates_eager_gap_alone_explains_is_a_skip_that_nam
     # The surrogate's eager batch norm is the CPU's kernel: a bfloat16 input's batch statistics come back in
     # bfloat16, where Inductor's decomposition gives a device other than the CPU float32 (values equal). Every such
     # run failed (the full sweep's _batch_norm_with_update and _native_batch_norm_legit, every layout and mode).
-    # Rerun with the statistics in float32, eager gives what the compiled run gave: a skip naming the gap. float32
-    # has no gap to explain, and passes.
+    # Rerun with the statistics in float32, eager gives what the compiled run gave: a skip naming the gap.
     result = run_harness(
         surrogate,
         "run",
         "opinfo-_native_batch_norm_legit-bfloat16-s0-contiguous",
-        "opinfo-_native_batch_norm_legit-float32-s0-contiguous",
         "--device",
         "npu",
         "--json",
@@ -903,8 +901,6 @@ def test_a_difference_the_surrogates_eager_gap_alone_explains_is_a_skip_that_nam
             and "gives the batch statistics (save_mean, save_invstd) of a float16 or bfloat16 input in that dtype"
             in (gap["reason"])
         ), gap["reason"]
-        plain = records[("opinfo-_native_batch_norm_legit-float32-s0-contiguous", "float32", mode)]
-        assert plain["status"] == "pass", plain["status"]
 
 
 def test_what_the_interpreter_cannot_run_is_a_skip_that_names_it(triton_surrogate, tmp_path):

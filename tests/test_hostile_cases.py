@@ -3,6 +3,7 @@ runs no case code itself, keeps its channel to the workers, judges every case as
 process behind, and never exits 0 when a case did not run."""
 
 import io
+import functools
 import json
 import os
 import subprocess
@@ -750,6 +751,12 @@ def test_a_case_process_compiles_into_caches_of_its_own_and_a_changed_header_is_
     compile_caches.use_worker_caches(worker, stored=True)  # (the store is empty yet)
     header = Path(codecache._HEADER_DIR) / "prefix.h.gch"
     header.write_bytes(b"built by the worker")
+    # A header this process's compiles never used is no case's to use (its lock is not taken in a case):
+    # Inductor remembers the headers it used per process (`_precompile_header`, a functools.cache).
+    remembered = functools.cache(lambda *args, **kwargs: str(header))
+    monkeypatch.setattr(codecache, "_precompile_header", remembered)
+    assert compile_caches.header_stamps() == {}
+    remembered()
     stamps = compile_caches.header_stamps()
     assert list(stamps) == [str(header)]
     compile_caches.store_headers()  # a later worker copies it in, and does not build it again

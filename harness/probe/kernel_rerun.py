@@ -204,22 +204,16 @@ def isolate(
             group,
         )
     if still_wrong:
-        narrowing = launcher_answer(
-            launch,
-            run,
-            lambda through: replay(launch, regions, values, through, recomputed),
-            lambda replayed: _still_wrong(replayed.outputs, values, verdict),
-        )
-        if narrowing is not None:
-            return Isolation(WRONG, f"{narrowing}; on {on} the launch diverges ({', '.join(still_wrong)})", group)
-        grid = grid_answer(
-            launch,
-            run,
-            lambda through: replay(launch, regions, values, through, recomputed),
-            lambda replayed: _still_wrong(replayed.outputs, values, verdict),
-        )
-        if grid is not None:
-            return Isolation(WRONG, f"{grid}; on {on} the launch diverges ({', '.join(still_wrong)})", group)
+        # What the kernel's own launcher did (its narrowing, then its grid), each told by replays of this launch.
+        for answer in (launcher_answer, grid_answer):
+            launcher = answer(
+                launch,
+                run,
+                lambda through: replay(launch, regions, values, through, recomputed),
+                lambda replayed: _still_wrong(replayed.outputs, values, verdict),
+            )
+            if launcher is not None:
+                return Isolation(WRONG, f"{launcher}; on {on} the launch diverges ({', '.join(still_wrong)})", group)
         return Isolation(WRONG, f"kernel is wrong: on {on} it still diverges ({', '.join(still_wrong)})", group)
     aliased = sorted(
         {

@@ -68,6 +68,20 @@ def records_of(path):
     return {(r["case"], r["dtype"], r["mode"]): r for r in json.loads(Path(path).read_text())["records"]}
 
 
+def test_an_op_the_surrogate_runs_on_the_cpu_gives_the_cpus_layout(surrogate):
+    # A composite that allocates an empty result and calls its out= op (the comparisons, logical_or, heaviside)
+    # came back contiguous from the CPU fallback, where the CPU's own kernel keeps a permuted input's layout, as
+    # the op's meta does: Inductor's code read such a fallback's result with the meta's strides.
+    lines = program_output(
+        surrogate,
+        "import torch, torch_npu\n"
+        "for device in ('cpu', 'npu'):\n"
+        "    x = torch.arange(50.0, device=device).reshape(5, 10).t()\n"
+        "    print(torch.eq(x, 3).stride(), torch.logical_or(x > 2, x < 9).stride(), torch.heaviside(x, x).stride())",
+    )
+    assert lines == ["(1, 10) (1, 10) (1, 10)"] * 2
+
+
 def test_the_seed_fails_on_the_surrogate_as_on_the_cpu_and_the_same_kernel_is_named(surrogate, tmp_path):
     result = run_harness(
         surrogate,
@@ -833,7 +847,7 @@ def test_the_launchers_answer_names_the_argument_and_what_a_replay_showed_it_did
     assert grid["answer"] == "kernel" and grid["isolated"].startswith(
         "launcher grid is wrong, not the kernel's code: the kernel's own launcher launches it on 54 programs; "
         "launched on 40 programs (torch_npu's vector core count, which its body divides the work among), the "
-        "kernel matches eager; on eager values of its inputs the launch diverges (arg0_1 bad=17248/65536"
+        "kernel matches eager, its outputs zeroed first or not; on eager values of its inputs the launch diverges (arg0_1 bad=17248/65536"
     ), grid["isolated"]
     # A stop by the memory checker in a copy the launcher narrowed: told by rerunning the program narrowed right
     # (it was "kernel is wrong" at that access).
@@ -847,6 +861,72 @@ def test_the_launchers_answer_names_the_argument_and_what_a_replay_showed_it_did
         "launcher narrowing is wrong, not the kernel's code: the kernel's own launcher does not write the narrowed "
         "copy of out_ptr2 (int64, size (8,) stride (1,)) back after the launch, so what the kernel wrote there is lost"
     ), said["mutated_not_written_back"]["isolated"]
+
+
+MECHANISM_CASES = """
+import torch
+
+from harness import Program, case, contiguous, permuted, strided
+
+
+@case(dtypes=(torch.int64,))
+def overlapping_int64_add(dtype):
+    \"\"\"torch_npu's launcher as it ships: an overlapping int64 input narrowed with Tensor.to(), its dense copy read
+    with the input's strides (every load inside the copy: the run diverges, no memory checker's stop).\"\"\"
+    spec = dict(dtype=dtype, fill="randint", low=-5, high=5)
+    return Program(lambda x: x + 1, [strided((6, 4), (2, 1), storage_numel=14, **spec)])
+
+
+@case(dtypes=(torch.float32,), modes=("training",))
+def permuted_copysign(dtype):
+    \"\"\"copysign, a fallback in triton_experimental, of a permuted input: the surrogate's kernel keeps the
+    input's layout, its meta gives a contiguous one, and torch_npu turns Inductor's size asserts off.\"\"\"
+    return Program(torch.copysign, [permuted((5, 10), (1, 0), requires_grad=True), contiguous((10, 5))])
+"""
+
+
+def test_a_mechanism_the_runs_own_rerun_shows_is_its_answer_without_bisect(torch_npu_surrogate, tmp_path):
+    # Two classes the full OpInfo sweep found in over a hundred ops, each now told in the run itself (no
+    # --bisect), by a rerun of the whole program: narrowed keeping every layout, the overlapping input's program
+    # matches eager, and narrowed with Tensor.to() as the launcher does it diverges again; compiled with
+    # Inductor's size asserts on, copysign's result fails its meta's strides. The record's `mechanism` names
+    # each, which a declaration can match (`KnownFailure.mechanism`).
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "mechanisms.py").write_text(MECHANISM_CASES)
+    result = run_harness(
+        torch_npu_surrogate,
+        "run",
+        "--case-path",
+        str(tmp_path / "mine"),
+        "--device",
+        "npu",
+        "--json",
+        str(tmp_path / "r.json"),
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    records = records_of(tmp_path / "r.json")
+    narrowed = records[("overlapping_int64_add", "int64", "inference")]
+    assert (narrowed["status"], narrowed["symptom"], narrowed["mechanism"]) == (
+        "fail",
+        "divergence",
+        "launcher-narrowing",
+    )
+    assert (
+        "launcher narrowing is wrong, not the kernel's code: the kernels' own launchers narrow in_ptr0 of "
+        "triton_unk_fused_add_0 (int64, size (6, 4) stride (2, 1)), not dense, with Tensor.to()"
+    ) in narrowed["diagnosis"], narrowed["diagnosis"]
+    layout = records[("permuted_copysign", "float32", "training")]
+    assert (layout["status"], layout["mechanism"]) == ("fail", "fallback-layout")
+    found = layout["first_divergent_kernel"]
+    assert (found["kind"], found["name"]) == ("fallback", "torch.ops.aten.copysign.Tensor"), found
+    assert found["isolated"].startswith(
+        "fallback layout is wrong, not a kernel's code: compiled again with Inductor's size_asserts on (this "
+        "compile had them off), the wrapper's assert_size_stride stops after torch.ops.aten.copysign.Tensor: "
+        "expected size 10==10, stride 1==5 at dim=0"
+    ), found["isolated"]
+    # Its answer is given: nothing left to localize (the launcher's rerun left the kernel to --bisect).
+    localize = [line for line in result.stdout.splitlines() if "localize:" in line]
+    assert len(localize) == 1 and "overlapping_int64_add" in localize[0], localize
 
 
 def test_correct_programs_blame_nothing_under_torch_npus_backend(torch_npu_surrogate, tmp_path):

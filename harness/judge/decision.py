@@ -46,6 +46,7 @@ class RunWords:
     emulation: str | None = None
     torch: str | None = None
     torch_npu: str | None = None
+    mechanism: str | None = None
     surrogate: bool = False
     harness_failed: bool = False
 
@@ -66,6 +67,7 @@ class RunWords:
             record.emulation,
             torch_version,
             record.versions.get("torch_npu"),
+            record.mechanism,
             bool(record.surrogate),
             record.error is not None and record.error.harness_failed,
         )

@@ -16,7 +16,8 @@ The file is TOML (or JSON with the same shape), one table per issue:
     device = "npu"                          # optional filters, as a case's KnownFailure takes them:
     backend = "inductor"                    #   device, backend, npu_backend, dtype, mode, emulation,
     torch = ">=2.9"                         #   torch, torch_npu (version ranges), symptom (a class:
-                                            #   "precision-cast-elided")
+                                            #   "precision-cast-elided"), mechanism (what the run showed:
+                                            #   "launcher-narrowing")
     status = "fail"                         # optional: the failing status expected (fail or error)
     strict = false                          # optional: a failure seen in some runs only; a pass stays pass
 
@@ -67,6 +68,10 @@ class KnownFailure:
     torch_npu: str | None = None
     # A class of failure, by the run's symptom ("precision-cast-elided": a known-issues line declares it known).
     symptom: str | None = None
+    # A class of failure, by the mechanism the run itself showed (a record's `mechanism`: "launcher-narrowing",
+    # "select-lane-load"). Such a declaration matches failing runs only: a run that passes shows no mechanism,
+    # so it stays a pass (no xpass).
+    mechanism: str | None = None
     strict: bool = True
 
     def matches(self, surrogate: bool = False, **run: str | None) -> bool:

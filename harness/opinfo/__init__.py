@@ -46,11 +46,14 @@ __all__ = ["OpFailure", "opinfo_source", "SOURCE", "LAYOUTS"]
 class OpFailure:
     """A known failure of an op's cases: which op (`name` or `name.variant`), where, and the upstream issue."""
 
-    op: str
+    op: str  # EVERY_OP: a class of failure, declared by what else it names (a mechanism), on every op's cases
     issue: str
     failure: KnownFailure
     layouts: tuple[str, ...] | None = None  # None: every layout
     samples: tuple[int, ...] | None = None  # None: every sample
+
+
+EVERY_OP = "*"
 
 
 def unavailable() -> str | None:
@@ -152,7 +155,7 @@ def make_case(facts: remembered.Facts, declared: tuple, ci: bool, dynamic: bool 
     mine = [
         f
         for f in failures
-        if f.op == key
+        if f.op in (key, EVERY_OP)
         and (f.layouts is None or entry.layout in f.layouts)
         and (f.samples is None or entry.index in f.samples)
     ]
@@ -171,7 +174,7 @@ def make_case(facts: remembered.Facts, declared: tuple, ci: bool, dynamic: bool 
         dtypes=(entry.dtype,),
         modes=entry.modes,
         size="ci" if ci else "full",
-        issue=mine[0].issue if mine else None,
+        issue=next((f.issue for f in mine if f.op != EVERY_OP), None),
         known_failures=known,
         tolerances={t.dtype: t.tolerance for t in rounding},
         generated=True,

@@ -205,11 +205,19 @@ def isolate(
         )
     if still_wrong:
         # What the kernel's own launcher did (its narrowing, then its grid), each told by replays of this launch.
+        # (`zeroed`: its pure outputs start from zeros, so an element no program wrote shows.)
+        pure_outputs = frozenset(
+            regions.local_of(launch, t) or launch.param_name(k)
+            for k, t in launch.written_args()
+            if launch.role(k) != ROLE_INOUT
+        )
         for answer in (launcher_answer, grid_answer):
             launcher = answer(
                 launch,
                 run,
-                lambda through: replay(launch, regions, values, through, recomputed),
+                lambda through, zeroed=False: replay(
+                    launch, regions, values, through, recomputed, pure_outputs if zeroed else frozenset()
+                ),
                 lambda replayed: _still_wrong(replayed.outputs, values, verdict),
             )
             if launcher is not None:

@@ -125,7 +125,8 @@ def grid_answer(
     """For a launch wrong on eager values of its inputs whose grid its own launcher computes (torch_npu's): the
     launcher's grid, in a sentence that states what the replays showed, where launched on fewer programs (the
     vector core count its codegen divides the kernel's tiles among, then one) the kernel matches eager while on
-    the launcher's grid it stays wrong; None otherwise. Arguments as for `launcher_answer`."""
+    the launcher's grid it stays wrong; None otherwise. Arguments as for `launcher_answer`; `replay(run, True)`
+    starts the launch's pure outputs from zeros."""
     autotuner = launch.kernel.autotuner
     with launcher_grid(autotuner) as grid:
         if grid is None:
@@ -135,16 +136,18 @@ def grid_answer(
         return None
     launched, cores = grid.seen[-1], vector_core_count()
     for programs in sorted({p for p in (cores, 1) if p and p < launched}, reverse=True):
+        # Twice: as the launch left its outputs, and with its pure outputs zeroed first. Fewer programs may leave
+        # tiles unwritten; there the first replay's outputs still hold what the launch wrote, which may be right.
         with launcher_grid(autotuner, programs):
-            fewer = replay(run)
-        if fewer.error is None and not still_wrong(fewer):
+            fewer = [replay(run), replay(run, True)]
+        if all(each.error is None and not still_wrong(each) for each in fewer):
             among = (
                 " (torch_npu's vector core count, which its body divides the work among)" if programs == cores else ""
             )
             return (
                 f"launcher grid is wrong, not the kernel's code: the kernel's own launcher launches it on {launched} "
                 f"programs; launched on {programs} program{'s' if programs > 1 else ''}{among}, the kernel matches "
-                "eager"
+                "eager, its outputs zeroed first or not"
             )
     return None
 
@@ -176,8 +179,8 @@ def narrowed_by_harness(
     args: list, narrowed: dict[str, str], names: list[str], flaws: dict[str, str] | None = None
 ) -> tuple[list, list]:
     """`args` with each tensor the launcher narrows (`narrowed`: name -> signature type, the kernel's
-    `downcast_args`) already narrowed as the seed's report asks: keeping its size and stride over a narrow copy
-    of the storage span it touches, filled from it, written back after the launch. The launcher then leaves them be.
+    `downcast_args`) already narrowed as the seed's report asks: keeping its size, stride and offset over a narrow
+    copy of its storage, filled from it, its span written back after the launch. The launcher then leaves them be.
 
     `flaws` (name -> mechanism) narrows those arguments as a wrong launcher would instead: `collapsed` (with
     `Tensor.to()`), `unfilled` (a copy not filled from the argument), `not-written-back`. Returns the new
@@ -194,9 +197,14 @@ def narrowed_by_harness(
             wide, narrow = arg.detach(), arg.detach().to(narrow_dtype)
             given[position] = narrow
         else:
-            wide = arg.detach().as_strided((extent(arg.shape, arg.stride()),), (1,), arg.storage_offset())
-            narrow = torch.empty_like(wide, dtype=narrow_dtype) if flaw == UNFILLED else wide.to(narrow_dtype)
-            given[position] = narrow.as_strided(arg.shape, arg.stride())
+            # The whole storage narrowed, so the kernel has the bounds the argument's own storage gives it (a load
+            # past the view's last element but inside its storage, such as a gap's, stays inside); the view's
+            # span alone is written back.
+            whole = arg.detach().as_strided((arg.untyped_storage().nbytes() // arg.element_size(),), (1,), 0)
+            narrow_whole = torch.empty_like(whole, dtype=narrow_dtype) if flaw == UNFILLED else whole.to(narrow_dtype)
+            given[position] = narrow_whole.as_strided(arg.shape, arg.stride(), arg.storage_offset())
+            viewed = slice(arg.storage_offset(), arg.storage_offset() + extent(arg.shape, arg.stride()))
+            wide, narrow = whole[viewed], narrow_whole[viewed]
         if flaw != NOT_WRITTEN_BACK:
             write_backs.append((wide, narrow))
     return given, write_backs

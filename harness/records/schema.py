@@ -717,6 +717,12 @@ class CaseResult:
     verdict_source: str | None = None
     # Filled by localization (`--bisect`): the answer and its evidence.
     first_divergent_kernel: Localization | None = None
+    # What went wrong, as a class a declaration can name (`KnownFailure.mechanism`), where the run itself showed
+    # it: "launcher-narrowing" (a rerun: the launcher's Tensor.to() copy of a non-dense 64-bit argument,
+    # `harness.run.launcher_narrowing`), "select-lane-load" or "extract-slice-load" (the memory checker stopped a
+    # load that rewrite of torch_npu's codegen made, `inductor_compat.torch_npu_backend.REWRITTEN_LOADS`); None
+    # otherwise.
+    mechanism: str | None = None
     # `--extract`: whether the repro written from the first divergent kernel reproduces ("reproduces",
     # "widened(N)", "does-not-reproduce"), and what was written.
     extracted: str | None = None

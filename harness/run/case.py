@@ -35,7 +35,8 @@ from harness.run.errors import (
 )
 from harness.run.eager_gaps import SurrogateGap
 from harness.run.localize_run import captured_launch
-from harness.run.out_of_bounds import narrowing_answer
+from harness.inductor_compat.torch_npu_backend import rewritten_load
+from harness.run.launcher_narrowing import NarrowingFinding, stop_answer
 from harness.run.sides import EagerSide, compiled_run, dynamic_run
 from harness.run.verdict import conclude_sizes, settle_verdict, values_of
 from harness.torch_import import NPU_PATCHES, npu_patches_active
@@ -164,10 +165,10 @@ def _run(
                     failure.stage, f"Dynamo compiled nothing of this sample ({breaks}): no test of Inductor"
                 )
             elif failure.stage == R.Stage.COMPILE and (violation := MemoryViolation.found_in(failure.cause)):
-                launcher = None
+                finding = None
                 if eager_side is not None and not config.runs_dynamic(case):
-                    launcher = narrowing_answer(violation, eager_side, config, record)
-                out_of_bounds(violation, record, launcher)
+                    finding = stop_answer(violation, eager_side, config, record)
+                out_of_bounds(violation, record, finding)
             else:
                 record.facts.failed(failure.stage, failure.symptom or symptom_of(failure.cause))
                 record.error = R.ErrorInfo(
@@ -196,27 +197,38 @@ def _run(
     return record
 
 
-def out_of_bounds(violation: MemoryViolation, record: R.CaseResult, launcher: str | None = None) -> None:
+def out_of_bounds(violation: MemoryViolation, record: R.CaseResult, finding: NarrowingFinding | None = None) -> None:
     """The device's memory checker stopped a compiled kernel at a load or store outside its buffers: the run fails,
     and its answer is that kernel, at that access (what the checker saw, not a replay's inference): its code is
-    wrong, or its launcher (`launcher`, from `out_of_bounds.narrowing_answer`: a rerun showed the buffer is the
-    launcher's narrowed copy)."""
-    said = violation.said()
-    record.facts.out_of_bounds = f"{violation.kernel}: {said}"
+    wrong, or its launcher (`finding`, from `launcher_narrowing.stop_answer`: a rerun showed the buffer is the
+    launcher's narrowed copy). Where the rerun with every layout kept stopped the kernel again, the answer is that
+    stop: the kernel's own. The record's `mechanism` is what the rerun showed, else the rewrite of torch_npu's
+    codegen that made the stopped load (`rewritten_load`), else None."""
+    kept = finding.kept_layout_stop if finding is not None else None
+    stop = kept or violation
+    said = stop.said()
+    record.facts.out_of_bounds = f"{stop.kernel}: {said}"
+    if finding is not None and kept is not None:
+        isolated = finding.said
+    elif finding is not None:
+        isolated = f"{finding.said}; through its own launcher the device's memory checker stopped it at {said}"
+    else:
+        isolated = f"kernel is wrong: the device's memory checker stopped it at {said}"
     record.first_divergent_kernel = R.Localization(
         answer=R.Answer.KERNEL,
         diverged=True,
-        name=violation.kernel,
+        name=stop.kernel,
         kind="triton",
         stage="inductor",
-        source=violation.line or "",
-        isolated=(
-            f"{launcher}; through its own launcher the device's memory checker stopped it at {said}"
-            if launcher
-            else f"kernel is wrong: the device's memory checker stopped it at {said}"
-        ),
+        source=stop.line or "",
+        isolated=isolated,
     )
-    record.diagnosis = f"{violation.kernel} makes {said}; the run's values were not compared"
+    if finding is not None:
+        record.mechanism = finding.mechanism
+    elif (rewritten := rewritten_load(stop.line)) is not None:
+        record.mechanism = rewritten[0]
+    kept_said = " with every 64-bit argument keeping its layout" if kept is not None else ""
+    record.diagnosis = f"{stop.kernel} makes {said}{kept_said}; the run's values were not compared"
 
 
 def _compiler_loaded(device: Device, case: Case, config: RunConfig, record: R.CaseResult) -> bool:

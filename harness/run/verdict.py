@@ -13,6 +13,8 @@ from harness.judge.sent_values import SizeValues
 from harness.registry import Case
 from harness.run.config import RunConfig
 from harness.run.eager_gaps import gap_explains
+from harness.run.launcher_narrowing import divergence_answer
+from harness.run.layout_asserts import FALLBACK_LAYOUT, fallback_layout_answer
 from harness.run.diagnoses import (
     elided_casts,
     first_launches_fail,
@@ -78,8 +80,22 @@ def settle_verdict(eager_side: EagerSide, compiled: CompiledSide, config: RunCon
         reproduced, runs_differ = reproduces(eager_side, compiled)
         if reproduced or not first_launches_fail(eager_side, compiled, config, record):
             settle_reproduction(record, reproduced, runs_differ)
+    # Reruns of the whole program that answer a steady divergence by a mechanism, before localization (which
+    # then does not run: one answer): the launcher's narrowing, then a fallback's layout unlike its meta's.
+    layout = None
+    if facts.steady and eager_side.dynamic is None:
+        with timed_stage("localize", record.timings, wrap=False):
+            if found := divergence_answer(eager_side, config, record):
+                record.mechanism = found.mechanism
+                record.diagnosis = f"{record.diagnosis}; {found.said}" if record.diagnosis else found.said
+            elif layout := fallback_layout_answer(eager_side, config, record):
+                record.mechanism = FALLBACK_LAYOUT
+                record.diagnosis = f"{record.diagnosis}; {layout.isolated}" if record.diagnosis else layout.isolated
+                record.first_divergent_kernel = layout
+    if layout is not None and config.bisect:  # (the retry localization's first run would have been)
+        settle_reproduction(record, *reproduces(eager_side, compiled))
     passed = not diverged and not eager_side.nondeterministic
-    if config.bisect and (facts.diverged or (config.bisect == "always" and passed)):
+    if layout is None and config.bisect and (facts.diverged or (config.bisect == "always" and passed)):
         with timed_stage("localize", record.timings, wrap=False):
             found = localize_run(eager_side, compiled, config, record)
             if found is None and first_launches_fail(eager_side, compiled, config, record):

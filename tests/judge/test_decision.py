@@ -212,3 +212,16 @@ def test_an_overruled_failure_the_case_process_saw_too_keeps_its_diagnosis():
     assert (record.status, record.symptom, record.verdict_source) == (R.FAIL, "run-to-run", OVERRULED)
     assert record.diagnosis == "run-to-run"
     assert "where the case's process said fail (b)" in record.warnings[-1]
+
+
+def test_a_declaration_by_mechanism_matches_the_runs_that_showed_it_and_no_pass():
+    # The class of a failure, as the run's own rerun showed it (a record's `mechanism`): declared once for every
+    # op, it turns those failures into xfail, leaves a failure without it failing, and a pass passing (a
+    # passing run shows no mechanism: no xpass).
+    by_class = Expectation((KnownFailure("seed 000's narrowing", mechanism="launcher-narrowing", strict=False),))
+    shown = RunWords("opinfo-add-int64-s3-overlapping", "npu", "inductor", mechanism="launcher-narrowing")
+    other = RunWords("opinfo-add-int64-s3-overlapping", "npu", "inductor", mechanism="fallback-layout")
+    assert decide(compared(failing=["out0"]), by_class, shown).status == R.XFAIL
+    assert decide(compared(failing=["out0"]), by_class, other).status == R.FAIL
+    assert decide(compared(failing=["out0"]), by_class, RunWords("x", "npu")).status == R.FAIL
+    assert decide(compared(), by_class, RunWords("x", "npu")).status == R.PASS

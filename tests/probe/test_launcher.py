@@ -26,13 +26,19 @@ def test_narrowed_right_keeps_each_layout_fills_it_and_writes_it_back():
     args = arguments()
     given, write_backs = narrowed_by_harness(args, NARROWED, NAMES)
     gapped, in_out = given[0], given[1]
-    assert gapped.dtype == torch.int32 and gapped.stride() == (8, 2)  # over a narrow copy of the span it touches
+    # Over a narrow copy of its whole storage: the same offset, and the 24 elements a load past its last
+    # element (14, a gap) may still reach, as in the argument's own storage.
+    assert gapped.dtype == torch.int32 and gapped.stride() == (8, 2) and gapped.storage_offset() == 1
+    assert gapped.untyped_storage().nbytes() == 24 * 4
     assert gapped.tolist() == [[1, 3, 5], [9, 11, 13]] and in_out.tolist() == [10, 20, 30]
     assert given[2] == 3  # not a tensor: left as it is
     in_out.add_(1)  # what a kernel stores
+    storage = gapped.as_strided((24,), (1,), 0)
+    storage[0], storage[20] = -1, -1  # outside the span (1 to 13): never written back
     for wide, narrow in write_backs:
         wide.copy_(narrow.to(wide.dtype))
     assert args[1].tolist() == [11, 21, 31] and args[0].tolist() == [[1, 3, 5], [9, 11, 13]]
+    assert args[0].as_strided((24,), (1,), 0).tolist() == list(range(24))
 
 
 def test_collapsed_hands_a_non_dense_argument_its_dense_copy():

@@ -128,8 +128,16 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool) {
   return dst;
 }
 
+// The CPU fallback's way back for an out= argument: the CPU kernel resized its host copy, in the layout its
+// TensorIterator chose from the inputs (a permuted input gives a permuted result). A device out= that must be
+// resized takes that layout too, as the CPU's own out= kernel gives it: resized contiguous, the result of a
+// composite that allocates an empty out and calls the out= op (`logical_or`, `heaviside`, the comparisons) came
+// back contiguous where the CPU's is permuted, unlike its meta, which Inductor's code for it relies on.
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
+  if (dst.sizes() != self.sizes()) {
+    dst.resize_(self.sizes());
+    if (self.is_non_overlapping_and_dense()) dst.as_strided_(self.sizes(), self.strides(), dst.storage_offset());
+  }
   return copy_from(self, dst, false);
 }
 

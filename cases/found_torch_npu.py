@@ -250,3 +250,24 @@ def row_min(x):
 def found_torch_npu_int64_reduction_identity_narrowed(dtype):
     """amin over dim 1 of an (8, 16) int64 input: the kernel's accumulator starts at 2**63 - 1 typed tl.int32."""
     return Program(row_min, [contiguous((8, 16), dtype=dtype, fill="randint", low=-100, high=100)])
+
+
+BOOL_MINIMUM_ISSUE = "docs/found/torch_npu_bool_minimum.md (found by this harness, on the CPU surrogate)"
+BOOL_MINIMUM_REASON = (
+    "torch_npu's triton_experimental emits tl.minimum/tl.maximum for every dtype (NPUTritonKernelOverrides); "
+    "triton-ascend's semantic refuses an int1 (bool) operand: the kernel does not compile"
+)
+# 2.13.0rc1 emits tl.minimum(a, b) without the NaN argument: the same refusal.
+BOOL_MINIMUM = KnownFailure(BOOL_MINIMUM_REASON, npu_backend="triton_experimental", torch_npu=">=2.13.0,<=2.14.0")
+
+
+@case(
+    tags=("found", "torch_npu", "bool"),
+    dtypes=(torch.bool,),
+    modes=("inference",),
+    issue=BOOL_MINIMUM_ISSUE,
+    known_failures=(BOOL_MINIMUM,),
+)
+def found_torch_npu_bool_minimum(dtype):
+    """torch.maximum of two bool vectors: the kernel's tl.maximum of int1 operands does not compile."""
+    return Program(torch.maximum, [contiguous((16,), dtype=dtype), contiguous((16,), dtype=dtype)])

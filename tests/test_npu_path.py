@@ -1087,7 +1087,10 @@ def test_the_bugs_found_in_torch_npu_fail_through_its_backend(torch_npu_surrogat
         "found_torch_npu_index_clamp_rewritten",
         "found_torch_npu_reduction_tile_overread",
         "found_torch_npu_int64_reduction_identity_narrowed",
+        "found_torch_npu_bool_minimum",
     }
+    bool_minimum = records["found_torch_npu_bool_minimum"]
+    assert bool_minimum["status"] == "xfail" and "Unexpected dtype int1" in bool_minimum["error"]["message"]
     identity = records["found_torch_npu_int64_reduction_identity_narrowed"]
     assert identity["status"] == "xfail" and (
         "Python integer 9223372036854775807 out of bounds for int32" in identity["error"]["message"]

@@ -37,6 +37,16 @@ BATCH_NORM_OPS = (
     "aten::_batch_norm_no_update",
 )
 
+# Layer norm follows the same convention (torch/_refs/__init__.py, `native_layer_norm`, torch 2.13: mean and rstd
+# go back to the input's dtype only `if input.device.type in ["cpu", "mtia"]`), with the statistics at the same
+# positions of its forward's results; its backward takes them at positions 3 and 4.
+LAYER_NORM_STATS = (
+    "the surrogate's eager layer norm is the CPU's kernel, which gives mean and rstd of a float16 or bfloat16 input "
+    "in that dtype; upstream's reference gives a device other than the CPU float32 (torch/_refs/__init__.py, "
+    "native_layer_norm)"
+)
+LAYER_NORM_OPS = ("aten::native_layer_norm",)
+
 ERF = (
     "torch_npu computes erf as AscendC's Pade form on purpose (torch_npu/_inductor/decomposition.py, `erf`: "
     '"Match AscendC ErfImpl": clipped to +-3.92, P(x)/Q(x)); the surrogate\'s eager erf is the CPU\'s exact one'
@@ -57,10 +67,12 @@ def _stats_in_float32(op: Any, args: tuple, kwargs: dict) -> Any:
 # Their backward kernels on the CPU take the statistics in the input's dtype: given float32 ones (the forms above),
 # they get them back in that dtype, as the CPU's forward gave them.
 BATCH_NORM_BACKWARD_OPS = {"aten::native_batch_norm_backward": (5, 6), "aten::batch_norm_backward": (5, 6)}
+LAYER_NORM_BACKWARD_OPS = {"aten::native_layer_norm_backward": (3, 4)}
+STATS_TAKEN_AT = {**BATCH_NORM_BACKWARD_OPS, **LAYER_NORM_BACKWARD_OPS}
 
 
 def _stats_in_input_dtype(op: Any, args: tuple, kwargs: dict) -> Any:
-    positions = BATCH_NORM_BACKWARD_OPS[op._schema.name]
+    positions = STATS_TAKEN_AT[op._schema.name]
     source = args[1] if len(args) > 1 else None
     if not isinstance(source, torch.Tensor) or source.dtype not in LOW_PRECISION:
         return op(*args, **kwargs)
@@ -90,10 +102,12 @@ def _erf_as_torch_npu(op: Any, args: tuple, kwargs: dict) -> Any:
 
 
 def gaps(wheel: bool) -> dict[str, tuple[Callable[..., Any], str]]:
-    """The gaps of this surrogate's mode: the batch statistics' dtype in every mode (upstream's decomposition);
-    erf's form only where torch_npu's own compiler runs (`wheel`)."""
+    """The gaps of this surrogate's mode: the batch and layer norm statistics' dtype in every mode (upstream's
+    decompositions); erf's form only where torch_npu's own compiler runs (`wheel`)."""
     found = {name: (_stats_in_float32, BATCH_NORM_STATS) for name in BATCH_NORM_OPS}
     found.update({name: (_stats_in_input_dtype, BATCH_NORM_STATS) for name in BATCH_NORM_BACKWARD_OPS})
+    found.update({name: (_stats_in_float32, LAYER_NORM_STATS) for name in LAYER_NORM_OPS})
+    found.update({name: (_stats_in_input_dtype, LAYER_NORM_STATS) for name in LAYER_NORM_BACKWARD_OPS})
     if wheel:
         found["aten::erf"] = (_erf_as_torch_npu, ERF)
     return found

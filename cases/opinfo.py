@@ -566,9 +566,9 @@ KNOWN_FAILURES += tuple(
 # The same two bugs as classes, on every op, by the mechanism the run itself shows (a record's `mechanism`): a
 # failure of any op that a rerun pins on the launcher's Tensor.to() copy of a non-dense 64-bit argument
 # (`harness/run/launcher_narrowing.py`), and a memory checker's stop, with every layout kept, in a load of the
-# select-lane rewrite (`_es_sfull`: `inductor_compat.torch_npu_backend.REWRITTEN_LOADS`). The full sweep found
-# each in over a hundred ops; a declaration by op would name only those. Not strict: it matches failing runs
-# alone (the op-by-op declarations above keep their strictness).
+# select-lane rewrite or of its sibling (`_es_sfull`, `_es_full`: `torch_npu_backend.REWRITTEN_LOADS`). The full
+# sweep found each in over a hundred ops; a declaration by op would name only those. Not strict: it matches
+# failing runs alone (the op-by-op declarations above keep their strictness).
 KNOWN_FAILURES += (
     OpFailure(
         EVERY_OP,
@@ -582,17 +582,20 @@ KNOWN_FAILURES += (
             strict=False,
         ),
     ),
-    OpFailure(
-        EVERY_OP,
-        OVERREAD,
-        KnownFailure(
-            "torch_npu's select-lane load reads past its input's end (the surrogate's memory checker stops it, every "
-            "layout kept)",
-            npu_backend="triton_experimental",
-            torch_npu=TORCH_NPU,
-            mechanism="select-lane-load",
-            strict=False,
-        ),
+    *(
+        OpFailure(
+            EVERY_OP,
+            OVERREAD,
+            KnownFailure(
+                f"torch_npu's {rewrite} load reads past its input's end (the surrogate's memory checker stops it, "
+                "every layout kept)",
+                npu_backend="triton_experimental",
+                torch_npu=TORCH_NPU,
+                mechanism=f"{mechanism}-load",
+                strict=False,
+            ),
+        )
+        for rewrite, mechanism in (("select-lane", "select-lane"), ("widened select", "extract-slice"))
     ),
 )
 

@@ -292,15 +292,15 @@ def launcher_grid(autotuner: Any, programs: int | None = None) -> Iterator[Launc
 # The loads torch_npu's triton_experimental codegen rewrites, known by the variables it names them with
 # (`_inductor/triton_experimental/codegen/triton.py`, 2.14.0; the same names in 2.13.0 and 2.13.0rc1): the
 # select-lane rewrite widens a strided load into a contiguous tile of `k` lanes per element and keeps every k-th
-# (`_es_slane{n}`/`_es_sfull{n}`, lines 5082-5098), the extract-slice rewrite widens a broadcast one
-# (`_es_lane{n}`/`_es_full{n}`, lines 4987-4995). Each: (the variable's prefix, the mechanism's name in a record's
-# `mechanism`, what the load is, in words).
+# (`_es_slane{n}`/`_es_sfull{n}`, lines 5082-5098); its sibling widens a load of one element of each K-element row
+# (`x[..., 0]`, its "Case A") into all K lanes and slices one out (`_es_lane{n}`/`_es_full{n}`, lines 4987-4995).
+# Each: (the variable's prefix, the mechanism's name in a record's `mechanism`, what the load is, in words).
 REWRITTEN_LOADS = (
     ("_es_sfull", "select-lane-load", "torch_npu's select-lane rewrite's widened load (codegen/triton.py 5082-5098)"),
     (
         "_es_full",
         "extract-slice-load",
-        "torch_npu's extract-slice rewrite's widened load (codegen/triton.py 4987-4995)",
+        "torch_npu's widened select load, sliced by extract_slice (codegen/triton.py 4987-4995)",
     ),
 )
 

@@ -720,8 +720,9 @@ class CaseResult:
     # What went wrong, as a class a declaration can name (`KnownFailure.mechanism`), where the run itself showed
     # it: "launcher-narrowing" (a rerun: the launcher's Tensor.to() copy of a non-dense 64-bit argument,
     # `harness.run.launcher_narrowing`), "select-lane-load" or "extract-slice-load" (the memory checker stopped a
-    # load that rewrite of torch_npu's codegen made, `inductor_compat.torch_npu_backend.REWRITTEN_LOADS`); None
-    # otherwise.
+    # load that rewrite of torch_npu's codegen made, `inductor_compat.torch_npu_backend.REWRITTEN_LOADS`),
+    # "fallback-layout" (compiled again with Inductor's size asserts on, a fallback's result fails its meta's
+    # layout, `harness.run.layout_asserts`); None otherwise.
     mechanism: str | None = None
     # `--extract`: whether the repro written from the first divergent kernel reproduces ("reproduces",
     # "widened(N)", "does-not-reproduce"), and what was written.

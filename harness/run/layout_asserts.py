@@ -43,7 +43,7 @@ def fallback_layout_answer(eager_side: EagerSide, config: RunConfig, record: R.C
         stage="inductor",
         isolated=(
             f"fallback layout is wrong, not a kernel's code: compiled again with Inductor's size_asserts on (this "
-            f"compile had them off), the wrapper's assert_size_stride stops after {op}: {found.said} (the result's "
-            "size and stride == its meta's); the code after it addresses the result with the meta's strides"
+            f"compile had them off), the wrapper's assert_size_stride stops after {op}: {found.said} (each pair: "
+            "the result's, then its meta's); the code after it addresses the result with the meta's strides"
         ),
     )

@@ -80,8 +80,9 @@ def settle_verdict(eager_side: EagerSide, compiled: CompiledSide, config: RunCon
         reproduced, runs_differ = reproduces(eager_side, compiled)
         if reproduced or not first_launches_fail(eager_side, compiled, config, record):
             settle_reproduction(record, reproduced, runs_differ)
-    # Reruns of the whole program that answer a steady divergence by a mechanism, before localization (which
-    # then does not run: one answer): the launcher's narrowing, then a fallback's layout unlike its meta's.
+    # Reruns of the whole program that answer a steady divergence by a mechanism, before localization: the
+    # launcher's narrowing (localization then names the kernel too), else a fallback's layout unlike its meta's
+    # (the answer itself: localization does not run, so the run has one answer).
     layout = None
     if facts.steady and eager_side.dynamic is None:
         with timed_stage("localize", record.timings, wrap=False):

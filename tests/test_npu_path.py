@@ -1016,6 +1016,8 @@ LIBDEVICE_PROGRAMS = textwrap.dedent("""
         "pow": lambda x: torch.pow(x.abs() + 0.5, x),
         "atan2": lambda x: torch.atan2(x, x.flip(0) + 0.1),
         "log1p": lambda x: torch.log1p(x.abs()),
+        "isnan": lambda x: torch.isnan(x.log()).float(),  # predicates: libdevice types them int1
+        "isinf": lambda x: torch.isinf(1 / x.round()).float(),
     }
     errors = {}
     torch.manual_seed(0)
@@ -1033,7 +1035,7 @@ def test_libdevice_functions_the_interpreter_lacks_run_in_numpy(triton_surrogate
     # Each called a stub of triton-ascend's libdevice, which returns None in the interpreter: the kernel then
     # failed further on (`'NoneType' object has no attribute 'to'`), an error labelled a compile error.
     errors = json.loads(program_output(triton_surrogate, LIBDEVICE_PROGRAMS)[-1])
-    assert set(errors) == {"round", "trunc", "tanh", "pow", "atan2", "log1p"}
+    assert set(errors) == {"round", "trunc", "tanh", "pow", "atan2", "log1p", "isnan", "isinf"}
     assert all(error < 1e-5 for error in errors.values()), errors
 
 

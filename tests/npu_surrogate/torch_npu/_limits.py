@@ -9,7 +9,9 @@ never by the case:
   where the surrogate gives it a numpy form (`_triton_codegen.NUMPY_LIBDEVICE`); a libdevice function with
   neither raises `InterpreterLimit`, another builtin "`_builder` argument must be provided outside of JIT
   functions" (`triton/language/core.py`): the reason quotes the kernel's line.
-- Operations its builder lacks (`'InterpreterBuilder' object has no attribute 'create_mod'`: an integer `%`).
+- Operations its builder lacks (`'InterpreterBuilder' object has no attribute 'create_mod'`: an integer `%`), and
+  an extern elementwise call (`create_extern_elementwise`, which raises "extern_elementwise not supported in
+  interpreter mode": `triton/runtime/interpreter.py` line 627).
 - Its scans and sorts (`tl.associative_scan`, Inductor's `triton_helpers.sort_with_index`) fail inside the
   interpreter (`TypeError: 'int' object is not iterable` for a scan's combine function).
 - A CANN operator the compiled program calls (`torch.ops.npu.*` without a kernel here): "Could not run 'npu::...'".
@@ -39,6 +41,10 @@ def unsupported(exc: BaseException) -> str | None:
         found = re.search(r"Could not run '(npu::[\w.]+)'", text)
         if found:
             return f"the program calls the CANN operator {found.group(1)}, which has no kernel on the surrogate"
+        if "extern_elementwise not supported in interpreter mode" in text:
+            line = _kernel_line(link)
+            called = f" (`{line}`)" if line else ""
+            return f"{INTERPRETER} cannot run an extern elementwise call{called}: its builder has none"
         missing = re.search(r"'InterpreterBuilder' object has no attribute '(\w+)'", text)
         if missing:
             return f"{INTERPRETER} has no {missing.group(1)} (the operation the kernel's `{_kernel_line(link)}` needs)"

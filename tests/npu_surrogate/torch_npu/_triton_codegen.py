@@ -288,7 +288,11 @@ NUMPY_LIBDEVICE = {
     "fmod": "fmod",
     "copysign": "copysign",
     "nextafter": "nextafter",
+    "isnan": "isnan",
+    "isinf": "isinf",
 }
+# Those whose result is a predicate (libdevice types it int1: triton-ascend's `extra/ascend/libdevice.py`).
+NUMPY_PREDICATES = frozenset({"isnan", "isinf"})
 
 
 class _LibdeviceThroughMath:
@@ -336,9 +340,10 @@ def _numpy_builtin(name: str):
             else np.asarray(getattr(a, "value", a), first.handle.data.dtype)
             for a in args
         ]
-        result = compute(*data).astype(first.handle.data.dtype, copy=False)
+        scalar = tl.int1 if name in NUMPY_PREDICATES else first.dtype.scalar
+        result = compute(*data).astype(np.bool_ if name in NUMPY_PREDICATES else first.handle.data.dtype, copy=False)
         block = next((a for a in tensors if a.type.is_block()), None)
-        kind = tl.block_type(first.dtype.scalar, block.type.shape) if block is not None else first.dtype
-        return tl.core.tensor(TensorHandle(result, first.dtype.scalar), kind)
+        kind = tl.block_type(scalar, block.type.shape) if block is not None else scalar
+        return tl.core.tensor(TensorHandle(result, scalar), kind)
 
     return builtin

@@ -271,3 +271,34 @@ BOOL_MINIMUM = KnownFailure(BOOL_MINIMUM_REASON, npu_backend="triton_experimenta
 def found_torch_npu_bool_minimum(dtype):
     """torch.maximum of two bool vectors: the kernel's tl.maximum of int1 operands does not compile."""
     return Program(torch.maximum, [contiguous((16,), dtype=dtype), contiguous((16,), dtype=dtype)])
+
+
+WRITE_BACK_ISSUE = (
+    "docs/found/torch_npu_launcher_write_back_overlapping.md (found by this harness, on the CPU surrogate)"
+)
+WRITE_BACK_REASON = (
+    "torch_npu's launcher writes a narrowed int64 output back with copy_ (npu_triton_heuristics.py, "
+    "_wrap_launcher_with_downcast), into an output buffer whose elements overlap (an expand's stride 0): copy_ "
+    "refuses it"
+)
+# The same write-back in 2.13.0rc1 (line 1484), 2.13.0 and 2.14.0 (line 1676).
+WRITE_BACK_OVERLAPPING = KnownFailure(
+    WRITE_BACK_REASON, npu_backend="triton_experimental", torch_npu=">=2.13.0,<=2.14.0"
+)
+
+
+def expanded(x):
+    return x.expand(5, 5, 5)
+
+
+@case(
+    tags=("found", "torch_npu", "int64"),
+    dtypes=(torch.int64,),
+    modes=("inference",),
+    issue=WRITE_BACK_ISSUE,
+    known_failures=(WRITE_BACK_OVERLAPPING,),
+)
+def found_torch_npu_launcher_write_back_overlapping(dtype):
+    """x.expand(5, 5, 5) of an int64 (5, 1, 1) input: the kernel's output buffer keeps stride 0, and the launcher's
+    write-back of its narrowed copy into it raises."""
+    return Program(expanded, [contiguous((5, 1, 1), dtype=dtype, fill="randint", low=-100, high=100)])

@@ -217,6 +217,30 @@ KNOWN_FAILURES = (
     # (`torch/_inductor/utils.py` `_type_of`: KeyError 'complex64'), a compile error. The FFTs' non-contiguous
     # (permuted) inputs and view_as_complex of an expanded input reach a pointwise kernel with a complex argument.
     # float16 FFTs give complex32, which takes another path: they pass, and are left out.
+    *(
+        OpFailure(
+            op,
+            UNREPORTED_COMPLEX_TRITON,
+            KnownFailure(
+                f"a complex64 argument of a generated Triton kernel: no Triton type for it "
+                f"({UNREPORTED_COMPLEX_TRITON}); seen on CUDA",
+                device="cuda",
+                dtype=dtype,
+                torch="2.11",
+            ),
+            layouts=layouts,
+        )
+        for op, layouts, dtypes in (
+            *(
+                (fft, ("permuted",), ("float32", "int64", "int32", "bool"))
+                for fft in ("fft.fft", "fft.ifft", "fft.ihfft", "fft.rfft")
+            ),
+            ("view_as_complex", ("broadcast",), (None,)),
+        )
+        for dtype in dtypes
+    ),
+    # The same for complex32 (shards 27 and 29 on an H100): chalf of a float16 input, overlapping or permuted, stops
+    # its compile at KeyError: 'complex32'. Not strict: other layouts were not reached.
     OpFailure(
         "chalf",
         UNREPORTED_COMPLEX_TRITON,
@@ -351,45 +375,6 @@ KNOWN_FAILURES += (
         ),
         layouts=("permuted", "broadcast", "overlapping"),
     ),
-    *(
-        OpFailure(
-            op,
-            UNREPORTED_COMPLEX_TRITON,
-            KnownFailure(
-                f"a complex value in a generated Triton kernel: no Triton type for it ({UNREPORTED_COMPLEX_TRITON}); "
-                "seen through torch_npu's triton_experimental (the full sweep: KeyError 'complex64', 'complex128')",
-                npu_backend="triton_experimental",
-                torch_npu=TORCH_NPU,
-                strict=False,
-            ),
-            layouts=("overlapping", "permuted"),
-        )
-        for op in ("cfloat", "cdouble")
-    ),
-    *(
-        OpFailure(
-            op,
-            UNREPORTED_COMPLEX_TRITON,
-            KnownFailure(
-                f"a complex64 argument of a generated Triton kernel: no Triton type for it "
-                f"({UNREPORTED_COMPLEX_TRITON}); seen on CUDA",
-                device="cuda",
-                dtype=dtype,
-                torch="2.11",
-            ),
-            layouts=layouts,
-        )
-        for op, layouts, dtypes in (
-            *(
-                (fft, ("permuted",), ("float32", "int64", "int32", "bool"))
-                for fft in ("fft.fft", "fft.ifft", "fft.ihfft", "fft.rfft")
-            ),
-            ("view_as_complex", ("broadcast",), (None,)),
-        )
-        for dtype in dtypes
-    ),
-    # The same for complex32 (shards 27 and 29 on an H100): chalf of a float16 input, overlapping or permuted, stops
-    # its compile at KeyError: 'complex32'. Not strict: other layouts were not reached.
     *(
         OpFailure(
             op,

@@ -375,32 +375,21 @@ KNOWN_FAILURES += (
         ),
         layouts=("permuted", "broadcast", "overlapping"),
     ),
+    # (chalf's complex32 in that sample; cfloat's complex64 and cdouble's complex128 in the full sweep.)
     *(
         OpFailure(
             op,
             UNREPORTED_COMPLEX_TRITON,
             KnownFailure(
-                f"a complex value in a generated Triton kernel: no Triton type for it ({UNREPORTED_COMPLEX_TRITON}); "
-                "seen through torch_npu's triton_experimental (the full sweep: KeyError 'complex64', 'complex128')",
+                f"a {complex_dtype} value in a generated Triton kernel: no Triton type for it "
+                f"({UNREPORTED_COMPLEX_TRITON}); seen through torch_npu's triton_experimental",
                 npu_backend="triton_experimental",
                 torch_npu=TORCH_NPU,
                 strict=False,
             ),
             layouts=("overlapping", "permuted"),
         )
-        for op in ("cfloat", "cdouble")
-    ),
-    OpFailure(
-        "chalf",
-        UNREPORTED_COMPLEX_TRITON,
-        KnownFailure(
-            f"a complex32 value in a generated Triton kernel: no Triton type for it ({UNREPORTED_COMPLEX_TRITON}); "
-            "seen through torch_npu's triton_experimental",
-            npu_backend="triton_experimental",
-            torch_npu=TORCH_NPU,
-            strict=False,
-        ),
-        layouts=("overlapping", "permuted"),
+        for op, complex_dtype in (("cfloat", "complex64"), ("cdouble", "complex128"), ("chalf", "complex32"))
     ),
     # An update through `aten.diagonal`, which triton_experimental lowers as a fallback, is dropped: both backward
     # programs write into a diagonal view. (The full sweep: householder_product in every layout; diag overlapping

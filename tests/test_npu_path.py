@@ -54,6 +54,24 @@ def run_harness(env, *args, timeout=600):
     )
 
 
+def run_own_cases(env, tmp_path, name, source, *options):
+    """`harness run` on the device "npu" of one case file of the test's own (`source`, written as `mine/<name>`),
+    its records to `r.json`: the options given besides."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / name).write_text(source)
+    return run_harness(
+        env,
+        "run",
+        "--case-path",
+        str(tmp_path / "mine"),
+        "--device",
+        "npu",
+        *options,
+        "--json",
+        str(tmp_path / "r.json"),
+    )
+
+
 def program_output(env, source):
     """The lines a Python program prints, run in a process of its own with `env` from the project root (it must
     exit 0)."""
@@ -814,19 +832,7 @@ def test_the_launchers_answer_names_the_argument_and_what_a_replay_showed_it_did
     # came from the first replay that matched: both were given seed 000's sentence (a non-dense tensor's dense
     # copy) for dense tensors, or "kernel is wrong". Each mechanism is now replayed alone, and the one that gives
     # what the launch gave is named.
-    (tmp_path / "mine").mkdir()
-    (tmp_path / "mine" / "launcher_faults.py").write_text(LAUNCHER_FAULT_CASES)
-    result = run_harness(
-        torch_npu_surrogate,
-        "run",
-        "--case-path",
-        str(tmp_path / "mine"),
-        "--device",
-        "npu",
-        "--bisect",
-        "--json",
-        str(tmp_path / "r.json"),
-    )
+    result = run_own_cases(torch_npu_surrogate, tmp_path, "launcher_faults.py", LAUNCHER_FAULT_CASES, "--bisect")
     assert result.returncode == 1, result.stdout + result.stderr
     records = records_of(tmp_path / "r.json")
     said = {
@@ -891,18 +897,7 @@ def test_a_mechanism_the_runs_own_rerun_shows_is_its_answer_without_bisect(torch
     # matches eager, and narrowed with Tensor.to() as the launcher does it diverges again; compiled with
     # Inductor's size asserts on, copysign's result fails its meta's strides. The record's `mechanism` names
     # each, which a declaration can match (`KnownFailure.mechanism`).
-    (tmp_path / "mine").mkdir()
-    (tmp_path / "mine" / "mechanisms.py").write_text(MECHANISM_CASES)
-    result = run_harness(
-        torch_npu_surrogate,
-        "run",
-        "--case-path",
-        str(tmp_path / "mine"),
-        "--device",
-        "npu",
-        "--json",
-        str(tmp_path / "r.json"),
-    )
+    result = run_own_cases(torch_npu_surrogate, tmp_path, "mechanisms.py", MECHANISM_CASES)
     assert result.returncode == 1, result.stdout + result.stderr
     records = records_of(tmp_path / "r.json")
     narrowed = records[("overlapping_int64_add", "int64", "inference")]
@@ -1457,20 +1452,7 @@ def test_a_kernel_that_stores_past_its_buffer_fails_naming_the_kernel_and_the_bu
     # end. The interpreter wrote the host heap there, and the case's process died later (SIGSEGV, SIGABRT) with no
     # kernel named; the memory checker stops the store, and the run fails with its answer.
     env = request.getfixturevalue(mode)
-    (tmp_path / "mine").mkdir()
-    (tmp_path / "mine" / "one_kernel.py").write_text(ONE_KERNEL_CASE)
-    result = run_harness(
-        env,
-        "run",
-        "--case-path",
-        str(tmp_path / "mine"),
-        "--device",
-        "npu",
-        "--inject",
-        "fault-store-past-end@0",
-        "--json",
-        str(tmp_path / "r.json"),
-    )
+    result = run_own_cases(env, tmp_path, "one_kernel.py", ONE_KERNEL_CASE, "--inject", "fault-store-past-end@0")
     assert result.returncode == 1, result.stdout + result.stderr
     (record,) = records_of(tmp_path / "r.json").values()
     assert (record["status"], record["stage"], record["symptom"]) == ("fail", "compile", "out-of-bounds"), record

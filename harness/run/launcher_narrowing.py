@@ -58,12 +58,12 @@ class _Narrowing:
     """A launch handler: each launch whose kernel's launcher narrows 64-bit arguments gets them narrowed here,
     each keeping its layout unless `collapse(kernel, argument, tensor)` says to narrow it with `Tensor.to()` as
     the launcher does. `required` (kernel, argument): the rerun stops where that kernel is launched without
-    narrowing that argument. Records the non-dense arguments narrowed (kernel, description)."""
+    narrowing that argument. Records the non-dense arguments narrowed, each described once."""
 
     collapse: Callable[[str, str, torch.Tensor], bool]
     required: tuple[str, str] | None = None
     saw_required: bool = False
-    non_dense: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    non_dense: list[str] = dataclasses.field(default_factory=list)
 
     def __call__(self, launch: Any) -> Any:
         info = launch.kernel
@@ -80,8 +80,8 @@ class _Narrowing:
                 continue
             if not is_non_overlapping_and_dense(arg):
                 described = f"{name} of {info.name} ({types[0]}, size {tuple(arg.shape)} stride {tuple(arg.stride())})"
-                if described not in (d for _, d in self.non_dense):
-                    self.non_dense.append((name, described))
+                if described not in self.non_dense:
+                    self.non_dense.append(described)
             if self.collapse(info.name, name, arg):
                 flaws[name] = COLLAPSED
         args, write_backs = narrowed_by_harness(launch.args, info.launcher_narrowed, info.arg_names, flaws)
@@ -184,7 +184,7 @@ def divergence_answer(eager_side: EagerSide, config: RunConfig, record: R.CaseRe
     failing = sorted(c.name for c in eager_side.judge(results) if not c.passed) if error is None else None
     if failing != sorted(record.facts.failing):
         return NarrowingFinding(f"the launcher is wrong, by an effect not isolated: {NARROWED_RIGHT}")
-    arguments = ", ".join(described for _, described in right.non_dense)
+    arguments = ", ".join(right.non_dense)
     return NarrowingFinding(
         f"launcher narrowing is wrong, not the kernel's code: the kernels' own launchers narrow {arguments}, not "
         f"dense, with Tensor.to(), a dense copy the kernel still addresses with the argument's strides (replayed "
